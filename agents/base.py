@@ -1,0 +1,55 @@
+"""The scheduler interface: one small class against the simulator's state and decision type.
+
+A scheduler reads a :class:`~jigsaw_env.state.ClusterState` (read-only) and returns a
+:class:`~jigsaw_env.state.Decision`: the jobs that run in the next round, each with its GPUs, SPB
+level and pattern. It needs no Gymnasium wrapper, so the same class drives the simulator
+(``jigsaw simulate --agent NAME``) and the live executor.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from jigsaw_env.placement import GpuLedger
+from jigsaw_env.state import ClusterState, Decision
+
+_REGISTRY: dict[str, Callable[..., "Scheduler"]] = {}
+
+
+class Scheduler:
+    """Base class. Subclasses set ``name`` and implement :meth:`schedule`."""
+
+    name = "base"
+
+    def reset(self) -> None:
+        """Forget per-episode memory (called before each episode)."""
+
+    def schedule(self, state: ClusterState) -> Decision:
+        raise NotImplementedError
+
+    def __call__(self, state: ClusterState) -> Decision:
+        return self.schedule(state)
+
+    @staticmethod
+    def ledger(state: ClusterState, keep_running: bool = True) -> GpuLedger:
+        """A GPU ledger that starts from the allocation in force (or empty)."""
+        return GpuLedger(state, state.current_decision() if keep_running else None)
+
+
+def register_scheduler(name: str):
+    """Class decorator: make a scheduler available by ``name`` (e.g. ``--agent NAME``)."""
+    def deco(cls):
+        _REGISTRY[name] = cls
+        cls.name = name
+        return cls
+    return deco
+
+
+def available_schedulers() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_scheduler(name: str, **kwargs) -> Scheduler:
+    """Build a registered scheduler; ValueError naming the allowed names on an unknown one."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown agent {name!r}; allowed: {available_schedulers()}")
+    return _REGISTRY[name](**kwargs)

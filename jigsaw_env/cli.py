@@ -1,0 +1,63 @@
+"""The ``jigsaw`` command line.
+
+Each subcommand lives in the module that owns its work and exposes ``register(subparsers)``, which
+adds its parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning
+an exit code). User errors (``ValueError``, ``FileNotFoundError``, ``KeyError`` raised with a
+message for the user) print one line on stderr and exit with status 2, with no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# module path -> registers these subcommands
+SUBCOMMAND_MODULES = (
+    "jigsaw_env.simulate_cli",   # simulate
+    "jigsaw_env.calibrate",      # calibrate
+    "traces.cli",                # traces describe
+)
+
+
+class UserError(Exception):
+    """An error caused by the user's input; printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jigsaw",
+        description="SPB-aware GPU cluster simulator, schedulers and live executor.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod_name in SUBCOMMAND_MODULES:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            # an optional part that is not installed: its subcommands are simply absent
+            if e.name and (e.name == mod_name or mod_name.startswith(e.name)):
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except (UserError, ValueError, FileNotFoundError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"jigsaw {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"jigsaw {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

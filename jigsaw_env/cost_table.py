@@ -1,0 +1,270 @@
+"""Per-model cost tables: the layer-group cut and what each group costs.
+
+A :class:`CostTable` describes one model at one per-worker batch size on one device type
+(``k80``, ``p100``, ``v100`` or ``cpu``). Layer groups are ordered from the input (index 0) to the
+output (index ``B-1``), as in DESIGN.md section 2.
+
+Units: bytes for memory and parameters, seconds for times. Times are per iteration of one worker
+at the table's batch size, on an otherwise idle device.
+
+Every number carries a source: ``sources`` maps a field name (``"param_bytes"``,
+``"activation_bytes"``, ``"forward_s"``, ``"backward_weight_s"``, ``"backward_input_s"``,
+``"optimizer_s"``, ``"fixed_memory_bytes"``, ``"anchor"``) to a sentence naming where it came from
+(measured here with which command, a data file and column, or a paper).
+
+Shipped tables live in ``jigsaw_env/tables/<model>-bs<batch>-<device>.json``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TABLES_DIR = Path(__file__).parent / "tables"
+DEVICE_TYPES = ("k80", "p100", "v100", "cpu")
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """One layer group of a model.
+
+    Attributes:
+        name: human-readable name ("stem", "layer1.0", "encoder.3", "head", ...).
+        param_bytes: bytes of trainable parameters in the group (= bytes of its gradient).
+        activation_bytes: bytes of tensors saved for backward while the group's forward runs
+            with gradients enabled, per worker iteration at the table's batch size.
+        forward_s: forward time of the group, seconds.
+        backward_weight_s: backward time spent on weight gradients, seconds.
+        backward_input_s: backward time spent on the gradient w.r.t. the group's input, seconds.
+            Not spent by the lowest group a worker backpropagates through (its start group).
+    """
+
+    name: str
+    param_bytes: int
+    activation_bytes: int
+    forward_s: float
+    backward_weight_s: float
+    backward_input_s: float
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Costs of one model at one batch size on one device type. See module docstring."""
+
+    model: str
+    batch_size: int
+    device: str
+    groups: tuple[LayerGroup, ...]
+    optimizer_s: float
+    fixed_memory_bytes: int
+    sources: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError(f"cost table {self.model}: needs at least one layer group")
+        if self.batch_size <= 0:
+            raise ValueError(f"cost table {self.model}: batch_size must be > 0, got {self.batch_size}")
+        for g in self.groups:
+            for name in ("param_bytes", "activation_bytes", "forward_s", "backward_weight_s", "backward_input_s"):
+                v = getattr(g, name)
+                if not np.isfinite(v) or v < 0:
+                    raise ValueError(
+                        f"cost table {self.model}: group {g.name!r} field {name} must be a finite number >= 0, got {v!r}"
+                    )
+
+    # ----- derived arrays (cached on first use) -----
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Per-group numpy arrays keyed by field name (float64)."""
+        cache = self.__dict__.get("_arrays")
+        if cache is None:
+            cache = {
+                name: np.array([getattr(g, name) for g in self.groups], dtype=np.float64)
+                for name in ("param_bytes", "activation_bytes", "forward_s", "backward_weight_s", "backward_input_s")
+            }
+            object.__setattr__(self, "_arrays", cache)
+        return cache
+
+    @property
+    def param_bytes_total(self) -> int:
+        return int(sum(g.param_bytes for g in self.groups))
+
+    def compute_s(self, start: int) -> float:
+        """Compute time (s) of one worker iteration that backpropagates groups ``start..B-1``.
+
+        forward of every group + weight-gradient time of groups >= start + input-gradient time of
+        groups > start + optimizer step (DESIGN.md section 2; docs/spb_model.md eq. C1).
+        """
+        return float(self.compute_by_start()[start])
+
+    def compute_by_start(self) -> np.ndarray:
+        """Array of :meth:`compute_s` for every start group 0..B-1 (seconds)."""
+        cache = self.__dict__.get("_compute")
+        if cache is None:
+            a = self.arrays()
+            fwd = a["forward_s"].sum()
+            bw_w_suffix = np.cumsum(a["backward_weight_s"][::-1])[::-1]
+            bw_i = a["backward_input_s"]
+            # input-gradient time of groups strictly above `start`
+            bw_i_above = np.concatenate([np.cumsum(bw_i[::-1])[::-1][1:], [0.0]])
+            cache = fwd + bw_w_suffix + bw_i_above + self.optimizer_s
+            object.__setattr__(self, "_compute", cache)
+        return cache
+
+    def activation_peak_bytes(self, start: int) -> int:
+        """Activation bytes kept by a worker that backpropagates groups ``start..B-1``."""
+        return int(self.arrays()["activation_bytes"][start:].sum())
+
+    def process_peak_bytes(self, start: int) -> int:
+        """Peak memory (bytes) of one worker process whose deepest backprop starts at ``start``."""
+        return int(self.fixed_memory_bytes + self.activation_peak_bytes(start))
+
+    def iteration_time_s(self) -> float:
+        """Full-backprop compute time of one worker iteration (seconds), no communication."""
+        return self.compute_s(0)
+
+    # ----- serialisation -----
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["groups"] = [asdict(g) for g in self.groups]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, origin: str = "<dict>") -> "CostTable":
+        required = ("model", "batch_size", "device", "groups", "optimizer_s", "fixed_memory_bytes")
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"{origin}: cost table is missing field(s) {missing}; expected {list(required)}")
+        groups = []
+        for i, g in enumerate(d["groups"]):
+            try:
+                groups.append(LayerGroup(**g))
+            except TypeError as e:
+                raise ValueError(f"{origin}: groups[{i}] is malformed ({e}); expected fields "
+                                 f"{[f for f in LayerGroup.__dataclass_fields__]}") from None
+        return cls(
+            model=str(d["model"]), batch_size=int(d["batch_size"]), device=str(d["device"]),
+            groups=tuple(groups), optimizer_s=float(d["optimizer_s"]),
+            fixed_memory_bytes=int(d["fixed_memory_bytes"]),
+            sources=dict(d.get("sources", {})), meta=dict(d.get("meta", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostTable":
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"cost table file not found: {p}")
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON ({e})") from None
+        return cls.from_dict(d, origin=str(p))
+
+    def digest(self) -> str:
+        """Short sha256 of the table's canonical JSON (used in report metadata)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def table_filename(model: str, batch_size: int, device: str) -> str:
+    return f"{model}-bs{batch_size}-{device}.json"
+
+
+_REGISTERED: dict[tuple[str, int, str], CostTable] = {}
+
+
+def register_table(table: CostTable) -> None:
+    """Make ``table`` available to :func:`get_table` (overrides a shipped table of the same key).
+
+    Used for user-calibrated tables (``--tables DIR``) and for hand-built tables in tests.
+    """
+    _REGISTERED[(table.model, table.batch_size, table.device)] = table
+    get_table.cache_clear()
+
+
+def unregister_table(model: str, batch_size: int, device: str) -> None:
+    _REGISTERED.pop((model, batch_size, device), None)
+    get_table.cache_clear()
+
+
+def register_tables_dir(path: str | Path) -> int:
+    """Register every ``*.json`` cost table in ``path``; returns how many."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"cost-table folder not found: {p}")
+    n = 0
+    for f in sorted(p.glob("*.json")):
+        register_table(CostTable.load(f))
+        n += 1
+    return n
+
+
+def available_tables() -> tuple[tuple[str, int, str], ...]:
+    """(model, batch_size, device) of every shipped or registered table."""
+    return tuple(sorted(set(_shipped_tables()) | set(_REGISTERED)))
+
+
+@lru_cache(maxsize=None)
+def _shipped_tables() -> tuple[tuple[str, int, str], ...]:
+    out = []
+    for p in sorted(TABLES_DIR.glob("*.json")):
+        stem = p.stem
+        try:
+            model, rest = stem.rsplit("-bs", 1)
+            bs, device = rest.split("-", 1)
+            out.append((model, int(bs), device))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def available_models() -> tuple[str, ...]:
+    return tuple(sorted({m for m, _, _ in available_tables()}))
+
+
+@lru_cache(maxsize=None)
+def get_table(model: str, batch_size: int | None = None, device: str = "v100") -> CostTable:
+    """Load a shipped table. ``batch_size=None`` takes the model's default (smallest shipped).
+
+    Raises ValueError naming the allowed values when the model, batch size or device is unknown.
+    """
+    tables = available_tables()
+    models = sorted({m for m, _, _ in tables})
+    if model not in models:
+        raise ValueError(f"unknown model {model!r}; allowed: {models}")
+    devices = sorted({d for m, _, d in tables if m == model})
+    if device not in devices:
+        raise ValueError(f"no cost table for model {model!r} on device {device!r}; allowed devices: {devices}")
+    sizes = sorted({b for m, b, d in tables if m == model and d == device})
+    if batch_size is None:
+        batch_size = default_batch_size(model)
+    if batch_size not in sizes:
+        raise ValueError(f"no cost table for model {model!r} at batch_size {batch_size}; allowed: {sizes}")
+    reg = _REGISTERED.get((model, batch_size, device))
+    if reg is not None:
+        return reg
+    return CostTable.load(TABLES_DIR / table_filename(model, batch_size, device))
+
+
+def default_batch_size(model: str) -> int:
+    """The batch size a job of ``model`` uses when a trace does not say (the smallest shipped)."""
+    sizes = sorted({b for m, b, _ in available_tables() if m == model})
+    if not sizes:
+        raise ValueError(f"unknown model {model!r}; allowed: {sorted(available_models())}")
+    return sizes[0]
+
+
+def isolated_iteration_time_s(model: str, batch_size: int | None, device: str) -> float:
+    """Full-backprop compute seconds per iteration of one worker, alone on one ``device``."""
+    return get_table(model, batch_size, device).iteration_time_s()

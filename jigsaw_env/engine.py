@@ -1,0 +1,127 @@
+"""Timing of jobs that share GPUs: lockstep co-location groups, solved per phase of the SPB cycle.
+
+A *component* is a set of running jobs connected through shared GPUs (a job alone on its GPUs is a
+component of one). Jobs of a component advance in lockstep, one iteration each per *step*, as the
+live executor runs them (docs/spb_model.md section 5):
+
+    load_g(k) = sum over workers (j, w) on GPU g of compute_j[phase_j(k), w]      (eq. K1)
+    step(k)   = max_g load_g(k) + max_j comm_j[phase_j(k)]                          (eq. K2)
+    phase_j(k) = (i_j + k) mod P_j, i_j = job j's iteration counter when the component formed
+
+Workers of different jobs on one GPU are time-sliced, so their work adds up (K1); the step waits
+for the busiest GPU, then for the slowest sync. The step sequence repeats with the hyper-period
+``H = lcm(P_j)``, so anti-phased rotations (a heavy phase of one job on the light phase of the
+other) shorten steps, and in-phase ones do not: the cycle is modelled, not averaged away.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .spb import JobProfile
+
+_EPS = 1e-9
+
+
+@dataclass
+class Member:
+    job_id: int
+    profile: JobProfile
+    gpus: tuple[int, ...]
+    iteration0: int  # iteration counter of the job when the component formed
+
+
+class Component:
+    """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
+
+    def __init__(self, members: list[Member], ready_s: float):
+        self.members = members
+        self.ready_s = ready_s  # no step starts before this (restart delays)
+        self.H = 1
+        for m in members:
+            self.H = self.H * m.profile.period // math.gcd(self.H, m.profile.period)
+        gpus = sorted({g for m in members for g in m.gpus})
+        self.gpus = np.array(gpus, dtype=np.int64)
+        col = {g: i for i, g in enumerate(gpus)}
+        H = self.H
+        loads = np.zeros((H, len(gpus)))
+        comm = np.zeros(H)
+        self.phase_bytes = []  # per member: (H,) bytes at each step of the hyper-period
+        ks = np.arange(H)
+        for m in members:
+            ph = (m.iteration0 + ks) % m.profile.period
+            c = m.profile.compute_s[ph]  # (H, W)
+            for w, g in enumerate(m.gpus):
+                loads[:, col[g]] += c[:, w]
+            comm = np.maximum(comm, m.profile.comm_s[ph])
+            self.phase_bytes.append(m.profile.bytes[ph])
+        self.loads = loads
+        self.step = loads.max(axis=1) + comm
+        if np.any(self.step <= 0):
+            raise ValueError("a co-location step of zero length: cost tables must have positive times")
+        self.cum = np.concatenate([[0.0], np.cumsum(self.step)])
+        self.cycle = float(self.cum[-1])
+        self.cum_loads = np.vstack([np.zeros(len(gpus)), np.cumsum(loads, axis=0)])
+        self.cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in self.phase_bytes]
+        self.k = 0            # steps completed since the component formed
+        self.partial = 0.0    # seconds into step k
+
+    # ----- step arithmetic -----
+    def T(self, x: int) -> float:
+        """Seconds from the first step's start to the end of step ``x`` (x steps done)."""
+        q, r = divmod(x, self.H)
+        return q * self.cycle + float(self.cum[r])
+
+    def steps_within(self, elapsed: float) -> int:
+        """Steps fully completed ``elapsed`` seconds after the first step began."""
+        q = int(elapsed // self.cycle)
+        r = elapsed - q * self.cycle
+        j = int(np.searchsorted(self.cum, r + _EPS * max(1.0, self.cycle), side="right")) - 1
+        return q * self.H + min(j, self.H)
+
+    def elapsed(self) -> float:
+        return self.T(self.k) + self.partial
+
+    def time_to_steps(self, m: int, now_s: float) -> float:
+        """Seconds from ``now_s`` until ``m`` more steps are done."""
+        wait = max(0.0, self.ready_s - now_s)
+        return wait + self.T(self.k + m) - self.elapsed()
+
+    def time_to_next_step(self, now_s: float) -> float:
+        return self.time_to_steps(1, now_s)
+
+    def _sum_over(self, cum: np.ndarray, k0: int, k1: int) -> np.ndarray | float:
+        """Sum of a per-step quantity over steps k0..k1-1 from its cumulative array (length H+1)."""
+        def S(x):
+            q, r = divmod(x, self.H)
+            return q * cum[-1] + cum[r]
+        return S(k1) - S(k0)
+
+    def advance(self, now_s: float, dt: float) -> "Advance":
+        """Advance by ``dt`` seconds from ``now_s``; return what happened."""
+        wait = min(dt, max(0.0, self.ready_s - now_s))
+        run = dt - wait
+        k0, partial0 = self.k, self.partial
+        if run > 0:
+            target = self.elapsed() + run
+            k1 = self.steps_within(target)
+            self.k = k1
+            self.partial = max(0.0, target - self.T(k1))
+        k1 = self.k
+        # GPU busy seconds: each step's compute comes first, then its sync. Full steps k0..k1-1,
+        # plus the computed part of the step now in flight, minus what an earlier call counted.
+        busy = (self._sum_over(self.cum_loads, k0, k1)
+                + np.minimum(self.loads[k1 % self.H], self.partial)
+                - np.minimum(self.loads[k0 % self.H], partial0))
+        bytes_ = [float(self._sum_over(cb, k0, k1)) for cb in self.cum_bytes]
+        return Advance(steps=k1 - k0, run_s=run, busy=np.asarray(busy, dtype=np.float64), bytes=bytes_)
+
+
+@dataclass
+class Advance:
+    steps: int
+    run_s: float
+    busy: np.ndarray  # per component GPU, seconds of compute
+    bytes: list[float]  # per member, bytes on the wire

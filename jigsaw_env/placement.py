@@ -1,0 +1,204 @@
+"""GPU bookkeeping under a decision, feasibility checks, and the placement-option menu.
+
+``GpuLedger`` tracks, for a decision being built, each GPU's memory in use (at each process's
+peak), its workers, and the jobs on it. Heuristics, the environment's action masks and the
+simulator's validation all check feasibility through it, so they agree by construction.
+
+Placement options (the environment's finite menu; heuristics may also build placements by hand):
+    keep          the job's current GPUs (running jobs only): change level/pattern without a restart
+    consolidated  exclusive GPUs on the fewest nodes (best fit: fullest nodes that still fit first)
+    spread        exclusive GPUs, one per node round-robin over the nodes with the most free GPUs
+    packed        GPUs shared with other jobs' workers where memory and the per-GPU worker cap allow,
+                  least-loaded occupied GPUs first, then free ones
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .spb import Pattern
+from .state import ClusterState, Decision, JobDecision, JobState
+
+PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed")
+
+
+class InfeasibleDecision(ValueError):
+    """A decision that breaks a hard constraint (memory, worker cap, GPU count, unknown job)."""
+
+
+class GpuLedger:
+    """Per-GPU memory (bytes), worker count and owners under a (partial) decision."""
+
+    def __init__(self, state: ClusterState, decision: Decision | None = None):
+        self.state = state
+        cl = state.cluster
+        self.capacity = np.array([cl.memory_of(g) for g in range(cl.num_gpus)], dtype=np.float64)
+        self.mem = np.zeros(cl.num_gpus)
+        self.workers = np.zeros(cl.num_gpus, dtype=np.int64)
+        self.owners: list[list[int]] = [[] for _ in range(cl.num_gpus)]
+        self.decision = Decision()
+        if decision:
+            for jid, jd in decision.items():
+                self.add(jid, jd)
+
+    def copy(self) -> "GpuLedger":
+        new = GpuLedger.__new__(GpuLedger)
+        new.state = self.state
+        new.capacity = self.capacity
+        new.mem = self.mem.copy()
+        new.workers = self.workers.copy()
+        new.owners = [list(o) for o in self.owners]
+        new.decision = Decision(self.decision)
+        return new
+
+    # ----- queries -----
+    def peaks(self, job: JobState, jd: JobDecision) -> np.ndarray:
+        return self.state.costs.profile(job, jd.level, jd.pattern, jd.gpus).peak_bytes
+
+    def check(self, job_id: int, jd: JobDecision) -> str | None:
+        """Why ``jd`` cannot be added (a sentence), or None when it can."""
+        st = self.state
+        job = st.jobs.get(job_id)
+        if job is None or not job.active:
+            return f"job {job_id} is not an arrived, unfinished job"
+        if job_id in self.decision:
+            return f"job {job_id} is already placed in this decision"
+        G = st.cluster.num_gpus
+        if len(jd.gpus) != job.num_gpus:
+            return f"job {job_id} needs {job.num_gpus} GPUs, decision gives {len(jd.gpus)}"
+        if len(set(jd.gpus)) != len(jd.gpus):
+            return f"job {job_id}: workers of one job must be on distinct GPUs, got {list(jd.gpus)}"
+        if min(jd.gpus) < 0 or max(jd.gpus) >= G:
+            return f"job {job_id}: GPU index out of range 0..{G - 1}: {list(jd.gpus)}"
+        if not 0 <= jd.level <= st.spb.max_level:
+            return f"job {job_id}: SPB level must be in 0..{st.spb.max_level}, got {jd.level}"
+        g = np.asarray(jd.gpus)
+        if np.any(self.workers[g] + 1 > st.max_workers_per_gpu):
+            return f"job {job_id}: a GPU would hold more than {st.max_workers_per_gpu} workers"
+        need = self.mem[g] + self.peaks(job, jd)
+        over = need > self.capacity[g]
+        if np.any(over):
+            k = int(np.argmax(over))
+            return (f"job {job_id}: GPU {int(g[k])} memory exceeded "
+                    f"({need[k] / 2**30:.2f} GiB > {self.capacity[g[k]] / 2**30:.2f} GiB)")
+        return None
+
+    def fits(self, job_id: int, jd: JobDecision) -> bool:
+        return self.check(job_id, jd) is None
+
+    # ----- updates -----
+    def add(self, job_id: int, jd: JobDecision) -> None:
+        why = self.check(job_id, jd)
+        if why:
+            raise InfeasibleDecision(why)
+        job = self.state.jobs[job_id]
+        g = np.asarray(jd.gpus)
+        self.mem[g] += self.peaks(job, jd)
+        self.workers[g] += 1
+        for x in jd.gpus:
+            self.owners[x].append(job_id)
+        self.decision[job_id] = jd
+
+    def remove(self, job_id: int) -> None:
+        jd = self.decision.pop(job_id)
+        job = self.state.jobs[job_id]
+        g = np.asarray(jd.gpus)
+        self.mem[g] -= self.peaks(job, jd)
+        self.workers[g] -= 1
+        self.mem[g] = np.where(self.workers[g] == 0, 0.0, np.maximum(self.mem[g], 0.0))
+        for x in jd.gpus:
+            self.owners[x].remove(job_id)
+
+    # ----- placement menu -----
+    def free_gpus(self) -> np.ndarray:
+        return np.flatnonzero(self.workers == 0)
+
+    def place(self, job: JobState, option: str, level: int = 0, pattern: Pattern = Pattern.ROTATING) -> JobDecision | None:
+        """The JobDecision for ``option`` at this level/pattern, or None when infeasible."""
+        if option == "keep":
+            if job.status.value != "running" or not job.placement:
+                return None
+            gpus = job.placement
+            if job.job_id in self.decision:
+                return None
+        elif option == "consolidated":
+            gpus = self._consolidated(job.num_gpus)
+        elif option == "spread":
+            gpus = self._spread(job.num_gpus)
+        elif option == "packed":
+            gpus = self._packed(job, level, pattern)
+        else:
+            raise ValueError(f"unknown placement option {option!r}; allowed: {list(PLACEMENT_OPTIONS)}")
+        if gpus is None:
+            return None
+        jd = JobDecision(tuple(gpus), level, pattern)
+        return jd if self.fits(job.job_id, jd) else None
+
+    def _consolidated(self, n: int) -> list[int] | None:
+        cl = self.state.cluster
+        free = self.workers == 0
+        per_node = free.reshape(cl.num_nodes, cl.gpus_per_node)
+        counts = per_node.sum(axis=1)
+        if counts.sum() < n:
+            return None
+        # one node if possible: the fullest node (fewest free) that still fits n (best fit)
+        fits = np.flatnonzero(counts >= n)
+        if len(fits):
+            node = int(fits[np.argmin(counts[fits])])
+            return [node * cl.gpus_per_node + int(i) for i in np.flatnonzero(per_node[node])[:n]]
+        # else fewest nodes: take nodes by most free GPUs first
+        out: list[int] = []
+        for node in np.argsort(-counts, kind="stable"):
+            for i in np.flatnonzero(per_node[node]):
+                out.append(int(node) * cl.gpus_per_node + int(i))
+                if len(out) == n:
+                    return out
+        return None
+
+    def _spread(self, n: int) -> list[int] | None:
+        cl = self.state.cluster
+        per_node = (self.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node)
+        if per_node.sum() < n:
+            return None
+        lists = [list(np.flatnonzero(per_node[k])) for k in range(cl.num_nodes)]
+        order = sorted(range(cl.num_nodes), key=lambda k: -len(lists[k]))
+        out: list[int] = []
+        while len(out) < n:
+            for k in order:
+                if lists[k]:
+                    out.append(k * cl.gpus_per_node + int(lists[k].pop(0)))
+                    if len(out) == n:
+                        break
+        return out
+
+    def _packed(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
+        st = self.state
+        cl = st.cluster
+        n = job.num_gpus
+        peaks = st.costs.worker_peaks(job, level, pattern)
+        need = float(peaks.max())  # conservative per GPU: any worker may land on any chosen GPU
+        ok = (self.workers < st.max_workers_per_gpu) & (self.mem + need <= self.capacity)
+        cand = np.flatnonzero(ok)
+        if len(cand) < n:
+            return None
+        occupied = self.workers[cand] > 0
+        # occupied GPUs first (packing), then by fewest workers, then by node to stay consolidated
+        order = np.lexsort((cand, cand // cl.gpus_per_node, self.workers[cand], ~occupied))
+        return [int(g) for g in cand[order][:n]]
+
+
+def validate_decision(state: ClusterState, decision: Decision) -> GpuLedger:
+    """Check a whole decision; raise InfeasibleDecision naming the first problem. Returns the ledger."""
+    if not isinstance(decision, dict):
+        raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
+    ledger = GpuLedger(state)
+    for jid, jd in decision.items():
+        if not isinstance(jd, JobDecision):
+            raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
+        ledger.add(int(jid), jd)
+    return ledger
+
+
+def gpus_on_nodes(state: ClusterState, gpus: Sequence[int]) -> int:
+    return len({g // state.cluster.gpus_per_node for g in gpus})

@@ -1,0 +1,125 @@
+"""``jigsaw simulate``: one full episode of a scheduler on a trace, with metrics and logs."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+
+def _positive_int(name: str):
+    def parse(v: str) -> int:
+        try:
+            x = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {v!r}") from None
+        if x < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {x}")
+        return x
+    return parse
+
+
+def _round_s(v: str) -> float | None:
+    if v.lower() in ("iteration", "iter", "none"):
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--round-s must be seconds > 0 or 'iteration', got {v!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"--round-s must be > 0, got {v}")
+    return x
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """Cluster and simulator options shared by simulate, evaluate and train."""
+    p.add_argument("--gpus", type=_positive_int("--gpus"), default=64, help="GPUs in the cluster (default 64)")
+    p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node"), default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpu-type", default="v100", help="GPU type of every node: k80, p100, v100 or cpu (default v100)")
+    p.add_argument("--gpu-memory-gib", type=float, default=None, help="override the GPU memory (GiB)")
+    p.add_argument("--round-s", type=_round_s, default=300.0,
+                   help="round length in seconds, or 'iteration' for iteration granularity (default 300)")
+    p.add_argument("--restart-s", type=float, default=30.0, help="resume/migration cost in seconds (default 30)")
+    p.add_argument("--max-workers-per-gpu", type=_positive_int("--max-workers-per-gpu"), default=2)
+    p.add_argument("--backlogged", action="store_true",
+                   help="submit every job at t=0 and report the backlogged efficiency form")
+    p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json) to use")
+
+
+def build_cluster_and_config(args):
+    from .cluster import ClusterSpec
+    from .cost_table import register_tables_dir
+    from .simulator import SimConfig
+
+    if args.tables:
+        register_tables_dir(args.tables)
+    cluster = ClusterSpec.from_gpus(args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
+                                    gpu_memory_gib=args.gpu_memory_gib)
+    config = SimConfig(round_s=args.round_s, restart_s=args.restart_s, max_workers_per_gpu=args.max_workers_per_gpu,
+                       backlogged=args.backlogged)
+    return cluster, config
+
+
+def register(subparsers) -> None:
+    from traces import add_trace_arguments
+
+    p = subparsers.add_parser("simulate", help="run one episode of a scheduler on a trace",
+                              description="Run one full episode of a scheduler and print its metrics.")
+    add_trace_arguments(p)
+    add_cluster_arguments(p)
+    p.add_argument("--agent", default="fifo", help="scheduler name (see `jigsaw simulate --list-agents`)")
+    p.add_argument("--list-agents", action="store_true", help="list the scheduler names and exit")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", default=None, help="write jobs.csv, rounds.csv and cluster.csv to this folder")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from agents import available_schedulers, make_scheduler
+    from traces import trace_from_args
+
+    from .simulator import Simulator
+
+    if args.list_agents:
+        print("\n".join(available_schedulers()))
+        return 0
+    t0 = time.perf_counter()
+    agent = make_scheduler(args.agent)
+    cluster, config = build_cluster_and_config(args)
+    trace = trace_from_args(args, cluster.num_gpus)
+    sim = Simulator(cluster, trace.jobs, config)
+    agent.reset()
+    metrics = sim.run(agent.schedule, progress=args.progress)
+    metrics["wall_s"] = time.perf_counter() - t0
+    metrics.update(agent=args.agent, trace=trace.source, gpus=cluster.num_gpus)
+    if args.out:
+        sim.write_logs(args.out)
+    if args.json:
+        print(json.dumps(metrics, default=float))
+    else:
+        _print_table(metrics)
+    return 0
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+
+
+def _print_table(m: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{m['agent']} on {m['trace']} ({m['gpus']} GPUs)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in m.items():
+        if k in ("agent", "trace", "gpus") or isinstance(v, dict):
+            continue
+        t.add_row(k, _fmt(v))
+    Console(file=sys.stdout).print(t)

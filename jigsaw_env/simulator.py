@@ -1,0 +1,505 @@
+"""The cluster simulator: jobs arrive, queue, run, are preempted and complete, round by round.
+
+Plain Python/numpy; it knows nothing of Gymnasium. Each round it applies one :class:`Decision`
+(validated first: an infeasible decision raises and leaves the state untouched), then advances
+time to the end of the round, solving iteration times of co-located jobs together
+(:mod:`jigsaw_env.engine`). Formulas: docs/simulator.md.
+
+Round length: ``SimConfig.round_s`` seconds (default 300), or ``None`` for iteration granularity
+(a round ends at the next iteration boundary of any running job). Both give the same job finish
+times when decisions do not change (tests/test_simulator.py::test_round_length_parity).
+"""
+from __future__ import annotations
+
+import copy
+import heapq
+import time as _time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .cluster import ClusterSpec
+from .cost_table import default_batch_size, get_table
+from .engine import Component, Member
+from .placement import GpuLedger, InfeasibleDecision, validate_decision
+from .spb import Pattern, SPBConfig
+from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator settings.
+
+    round_s: round length in seconds, or None for iteration granularity.
+    restart_s: seconds a job holds its GPUs without progress when it resumes after a preemption or
+        moves to other GPUs (checkpoint restore; assumed value, docs/simulator.md).
+    max_workers_per_gpu: most workers (of different jobs) time-sliced on one GPU.
+    backlogged: submit every job at t = 0 (DESIGN.md section 5, form a).
+    max_time_s: truncate the episode after this much simulated time (None: no limit).
+    idle_round_s: round length when nothing runs at iteration granularity.
+    eta_override / eta_scale: statistical-efficiency sensitivity knobs (level > 0 only).
+    """
+
+    round_s: float | None = 300.0
+    restart_s: float = 30.0
+    max_workers_per_gpu: int = 2
+    backlogged: bool = False
+    max_time_s: float | None = None
+    idle_round_s: float = 60.0
+    spb: SPBConfig = field(default_factory=SPBConfig)
+    eta_override: float | None = None
+    eta_scale: float = 1.0
+    log_rounds: bool = True
+
+    def __post_init__(self) -> None:
+        if self.round_s is not None and not (self.round_s > 0 and np.isfinite(self.round_s)):
+            raise ValueError(f"round_s must be a positive number of seconds or None (iteration granularity), got {self.round_s!r}")
+        if not self.restart_s >= 0:
+            raise ValueError(f"restart_s must be >= 0 seconds, got {self.restart_s!r}")
+        if not isinstance(self.max_workers_per_gpu, int) or self.max_workers_per_gpu < 1:
+            raise ValueError(f"max_workers_per_gpu must be an integer >= 1, got {self.max_workers_per_gpu!r}")
+        if self.max_time_s is not None and not self.max_time_s > 0:
+            raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s!r}")
+        if not self.idle_round_s > 0:
+            raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
+
+
+@dataclass
+class RoundResult:
+    """What one round did. Times in seconds."""
+
+    round: int
+    start_s: float
+    end_s: float
+    job_seconds: float          # integral of jobs in system over the round
+    finished: list[int]
+    useful_gpu_s: float         # full-backprop-equivalent GPU-seconds of work done in the round
+    busy_gpu_s: float           # GPU-seconds of compute
+    allocated_gpu_s: float      # GPU-seconds held by jobs
+    done: bool
+    truncated: bool
+
+
+JOB_COLUMNS = ["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "num_gpus", "model",
+               "batch_size", "iterations", "progress", "raw_iterations", "isolated_s", "attained_gpu_s",
+               "run_s", "preemptions", "migrations", "level_changes", "status"]
+ROUND_COLUMNS = ["round", "start_s", "end_s", "job_id", "gpus", "level", "pattern", "run_s", "steps",
+                 "progress", "rate", "bytes"]
+CLUSTER_COLUMNS = ["round", "start_s", "end_s", "active", "queued", "running", "allocated_gpus",
+                   "shared_gpus", "busy_gpu_s", "allocated_gpu_s", "job_seconds", "useful_gpu_s",
+                   "finished"] + [f"level{l}" for l in range(8)]
+
+
+def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = False) -> list[JobState]:
+    """Job states from a canonical job table (traces/). Jobs without ``iterations`` get
+    ``duration_s`` x the isolated full-backprop throughput on the cluster's main GPU type."""
+    if df is None or len(df) == 0:
+        raise ValueError("the trace has no jobs (empty job table)")
+    for col in ("job_id", "arrival_s", "num_gpus"):
+        if col not in df.columns:
+            raise ValueError(f"job table is missing column {col!r}")
+    jobs = []
+    gtype = cluster.main_gpu_type
+    iters = df["iterations"] if "iterations" in df.columns else pd.Series(np.nan, index=df.index)
+    dur = df["duration_s"] if "duration_s" in df.columns else pd.Series(np.nan, index=df.index)
+    models = df["model"] if "model" in df.columns else pd.Series("", index=df.index)
+    bss = df["batch_size"] if "batch_size" in df.columns else pd.Series(np.nan, index=df.index)
+    tmp_costs = CostModel(cluster, SPBConfig())
+    for i, (jid, arr, ng, it, d, m, bs) in enumerate(zip(df["job_id"], df["arrival_s"], df["num_gpus"], iters, dur, models, bss)):
+        where = f"job table row {i} (job_id {jid})"
+        ng = int(ng)
+        if ng < 1:
+            raise ValueError(f"{where}: num_gpus must be >= 1, got {ng}")
+        if ng > cluster.num_gpus:
+            raise ValueError(f"{where}: needs {ng} GPUs but the cluster has {cluster.num_gpus}; cap GPUs per job (--max-gpus-per-job) or use a larger cluster")
+        if not isinstance(m, str) or not m:
+            raise ValueError(f"{where}: field 'model' is empty; map jobs to zoo models (traces map_models) first")
+        bs = int(bs) if pd.notna(bs) else default_batch_size(m)
+        get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
+        job = JobState(job_id=int(jid), arrival_s=0.0 if backlogged else float(arr), num_gpus=ng, model=m,
+                       batch_size=bs, iterations=float("nan"), duration_s=float(d) if pd.notna(d) else float("nan"))
+        if pd.notna(it) and float(it) > 0:
+            job.iterations = float(it)
+        elif pd.notna(d) and float(d) > 0:
+            job.iterations = max(1.0, float(d) / tmp_costs.isolated_iteration_s(job))
+        else:
+            raise ValueError(f"{where}: needs iterations > 0 or duration_s > 0")
+        jobs.append(job)
+    ids = [j.job_id for j in jobs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("job table: job_id values must be unique")
+    return jobs
+
+
+class Simulator:
+    """Round-based cluster simulator. See module docstring.
+
+    >>> sim = Simulator(cluster, jobs, SimConfig())
+    >>> while not sim.done:
+    ...     sim.step(policy(sim.state))
+    """
+
+    def __init__(self, cluster: ClusterSpec, jobs: Iterable[JobState] | pd.DataFrame, config: SimConfig = SimConfig()):
+        if isinstance(jobs, pd.DataFrame):
+            jobs = jobs_from_table(jobs, cluster, config.backlogged)
+        self.cluster = cluster
+        self.config = config
+        self._initial_jobs = [copy.copy(j) for j in jobs]
+        if not self._initial_jobs:
+            raise ValueError("the simulator needs at least one job")
+        for j in self._initial_jobs:
+            if j.num_gpus > cluster.num_gpus:
+                raise ValueError(f"job {j.job_id} needs {j.num_gpus} GPUs but the cluster has {cluster.num_gpus}")
+            if config.backlogged:
+                j.arrival_s = 0.0
+        self.costs = CostModel(cluster, config.spb, config.eta_override, config.eta_scale)
+        self.reset()
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset(self) -> ClusterState:
+        jobs = [copy.copy(j) for j in self._initial_jobs]
+        jobs.sort(key=lambda j: (j.arrival_s, j.job_id))
+        self.state = ClusterState(cluster=self.cluster, costs=self.costs, time_s=0.0, round=0,
+                                  jobs={j.job_id: j for j in jobs}, active_ids=[],
+                                  max_workers_per_gpu=self.config.max_workers_per_gpu)
+        self._pending = [j.job_id for j in jobs]  # arrival order
+        self._pending_pos = 0
+        self._components: dict[tuple, Component] = {}
+        self._comp_of: dict[int, tuple] = {}
+        self._round_rows: list[tuple] = []
+        self._cluster_rows: list[tuple] = []
+        self.num_finished = 0
+        self.truncated = False
+        self.first_arrival_s = jobs[0].arrival_s
+        self.window_end_s = jobs[-1].arrival_s
+        self.useful_at_window_end: float | None = None
+        self._useful_total = 0.0
+        self._busy_total = 0.0
+        self._alloc_total = 0.0
+        self._busy_per_gpu = np.zeros(self.cluster.num_gpus)
+        self.state.time_s = self.first_arrival_s
+        self._admit(self.state.time_s)
+        self._wall0 = _time.perf_counter()
+        return self.state
+
+    @property
+    def done(self) -> bool:
+        return self.num_finished == len(self.state.jobs) or self.truncated
+
+    def copy(self) -> "Simulator":
+        """A deep copy (for mask checks and look-ahead)."""
+        return copy.deepcopy(self)
+
+    # ------------------------------------------------------------------ arrivals
+    def _admit(self, t: float) -> None:
+        ids = self._pending
+        st = self.state
+        while self._pending_pos < len(ids) and st.jobs[ids[self._pending_pos]].arrival_s <= t + 1e-9:
+            j = st.jobs[ids[self._pending_pos]]
+            j.status = JobStatus.QUEUED
+            st.active_ids.append(j.job_id)
+            self._pending_pos += 1
+
+    def next_arrival_s(self) -> float | None:
+        if self._pending_pos < len(self._pending):
+            return self.state.jobs[self._pending[self._pending_pos]].arrival_s
+        return None
+
+    # ------------------------------------------------------------------ decisions
+    def validate(self, decision: Decision) -> GpuLedger:
+        """Raise InfeasibleDecision (a ValueError) if ``decision`` breaks a constraint."""
+        return validate_decision(self.state, decision)
+
+    def _apply(self, decision: Decision) -> None:
+        st = self.state
+        now = st.time_s
+        restart = self.config.restart_s
+        changed: set[int] = set()
+        for j in st.active():
+            jd = decision.get(j.job_id)
+            was_running = j.status is JobStatus.RUNNING
+            if jd is None:
+                if was_running:
+                    j.status = JobStatus.PAUSED
+                    j.preemptions += 1
+                    j.placement = ()
+                    changed.add(j.job_id)
+                continue
+            if not was_running:
+                if j.status is JobStatus.PAUSED:
+                    j.restart_until_s = now + restart
+                else:
+                    j.first_start_s = now
+                    j.restart_until_s = now
+                j.status = JobStatus.RUNNING
+                changed.add(j.job_id)
+            elif jd.gpus != j.placement:
+                j.migrations += 1
+                j.restart_until_s = now + restart
+                changed.add(j.job_id)
+            elif jd.level != j.level or jd.pattern != j.pattern:
+                changed.add(j.job_id)
+            if was_running and (jd.level != j.level or jd.pattern != j.pattern):
+                j.level_changes += 1
+            j.placement, j.level, j.pattern = jd.gpus, jd.level, jd.pattern
+        self._rebuild(changed)
+
+    def _rebuild(self, changed: set[int]) -> None:
+        """Recompute the co-location components touched by ``changed`` jobs."""
+        st = self.state
+        # components that lose or gain members are dissolved; their surviving jobs are regrouped
+        dirty = set(changed)
+        for jid in changed:
+            key = self._comp_of.get(jid)
+            if key is not None and key in self._components:
+                comp = self._components.pop(key)
+                dirty.update(m.job_id for m in comp.members)
+        # GPUs of dirty running jobs may touch clean components: dissolve those too
+        gpu_owner: dict[int, tuple] = {}
+        for key, comp in self._components.items():
+            for g in comp.gpus:
+                gpu_owner[int(g)] = key
+        frontier = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
+        while frontier:
+            jid = frontier.pop()
+            for g in st.jobs[jid].placement:
+                key = gpu_owner.get(g)
+                if key is not None and key in self._components:
+                    comp = self._components.pop(key)
+                    for m in comp.members:
+                        if m.job_id not in dirty:
+                            dirty.add(m.job_id)
+                            frontier.append(m.job_id)
+        for jid in dirty:
+            self._comp_of.pop(jid, None)
+        running = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
+        # union-find over GPUs among the dirty running jobs
+        parent: dict[int, int] = {}
+
+        def find(x: int) -> int:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for jid in running:
+            gs = st.jobs[jid].placement
+            for g in gs[1:]:
+                ra, rb = find(gs[0]), find(g)
+                if ra != rb:
+                    parent[ra] = rb
+            find(gs[0])
+        groups: dict[int, list[int]] = {}
+        for jid in running:
+            groups.setdefault(find(st.jobs[jid].placement[0]), []).append(jid)
+        for jids in groups.values():
+            jids.sort()
+            members = []
+            ready = st.time_s
+            for jid in jids:
+                j = st.jobs[jid]
+                prof = self.costs.profile(j, j.level, j.pattern, j.placement)
+                members.append(Member(jid, prof, j.placement, j.iteration))
+                ready = max(ready, j.restart_until_s)
+            key = tuple((jid, st.jobs[jid].placement, st.jobs[jid].level, st.jobs[jid].pattern.value) for jid in jids)
+            self._components[key] = Component(members, ready)
+            for jid in jids:
+                self._comp_of[jid] = key
+
+    # ------------------------------------------------------------------ time
+    def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
+        """Earliest absolute time a member finishes, and who finishes then."""
+        st = self.state
+        best, who = float("inf"), []
+        for i, m in enumerate(comp.members):
+            j = st.jobs[m.job_id]
+            # steps already taken in this component have been credited to j.progress
+            steps = int(np.ceil(j.remaining / m.profile.eta - 1e-9))
+            steps = max(steps, 1)
+            t = now + comp.time_to_steps(steps, now)
+            if t < best - 1e-9:
+                best, who = t, [m.job_id]
+            elif abs(t - best) <= 1e-9:
+                who.append(m.job_id)
+        return best, who
+
+    def _advance_components(self, now: float, dt: float, acc: dict) -> None:
+        st = self.state
+        for comp in self._components.values():
+            adv = comp.advance(now, dt)
+            self._busy_per_gpu[comp.gpus] += adv.busy
+            acc["busy"] += float(adv.busy.sum())
+            for m, by in zip(comp.members, adv.bytes):
+                j = st.jobs[m.job_id]
+                gain = min(j.remaining, adv.steps * m.profile.eta)
+                j.progress += gain
+                j.iteration += adv.steps
+                j.run_s += adv.run_s
+                j.attained_gpu_s += dt * j.num_gpus
+                useful = gain * self.costs.isolated_iteration_s(j) * j.num_gpus
+                acc["useful"] += useful
+                acc["alloc"] += dt * j.num_gpus
+                r = acc["jobs"].setdefault(m.job_id, [0.0, 0, 0.0, 0.0])
+                r[0] += adv.run_s
+                r[1] += adv.steps
+                r[2] += gain
+                r[3] += by
+
+    def _snap_window(self, t: float) -> None:
+        if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
+            self.useful_at_window_end = self._useful_total
+
+    def step(self, decision: Decision | None) -> RoundResult:
+        """Apply ``decision`` (None: keep the current allocation) and advance one round."""
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        st = self.state
+        if decision is None:
+            decision = st.current_decision()
+        self.validate(decision)  # raises before anything changes
+        self._snap_window(st.time_s)
+        self._apply(decision)
+        t0 = st.time_s
+        cfg = self.config
+        # ---- round end
+        if self._components:
+            if cfg.round_s is not None:
+                t_end = t0 + cfg.round_s
+            else:
+                t_end = t0 + min(c.time_to_next_step(t0) for c in self._components.values())
+        else:
+            nxt = self.next_arrival_s()
+            if not st.active_ids and nxt is not None:
+                t_end = nxt  # idle cluster: jump to the next arrival
+            else:
+                t_end = t0 + (cfg.round_s if cfg.round_s is not None else cfg.idle_round_s)
+        if cfg.max_time_s is not None:
+            t_end = min(t_end, self.first_arrival_s + cfg.max_time_s)
+        # ---- advance with completion events inside the round
+        acc = {"busy": 0.0, "useful": 0.0, "alloc": 0.0, "jobs": {}}
+        now = t0
+        finished: list[int] = []
+        active_at_start = len(st.active_ids)
+        job_seconds = 0.0
+        n_active = active_at_start
+        while now < t_end - 1e-12:
+            t_next, who_all = t_end, []
+            for comp in self._components.values():
+                t_fin, who = self._finish_time(comp, now)
+                if t_fin < t_next - 1e-9:
+                    t_next, who_all = t_fin, list(who)
+                elif abs(t_fin - t_next) <= 1e-9:
+                    who_all.extend(who)
+            if self.useful_at_window_end is None and now < self.window_end_s < t_next:
+                t_next, who_all = self.window_end_s, []
+            dt = max(0.0, t_next - now)
+            self._advance_components(now, dt, acc)
+            job_seconds += n_active * dt
+            now = t_next
+            if who_all:
+                for jid in who_all:
+                    j = st.jobs[jid]
+                    j.progress = j.iterations
+                    j.status = JobStatus.DONE
+                    j.finish_s = now
+                    j.placement = ()
+                    finished.append(jid)
+                    self.num_finished += 1
+                    n_active -= 1
+                st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
+                self._rebuild(set(who_all))
+            self._snap_window_acc(now, acc)
+        # arrivals during the round count as in the system from their arrival time
+        nxt_pos = self._pending_pos
+        while nxt_pos < len(self._pending):
+            j = st.jobs[self._pending[nxt_pos]]
+            if j.arrival_s > t_end + 1e-9:
+                break
+            job_seconds += t_end - j.arrival_s
+            nxt_pos += 1
+        st.time_s = t_end
+        self._admit(t_end)
+        # ---- logs
+        busy = acc["busy"]
+        self._useful_total += acc["useful"]
+        self._busy_total += busy
+        self._alloc_total += acc["alloc"]
+        if cfg.log_rounds:
+            for jid, (run_s, steps, gain, by) in acc["jobs"].items():
+                j = st.jobs[jid]
+                jd = decision.get(jid)
+                gpus = jd.gpus if jd is not None else ()
+                self._round_rows.append((st.round, t0, t_end, jid, " ".join(map(str, gpus)),
+                                         jd.level if jd else 0, jd.pattern.value if jd else "",
+                                         run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+        levels = [0] * 8
+        workers = np.zeros(self.cluster.num_gpus, dtype=np.int64)
+        for jid, jd in decision.items():
+            levels[min(jd.level, 7)] += 1
+            workers[list(jd.gpus)] += 1
+        self._cluster_rows.append((st.round, t0, t_end, active_at_start, active_at_start - len(decision),
+                                   len(decision), int((workers > 0).sum()), int((workers > 1).sum()),
+                                   busy, acc["alloc"], job_seconds, acc["useful"], len(finished), *levels))
+        st.round += 1
+        if cfg.max_time_s is not None and not self.done and st.time_s >= self.first_arrival_s + cfg.max_time_s - 1e-9:
+            self.truncated = True
+        self._snap_window(st.time_s)
+        return RoundResult(round=st.round - 1, start_s=t0, end_s=t_end, job_seconds=job_seconds,
+                           finished=finished, useful_gpu_s=acc["useful"], busy_gpu_s=busy,
+                           allocated_gpu_s=acc["alloc"], done=self.num_finished == len(st.jobs),
+                           truncated=self.truncated)
+
+    def _snap_window_acc(self, now: float, acc: dict) -> None:
+        if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
+            self.useful_at_window_end = self._useful_total + acc["useful"]
+
+    # ------------------------------------------------------------------ whole episodes
+    def run(self, policy: Callable[[ClusterState], Decision], progress: bool = False) -> dict:
+        """Run to the end with ``policy(state) -> Decision`` each round; return the metrics."""
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(self.state.jobs), unit="job", desc="simulating")
+        while not self.done:
+            r = self.step(policy(self.state))
+            if bar is not None and r.finished:
+                bar.update(len(r.finished))
+        if bar is not None:
+            bar.close()
+        return self.metrics()
+
+    # ------------------------------------------------------------------ logs & metrics
+    def jobs_frame(self) -> pd.DataFrame:
+        rows = []
+        for j in sorted(self.state.jobs.values(), key=lambda j: j.job_id):
+            iso = j.iterations * self.costs.isolated_iteration_s(j)
+            rows.append((j.job_id, j.arrival_s, j.first_start_s, j.finish_s, j.finish_s - j.arrival_s,
+                         j.first_start_s - j.arrival_s, j.num_gpus, j.model, j.batch_size, j.iterations,
+                         j.progress, j.iteration, iso, j.attained_gpu_s, j.run_s, j.preemptions, j.migrations,
+                         j.level_changes, j.status.value))
+        return pd.DataFrame(rows, columns=JOB_COLUMNS)
+
+    def rounds_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._round_rows, columns=ROUND_COLUMNS)
+
+    def cluster_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._cluster_rows, columns=CLUSTER_COLUMNS)
+
+    def metrics(self) -> dict:
+        from .metrics import compute_metrics
+        return compute_metrics(self.jobs_frame(), self.cluster_frame(), self.cluster.num_gpus,
+                               backlogged=self.config.backlogged, window=(self.first_arrival_s, self.window_end_s),
+                               useful_at_window_end=self.useful_at_window_end,
+                               wall_s=_time.perf_counter() - self._wall0)
+
+    def write_logs(self, out_dir) -> None:
+        from pathlib import Path
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        jf = self.jobs_frame()
+        jf[["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "num_gpus", "model", "batch_size", "iterations",
+            "queue_s", "isolated_s", "preemptions", "migrations", "level_changes", "status"]].to_csv(out / "jobs.csv", index=False)
+        self.rounds_frame().to_csv(out / "rounds.csv", index=False)
+        self.cluster_frame().to_csv(out / "cluster.csv", index=False)

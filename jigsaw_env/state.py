@@ -1,0 +1,219 @@
+"""The simulator's state type and its one decision type.
+
+``ClusterState`` is what heuristics read and what the live executor keeps its cluster in, so both
+drive the same schedulers. ``Decision`` maps each job that should run in the next round to a
+``JobDecision`` (placement, SPB level, pattern); a job left out does not run (it queues, or is
+preempted if it was running). Heuristics must treat the state as read-only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from .cluster import ClusterSpec
+from .cost_table import CostTable, get_table
+from .spb import JobProfile, Pattern, SPBConfig, job_profile
+
+
+class JobStatus(str, Enum):
+    PENDING = "pending"   # not yet arrived
+    QUEUED = "queued"     # arrived, never started
+    RUNNING = "running"
+    PAUSED = "paused"     # started before, now preempted
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    """Run one job in the next round.
+
+    gpus: global GPU index of each worker, in worker order (worker ``w`` runs on ``gpus[w]``; the
+        order sets which SPB slot lands on which GPU). Must hold ``num_gpus`` distinct GPUs.
+    level: SPB level 0..L (0 = full backprop).
+    pattern: rotating or static (ignored at level 0).
+    """
+
+    gpus: tuple[int, ...]
+    level: int = 0
+    pattern: Pattern = Pattern.ROTATING
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+        object.__setattr__(self, "pattern", Pattern.parse(self.pattern))
+        if not isinstance(self.level, (int, np.integer)) or isinstance(self.level, bool):
+            raise ValueError(f"JobDecision.level must be an integer, got {self.level!r}")
+        object.__setattr__(self, "level", int(self.level))
+        if self.level == 0 and self.pattern is not Pattern.ROTATING:
+            # level 0 has a single slot: both patterns are the same schedule; normalise
+            object.__setattr__(self, "pattern", Pattern.ROTATING)
+
+
+class Decision(dict):
+    """``{job_id: JobDecision}`` for the jobs that run in the next round."""
+
+    def running(self) -> Iterable[int]:
+        return self.keys()
+
+
+@dataclass
+class JobState:
+    """One job as the scheduler sees it. Times in seconds since the trace start.
+
+    iterations: full-backprop-equivalent iterations the job needs.
+    progress: full-backprop-equivalent iterations done (an SPB iteration adds eta).
+    iteration: raw iterations executed (sets the SPB phase).
+    attained_gpu_s: GPU-seconds held so far (Tiresias's attained service).
+    """
+
+    job_id: int
+    arrival_s: float
+    num_gpus: int
+    model: str
+    batch_size: int
+    iterations: float
+    duration_s: float = float("nan")
+    status: JobStatus = JobStatus.PENDING
+    progress: float = 0.0
+    iteration: int = 0
+    attained_gpu_s: float = 0.0
+    run_s: float = 0.0
+    first_start_s: float = float("nan")
+    finish_s: float = float("nan")
+    placement: tuple[int, ...] = ()
+    level: int = 0
+    pattern: Pattern = Pattern.ROTATING
+    restart_until_s: float = 0.0
+    preemptions: int = 0
+    migrations: int = 0
+    level_changes: int = 0
+    last_round_run: int = -1
+
+    @property
+    def remaining(self) -> float:
+        """Full-backprop-equivalent iterations still to do."""
+        return max(0.0, self.iterations - self.progress)
+
+    @property
+    def active(self) -> bool:
+        return self.status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED)
+
+
+class CostModel:
+    """Cost tables per GPU type and cached SPB profiles for the cluster's jobs."""
+
+    def __init__(self, cluster: ClusterSpec, spb: SPBConfig, eta_override: float | None = None,
+                 eta_scale: float = 1.0):
+        self.cluster = cluster
+        self.spb = spb
+        if eta_override is not None and not 0 < eta_override <= 1:
+            raise ValueError(f"eta_override must be in (0, 1], got {eta_override!r}")
+        if not eta_scale > 0:
+            raise ValueError(f"eta_scale must be > 0, got {eta_scale!r}")
+        self.eta_override = eta_override
+        self.eta_scale = eta_scale
+        self._profiles: dict = {}
+        self._iso: dict = {}
+
+    def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
+        return get_table(model, batch_size, gpu_type)
+
+    def _eta(self, eta: float, level: int) -> float:
+        if level == 0:
+            return 1.0
+        if self.eta_override is not None:
+            return float(self.eta_override)
+        return float(min(1.0, eta * self.eta_scale))
+
+    def profile(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> JobProfile:
+        """The job's per-phase costs at this level/pattern on these GPUs (cached)."""
+        cl = self.cluster
+        types = tuple(cl.gpu_type(g) for g in gpus)
+        cross = len({g // cl.gpus_per_node for g in gpus}) > 1
+        key = (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
+        prof = self._profiles.get(key)
+        if prof is None:
+            link = cl.cross if cross else cl.intra
+            by_type = {t: job_profile(self.table(job.model, job.batch_size, t), level, pattern, len(gpus), link, self.spb)
+                       for t in set(types)}
+            base = by_type[types[0]]
+            if len(by_type) > 1:
+                compute = np.stack([by_type[t].compute_s[:, w] for w, t in enumerate(types)], axis=1)
+                peak = np.array([by_type[t].peak_bytes[w] for w, t in enumerate(types)])
+                base = JobProfile(level=base.level, pattern=base.pattern, slots=base.slots, period=base.period,
+                                  compute_s=compute, comm_s=base.comm_s, bytes=base.bytes, peak_bytes=peak, eta=base.eta)
+            eta = self._eta(base.eta, level)
+            if eta != base.eta:
+                base = JobProfile(level=base.level, pattern=base.pattern, slots=base.slots, period=base.period,
+                                  compute_s=base.compute_s, comm_s=base.comm_s, bytes=base.bytes,
+                                  peak_bytes=base.peak_bytes, eta=eta)
+            self._profiles[key] = prof = base
+        return prof
+
+    def worker_peaks(self, job: JobState, level: int, pattern: Pattern, gpu_type: str | None = None) -> np.ndarray:
+        """(W,) peak process memory (bytes) of the job's workers at this level/pattern."""
+        t = gpu_type or self.cluster.main_gpu_type
+        gpus = self._reference_gpus(job.num_gpus, t)
+        return self.profile(job, level, pattern, gpus).peak_bytes
+
+    def _reference_gpus(self, n: int, gpu_type: str) -> tuple[int, ...]:
+        cl = self.cluster
+        node = cl.gpu_types.index(gpu_type)
+        start = node * cl.gpus_per_node
+        # n consecutive GPUs from that node on (only their type and node count matter to peaks)
+        return tuple(range(start, start + n)) if start + n <= cl.num_gpus else tuple(range(n))
+
+    def isolated_iteration_s(self, job: JobState) -> float:
+        """Full-backprop iteration time of the job alone on consolidated GPUs of the cluster's main
+        type (eq. T1 at level 0): the reference for useful work and fairness."""
+        key = (job.model, job.batch_size, job.num_gpus)
+        v = self._iso.get(key)
+        if v is None:
+            gpus = self._consolidated_reference(job.num_gpus)
+            prof = self.profile(job, 0, Pattern.ROTATING, gpus)
+            self._iso[key] = v = float(prof.dedicated_iteration_s()[0])
+        return v
+
+    def _consolidated_reference(self, n: int) -> tuple[int, ...]:
+        # GPUs 0..n-1 fill nodes in order: the most consolidated placement
+        return tuple(range(n))
+
+
+@dataclass
+class ClusterState:
+    """Everything a scheduler may look at. Read-only for schedulers.
+
+    time_s: current simulated time (s).
+    round: index of the next round.
+    jobs: every job of the episode by id (any status).
+    active_ids: ids of arrived, unfinished jobs, in arrival order.
+    """
+
+    cluster: ClusterSpec
+    costs: CostModel
+    time_s: float = 0.0
+    round: int = 0
+    jobs: dict[int, JobState] = field(default_factory=dict)
+    active_ids: list[int] = field(default_factory=list)
+    max_workers_per_gpu: int = 2
+
+    @property
+    def spb(self) -> SPBConfig:
+        return self.costs.spb
+
+    def active(self) -> list[JobState]:
+        return [self.jobs[j] for j in self.active_ids]
+
+    def queued(self) -> list[JobState]:
+        """Arrived jobs not running (never started or preempted), in arrival order."""
+        return [j for j in self.active() if j.status is not JobStatus.RUNNING]
+
+    def running(self) -> list[JobState]:
+        return [j for j in self.active() if j.status is JobStatus.RUNNING]
+
+    def current_decision(self) -> Decision:
+        """The allocation in force: every running job keeps its placement, level and pattern."""
+        return Decision({j.job_id: JobDecision(j.placement, j.level, j.pattern) for j in self.running()})

@@ -1,0 +1,1 @@
+"""jigsaw_executor."""

@@ -1,0 +1,193 @@
+"""The Gymnasium environment: API checks, exact masks, and invariants under random masked play."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+
+import jigsaw_env
+from jigsaw_env.actions import InvalidAction
+from jigsaw_env.cost_table import CostTable, LayerGroup, register_table, unregister_table
+from jigsaw_env.env import JigsawClusterEnv
+from jigsaw_env.state import JobStatus
+
+GiB = 1 << 30
+
+
+def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
+    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
+    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_tables():
+    # envA: 4 groups, full peak 5 + 4*0.5 = 7 GiB (two fit on a 16 GiB GPU)
+    # envB: 6 groups, full peak 6 + 6*1 = 12 GiB; a static light worker keeps fewer activations
+    tables = [_toy("envA", 4, 5.0, 0.5, 0.05), _toy("envB", 6, 6.0, 1.0, 0.08)]
+    for t in tables:
+        register_table(t)
+    yield
+    for t in tables:
+        unregister_table(t.model, t.batch_size, t.device)
+
+
+def _jobs(n: int = 12, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "job_id": np.arange(n),
+        "arrival_s": np.sort(rng.uniform(0, 600, n)).round(1),
+        "num_gpus": rng.choice([1, 1, 2, 4], n),
+        "model": rng.choice(["envA", "envB"], n),
+        "batch_size": 8,
+        "iterations": rng.uniform(300, 3000, n).round(),
+    })
+
+
+def make_env(**kw) -> JigsawClusterEnv:
+    cfg = dict(gpus=8, gpus_per_node=4, trace=_jobs(), max_jobs=12, window_k=6, round_s=60.0, restart_s=20.0)
+    cfg.update(kw)
+    return JigsawClusterEnv(**cfg)
+
+
+def test_gymnasium_and_sb3_check_env():
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    gym_check(make_env(), skip_render_check=False)
+    env = gym.make("jigsaw_env:JigsawCluster-v0", gpus=8, gpus_per_node=4, trace=_jobs(), max_jobs=12, window_k=6)
+    gym_check(env.unwrapped)
+    gym_check(env)
+    sb3_check(make_env(), warn=True)
+
+
+def test_registration_is_idempotent():
+    import importlib
+
+    importlib.reload(jigsaw_env)
+    importlib.reload(jigsaw_env)
+    assert "JigsawCluster-v0" in gym.registry
+
+
+def test_observation_shape_does_not_depend_on_cluster_size():
+    small = make_env(gpus=4, gpus_per_node=4)
+    big = make_env(gpus=64, gpus_per_node=8)
+    o1, _ = small.reset(seed=0)
+    o2, _ = big.reset(seed=0)
+    assert o1.shape == o2.shape == small.observation_space.shape
+    assert small.action_space.n == big.action_space.n
+
+
+def _masked_random_episode(env: JigsawClusterEnv, rng: np.random.Generator, stats: dict, max_steps: int) -> int:
+    env.reset(seed=int(rng.integers(1 << 30)))
+    steps = 0
+    cap = env.cluster.memory_of(0)
+    while steps < max_steps:
+        mask = env.action_masks()
+        assert mask[env.codec.advance]
+        a = int(rng.choice(np.flatnonzero(mask)))
+        kind = env.codec.decode(a)
+        if kind[0] == "run":
+            stats["levels"].add((kind[3], kind[4].value if kind[3] else "rotating"))
+            stats["options"].add(kind[2])
+        if a == env.codec.advance:
+            led = env.builder.ledger
+            # invariants of the decision about to be applied, at each process's peak
+            assert np.all(led.mem <= led.capacity + 1e-6), "GPU memory exceeded"
+            assert np.all(led.workers <= env.sim.state.max_workers_per_gpu)
+            stats["shared_rounds"] += int((led.workers > 1).any())
+        _, _, term, trunc, info = env.step(a)
+        steps += 1
+        sim = env.sim
+        # no GPU computes more than the time that has passed since the first arrival
+        elapsed = sim.state.time_s - sim.first_arrival_s
+        assert np.all(sim._busy_per_gpu <= elapsed + 1e-6)
+        if term or trunc:
+            assert term, "random play should finish the episode, not truncate"
+            jf = sim.jobs_frame()
+            assert (jf["status"] == JobStatus.DONE.value).all()
+            assert np.allclose(jf["progress"], jf["iterations"])
+            stats["preemptions"] += int(jf["preemptions"].sum())
+            stats["episodes"] += 1
+            stats["metrics"].append(info["episode_metrics"])
+            break
+    return steps
+
+
+def test_random_masked_play_invariants_and_coverage():
+    stats = {"levels": set(), "options": set(), "shared_rounds": 0, "preemptions": 0, "episodes": 0, "metrics": []}
+    env = make_env()
+    rng = np.random.default_rng(7)
+    total = 0
+    while total < 10_000:
+        total += _masked_random_episode(env, rng, stats, 10_000)
+    assert stats["episodes"] >= 3
+    # the random play really exercises co-location, preemption and every SPB level and pattern
+    combos = {(0, "rotating")} | {(l, p) for l in (1, 2, 3) for p in ("rotating", "static")}
+    assert stats["levels"] == combos, stats["levels"]
+    assert stats["options"] == {"keep", "consolidated", "spread", "packed"}
+    assert stats["shared_rounds"] > 10
+    assert stats["preemptions"] > 10
+
+
+def test_same_seed_same_results():
+    def play(seed):
+        env = make_env()
+        rng = np.random.default_rng(seed)
+        stats = {"levels": set(), "options": set(), "shared_rounds": 0, "preemptions": 0, "episodes": 0, "metrics": []}
+        env.reset(seed=seed)
+        _masked_random_episode(env, rng, stats, 10_000)
+        return env.sim.jobs_frame()
+
+    pd.testing.assert_frame_equal(play(3), play(3))
+
+
+def test_masks_are_exact_in_both_directions():
+    env = make_env(invalid_action="raise")
+    rng = np.random.default_rng(1)
+    env.reset(seed=1)
+    checked_states = 0
+    while checked_states < 25 and not env.sim.done:
+        mask = env.action_masks()
+        for a in range(env.action_space.n):
+            if a == env.codec.advance:
+                continue
+            probe = env.copy()
+            if mask[a]:
+                probe.step(a)  # must apply cleanly
+            else:
+                before = probe.builder.ledger.decision.copy()
+                with pytest.raises(InvalidAction):
+                    probe.step(a)
+                assert probe.builder.ledger.decision == before  # a rejected action changes nothing
+        checked_states += 1
+        env.step(int(rng.choice(np.flatnonzero(mask))))
+    assert checked_states == 25
+
+
+def test_episode_return_is_minus_total_jct():
+    env = make_env(reward_scale=1.0)
+    env.reset(seed=0)
+    ret = 0.0
+    rng = np.random.default_rng(0)
+    while True:
+        mask = env.action_masks()
+        _, r, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        ret += r
+        if term or trunc:
+            break
+    jct_sum = env.sim.jobs_frame()["jct_s"].sum()
+    assert ret == pytest.approx(-jct_sum, rel=1e-6)
+
+
+def test_ansi_render_and_bad_config():
+    env = make_env(render_mode="ansi")
+    env.reset(seed=0)
+    text = env.render()
+    assert "node 0" in text and "t=" in text
+    with pytest.raises(ValueError, match="reward"):
+        make_env(reward="speed")
+    with pytest.raises(ValueError, match="gpus"):
+        make_env(gpus=0)
+    with pytest.raises(ValueError, match="render_mode"):
+        make_env(render_mode="human")
