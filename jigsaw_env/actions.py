@@ -17,6 +17,7 @@ masked one would be rejected (tests/test_env.py checks both directions).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -41,27 +42,27 @@ class ActionCodec:
     window_k: int
     spb: SPBConfig
 
-    @property
+    @cached_property
     def combos(self) -> list[tuple[int, Pattern]]:
         return level_pattern_combos(self.spb)
 
-    @property
+    @cached_property
     def n_lp(self) -> int:
         return 1 + 2 * self.spb.max_level
 
-    @property
+    @cached_property
     def n_opt(self) -> int:
         return len(PLACEMENT_OPTIONS)
 
-    @property
+    @cached_property
     def per_job(self) -> int:
         return self.n_opt * self.n_lp + 1
 
-    @property
+    @cached_property
     def n(self) -> int:
         return self.window_k * self.per_job + 1
 
-    @property
+    @cached_property
     def advance(self) -> int:
         return self.window_k * self.per_job
 
@@ -153,61 +154,73 @@ class RoundBuilder:
             raise InvalidAction(f"job {jid} (slot {slot}): placement {option!r} at level {level}/{pattern.value} is infeasible")
         if jid in self.ledger.decision:
             self.ledger.remove(jid)
-        self.ledger.add(jid, jd)
+        self.ledger.add(jid, jd, checked=True)
         self.acted.add(jid)
         return "run"
 
     # ----- masks
     def masks(self) -> np.ndarray:
-        """Boolean mask over all actions: True = feasible."""
+        """Boolean mask over all actions: True = feasible.
+
+        Vectorised over the level/pattern combos of each job; the arithmetic repeats that of
+        :class:`GpuLedger` (remove, ``_packed``'s candidate filter, ``check``) operation for
+        operation, so a mask entry is True exactly when the action would apply.
+        """
         c = self.codec
         mask = np.zeros(c.n, dtype=bool)
         mask[c.advance] = True
         st = self.state
         cl = st.cluster
+        if len(set(cl.gpu_types)) > 1:
+            return self._masks_exhaustive(mask)
         cap_w = st.max_workers_per_gpu
         combos = c.combos
-        hetero = len(set(cl.gpu_types)) > 1
+        n_lp = c.n_lp
         base = self.ledger
+        capacity = base.capacity
+        cap0 = float(capacity[0])
+        base_free = int(np.count_nonzero(base.workers == 0))
+        base_open = base.workers < cap_w
+        pause = c.n_opt * n_lp
         for slot, jid in enumerate(self.window):
             if jid in self.acted:
                 continue
             job = st.jobs[jid]
             off = slot * c.per_job
-            in_dec = jid in base.decision
-            if in_dec:
-                mask[off + c.n_opt * c.n_lp] = True  # pause
-                led = base.copy()
-                led.remove(jid)
-            else:
-                led = base
-            if hetero:
-                for o, option in enumerate(PLACEMENT_OPTIONS):
-                    for i, (level, pattern) in enumerate(combos):
-                        mask[off + o * c.n_lp + i] = self.candidate(slot, option, level, pattern) is not None
-                continue
-            capacity = float(led.capacity[0])
+            peaks = st.costs.peak_matrix(job, combos)  # (n_lp, W)
+            need = peaks.max(axis=1)                   # (n_lp,)
             n = job.num_gpus
-            free_excl = int((led.workers == 0).sum())
-            open_gpus = led.workers < cap_w
-            peaks_cache: dict = {}
-            for i, (level, pattern) in enumerate(combos):
-                key = (level, pattern) if (level > 0 and pattern is Pattern.STATIC) else "full"
-                peaks = peaks_cache.get(key)
-                if peaks is None:
-                    peaks = peaks_cache[key] = st.costs.worker_peaks(job, level, pattern)
-                need = float(peaks.max())
-                # consolidated / spread: exclusive GPUs
-                excl_ok = free_excl >= n and need <= capacity
-                mask[off + 1 * c.n_lp + i] = excl_ok
-                mask[off + 2 * c.n_lp + i] = excl_ok
-                # packed: GPUs under the worker cap whose free memory holds the biggest worker
-                # (the same expression as GpuLedger._packed, so the mask is exact)
-                cnt = int(np.count_nonzero(open_gpus & (led.mem + need <= led.capacity)))
-                mask[off + 3 * c.n_lp + i] = cnt >= n
-                # keep: the job's own GPUs at the new level
-                if in_dec and job.status is JobStatus.RUNNING:
-                    g = np.asarray(base.decision[jid].gpus)
-                    pk = st.costs.profile(job, level, pattern, tuple(g)).peak_bytes
-                    mask[off + 0 * c.n_lp + i] = bool(np.all(led.mem[g] + pk <= led.capacity[g]))
+            jd = base.decision.get(jid)
+            if jd is not None:
+                mask[off + pause] = True
+                g = np.asarray(jd.gpus)
+                mem = base.mem.copy()
+                workers = base.workers.copy()
+                mem[g] -= base.peaks(job, jd)
+                workers[g] -= 1
+                mem[g] = np.where(workers[g] == 0, 0.0, np.maximum(mem[g], 0.0))
+                free_excl = int(np.count_nonzero(workers == 0))
+                open_gpus = workers < cap_w
+            else:
+                mem, free_excl, open_gpus = base.mem, base_free, base_open
+            excl_ok = (free_excl >= n) & (need <= cap0)
+            mask[off + n_lp: off + 2 * n_lp] = excl_ok           # consolidated
+            mask[off + 2 * n_lp: off + 3 * n_lp] = excl_ok       # spread
+            fits = open_gpus[None, :] & (mem[None, :] + need[:, None] <= capacity[None, :])
+            mask[off + 3 * n_lp: off + 4 * n_lp] = fits.sum(axis=1) >= n  # packed
+            if jd is not None and job.status is JobStatus.RUNNING:
+                mask[off: off + n_lp] = np.all(mem[g][None, :] + peaks <= capacity[g][None, :], axis=1)  # keep
+        return mask
+
+    def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:
+        """Exact masks by trying every action (clusters with several GPU types)."""
+        c = self.codec
+        for slot, jid in enumerate(self.window):
+            if jid in self.acted:
+                continue
+            off = slot * c.per_job
+            mask[off + c.n_opt * c.n_lp] = jid in self.ledger.decision
+            for o, option in enumerate(PLACEMENT_OPTIONS):
+                for i, (level, pattern) in enumerate(c.combos):
+                    mask[off + o * c.n_lp + i] = self.candidate(slot, option, level, pattern) is not None
         return mask

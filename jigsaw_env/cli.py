@@ -17,6 +17,8 @@ SUBCOMMAND_MODULES = (
     "jigsaw_env.simulate_cli",   # simulate
     "jigsaw_env.calibrate",      # calibrate
     "traces.cli",                # traces describe
+    "train_agent",               # train
+    "jigsaw_env.evaluate",       # evaluate
 )
 
 

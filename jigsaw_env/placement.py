@@ -88,8 +88,9 @@ class GpuLedger:
         return self.check(job_id, jd) is None
 
     # ----- updates -----
-    def add(self, job_id: int, jd: JobDecision) -> None:
-        why = self.check(job_id, jd)
+    def add(self, job_id: int, jd: JobDecision, checked: bool = False) -> None:
+        """Add ``jd``; ``checked=True`` skips the feasibility check (the caller just did it)."""
+        why = None if checked else self.check(job_id, jd)
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
@@ -134,6 +135,14 @@ class GpuLedger:
             return None
         jd = JobDecision(tuple(gpus), level, pattern)
         return jd if self.fits(job.job_id, jd) else None
+
+    def place_and_add(self, job: JobState, option: str, level: int = 0,
+                      pattern: Pattern = Pattern.ROTATING) -> JobDecision | None:
+        """:meth:`place`, then add the result (if any) to the ledger."""
+        jd = self.place(job, option, level, pattern)
+        if jd is not None:
+            self.add(job.job_id, jd, checked=True)
+        return jd
 
     def _consolidated(self, n: int) -> list[int] | None:
         cl = self.state.cluster

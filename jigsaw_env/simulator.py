@@ -155,7 +155,36 @@ class Simulator:
             if config.backlogged:
                 j.arrival_s = 0.0
         self.costs = CostModel(cluster, config.spb, config.eta_override, config.eta_scale)
+        self._check_jobs()
         self.reset()
+
+    def _check_jobs(self) -> None:
+        """Raise ValueError for jobs that could never run: duplicate ids, no work, an unknown model
+        (get_table names the allowed ones), or too few GPUs with memory for a full-depth worker
+        (slot 0 is in every level and pattern, so some worker always peaks at full depth)."""
+        ids = [j.job_id for j in self._initial_jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("jobs: job_id values must be unique")
+        cl = self.cluster
+        for j in self._initial_jobs:
+            if not (isinstance(j.num_gpus, (int, np.integer)) and j.num_gpus >= 1):
+                raise ValueError(f"job {j.job_id}: num_gpus must be an integer >= 1, got {j.num_gpus!r}")
+            if not (np.isfinite(j.iterations) and j.iterations > 0):
+                raise ValueError(f"job {j.job_id}: iterations must be a finite number > 0, got {j.iterations!r}")
+            peak, err = {}, None
+            for t in sorted(set(cl.gpu_types)):
+                try:
+                    peak[t] = self.costs.table(j.model, j.batch_size, t).process_peak_bytes(0)
+                except ValueError as e:  # no table for this GPU type: the job cannot use those GPUs
+                    err = err or e
+            if not peak:
+                raise err
+            fit = sum(1 for g in range(cl.num_gpus) if cl.gpu_type(g) in peak and peak[cl.gpu_type(g)] <= cl.memory_of(g))
+            if fit < j.num_gpus:
+                need = max(peak.values()) / 2**30
+                raise ValueError(f"job {j.job_id} ({j.model}, batch {j.batch_size}) needs {need:.2f} GiB per worker "
+                                 f"but only {fit} GPUs have that much memory (cluster gpu_memory_bytes); "
+                                 f"it needs {j.num_gpus}")
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self) -> ClusterState:
@@ -317,8 +346,9 @@ class Simulator:
             j = st.jobs[m.job_id]
             # steps already taken in this component have been credited to j.progress
             steps = int(np.ceil(j.remaining / m.profile.eta - 1e-9))
-            steps = max(steps, 1)
-            t = now + comp.time_to_steps(steps, now)
+            # steps == 0: an earlier advance already completed the last step (Component.steps_within
+            # counts a step that ends within its relative tolerance after the round end): finish now
+            t = now + comp.time_to_steps(steps, now) if steps > 0 else now
             if t < best - 1e-9:
                 best, who = t, [m.job_id]
             elif abs(t - best) <= 1e-9:
@@ -331,6 +361,8 @@ class Simulator:
             adv = comp.advance(now, dt)
             self._busy_per_gpu[comp.gpus] += adv.busy
             acc["busy"] += float(adv.busy.sum())
+            # GPU-seconds held: each GPU of the component once, however many jobs share it
+            acc["alloc"] += dt * len(comp.gpus)
             for m, by in zip(comp.members, adv.bytes):
                 j = st.jobs[m.job_id]
                 gain = min(j.remaining, adv.steps * m.profile.eta)
@@ -340,7 +372,6 @@ class Simulator:
                 j.attained_gpu_s += dt * j.num_gpus
                 useful = gain * self.costs.isolated_iteration_s(j) * j.num_gpus
                 acc["useful"] += useful
-                acc["alloc"] += dt * j.num_gpus
                 r = acc["jobs"].setdefault(m.job_id, [0.0, 0, 0.0, 0.0])
                 r[0] += adv.run_s
                 r[1] += adv.steps
@@ -358,6 +389,12 @@ class Simulator:
         st = self.state
         if decision is None:
             decision = st.current_decision()
+        if not isinstance(decision, dict):
+            raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
+        try:
+            decision = Decision({int(k): v for k, v in decision.items()})
+        except (TypeError, ValueError):
+            raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
         self.validate(decision)  # raises before anything changes
         self._snap_window(st.time_s)
         self._apply(decision)
@@ -411,6 +448,9 @@ class Simulator:
                 st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
                 self._rebuild(set(who_all))
             self._snap_window_acc(now, acc)
+            if self.num_finished == len(st.jobs):
+                t_end = now  # episode over: the last round ends at the last completion
+                break
         # arrivals during the round count as in the system from their arrival time
         nxt_pos = self._pending_pos
         while nxt_pos < len(self._pending):

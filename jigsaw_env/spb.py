@@ -92,6 +92,8 @@ def start_slots(level: int, num_groups: int, max_level: int = 3, num_slots: int 
     """
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
+    if not 0 <= level <= max_level:
+        raise ValueError(f"SPB level must be an integer in 0..{max_level}, got {level!r}")
     deepest = (level * num_groups) // (max_level + 1)
     deepest = min(deepest, num_groups - 1)
     if deepest <= 0 or num_slots == 1:

@@ -117,6 +117,8 @@ class CostModel:
         self.eta_scale = eta_scale
         self._profiles: dict = {}
         self._iso: dict = {}
+        self._peaks: dict = {}
+        self.homogeneous = len(set(cluster.gpu_types)) == 1
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
         return get_table(model, batch_size, gpu_type)
@@ -131,11 +133,18 @@ class CostModel:
     def profile(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> JobProfile:
         """The job's per-phase costs at this level/pattern on these GPUs (cached)."""
         cl = self.cluster
-        types = tuple(cl.gpu_type(g) for g in gpus)
-        cross = len({g // cl.gpus_per_node for g in gpus}) > 1
-        key = (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
+        gpn = cl.gpus_per_node
+        cross = max(gpus) // gpn != min(gpus) // gpn
+        if self.homogeneous:
+            types = None
+            key = (job.model, job.batch_size, level, pattern, len(gpus), cross)
+        else:
+            types = tuple(cl.gpu_type(g) for g in gpus)
+            key = (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
         prof = self._profiles.get(key)
         if prof is None:
+            if types is None:
+                types = (cl.gpu_types[0],) * len(gpus)
             link = cl.cross if cross else cl.intra
             by_type = {t: job_profile(self.table(job.model, job.batch_size, t), level, pattern, len(gpus), link, self.spb)
                        for t in set(types)}
@@ -158,6 +167,16 @@ class CostModel:
         t = gpu_type or self.cluster.main_gpu_type
         gpus = self._reference_gpus(job.num_gpus, t)
         return self.profile(job, level, pattern, gpus).peak_bytes
+
+    def peak_matrix(self, job: JobState, combos) -> np.ndarray:
+        """(len(combos), W) worker peak bytes for each (level, pattern) combo, on the main GPU type."""
+        key = (job.model, job.batch_size, job.num_gpus, len(combos))
+        m = self._peaks.get(key)
+        if m is None:
+            m = np.stack([self.worker_peaks(job, lv, pt) for lv, pt in combos])
+            m.setflags(write=False)
+            self._peaks[key] = m
+        return m
 
     def _reference_gpus(self, n: int, gpu_type: str) -> tuple[int, ...]:
         cl = self.cluster

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): speed numbers measured on this machine, written down with their command."""

@@ -1,0 +1,522 @@
+"""``jigsaw evaluate``: every agent on the same jobs and seeds, in parallel, with a report.
+
+    jigsaw evaluate --agents fifo,tiresias,jigsaw,runs/ppo1 --trace synthetic --gpus 64 \\
+        --seeds 5 --max-jobs 200 --out results/eval1 [--load 0.5,1.0,1.5] [--eta-sweep 0.7,0.8,0.9,1.0]
+        [--backlogged]
+
+An agent is a scheduler name (``jigsaw simulate --list-agents``) or a RUN_DIR written by
+``jigsaw train`` (played through :class:`agents.rl.LearnedAgent`, whose spaces must fit the
+evaluation: window K, SPB levels and slots, placement menu).
+
+Seeds: seed ``s`` (``--seed`` + 0 .. ``--seeds`` - 1) is one job set shared by every agent: the
+synthetic generator's seed, or for a real trace a window of ``--max-jobs`` consecutive jobs at an
+offset drawn from ``s`` (the whole trace when it is not longer), with models mapped with seed ``s``.
+``--load L1,L2`` repeats everything per offered load (arrivals scaled; metrics.csv has ``load``);
+``--eta-sweep v1,v2`` repeats everything with ``eta = v`` for every SPB iteration (level > 0;
+level 0 stays 1; metrics.csv has ``eta``, otherwise ``eta = table``: the cost tables' values).
+
+OUT gets metrics.csv (agent, seed, load, eta, efficiency_form and every metric of DESIGN.md
+section 5), report.html (self-contained: PNGs embedded), metadata.json, and per run
+``runs/<agent>/[<condition>/]<seed>/{jobs,rounds,cluster}.csv``. A summary table goes to stdout.
+docs/evaluation.md explains the report.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import pkgutil
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+LEAD_COLUMNS = ["agent", "seed", "load", "eta", "efficiency_form"]
+EXTRA_COLUMNS = ["offered_load", "trace_digest"]
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+def _float_list(flag: str, lo: float = 0.0, hi: float = math.inf, hi_inclusive: bool = True):
+    def parse(text: str) -> list[float]:
+        try:
+            vals = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a comma-separated list of numbers, got {text!r}") from None
+        if not vals:
+            raise argparse.ArgumentTypeError(f"{flag} needs at least one value")
+        for v in vals:
+            if not (v > lo and (v <= hi if hi_inclusive else v < hi)):
+                raise argparse.ArgumentTypeError(f"{flag} values must be in ({lo:g}, {hi:g}], got {v:g}")
+        if len(set(vals)) != len(vals):
+            raise argparse.ArgumentTypeError(f"{flag} has repeated values: {text!r}")
+        return vals
+    return parse
+
+
+def _pos_int(flag: str):
+    def parse(v: str) -> int:
+        try:
+            x = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {v!r}") from None
+        if x < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {x}")
+        return x
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from traces import add_trace_arguments
+
+    from .simulate_cli import add_cluster_arguments
+
+    p.add_argument("--agents", required=True, metavar="A[,A...]",
+                   help="comma-separated scheduler names and/or RUN_DIRs of trained agents")
+    p.add_argument("--seeds", type=_pos_int("--seeds"), default=3,
+                   help="job sets (seeds --seed .. --seed+N-1), shared by every agent (default 3)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--load", type=_float_list("--load"), default=None, metavar="X[,X...]",
+                   help="offered load(s); several values give JCT-vs-load curves (synthetic default 1.0)")
+    p.add_argument("--eta-sweep", type=_float_list("--eta-sweep", 0.0, 1.0), default=None, metavar="V[,V...]",
+                   help="repeat with eta = V for every SPB iteration (level 0 stays 1), e.g. 0.7,0.8,0.9,1.0")
+    p.add_argument("--workers", type=_pos_int("--workers"), default=max(1, min(2, os.cpu_count() or 1)),
+                   help="parallel processes (default min(2, CPUs))")
+    p.add_argument("--window-k", type=_pos_int("--window-k"), default=None,
+                   help="window K learned agents must have (default: each RUN_DIR's own)")
+    p.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L of the cluster (default 3)")
+    p.add_argument("--spb-slots", type=_pos_int("--spb-slots"), default=4, help="start slots per level (default 4)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    add_trace_arguments(p)
+    add_cluster_arguments(p)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="run agents on the same jobs and seeds; metrics.csv and report.html",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+# ----------------------------------------------------------------------------------------------- agents
+@dataclass(frozen=True)
+class AgentSpec:
+    label: str              # name in metrics.csv and the report
+    kind: str               # "heuristic" or "learned"
+    ref: str                # scheduler name or RUN_DIR (absolute)
+    spb_aware: bool
+
+
+def _import_schedulers() -> list[str]:
+    """Import every scheduler module of ``agents`` (so each registers itself); returns the ones
+    that failed to import, as "module: error"."""
+    import agents
+    failed = []
+    for m in pkgutil.iter_modules(agents.__path__):
+        if m.name.startswith("rl") or m.name in ("base", "common", "export"):
+            continue
+        try:
+            importlib.import_module(f"agents.{m.name}")
+        except Exception as e:  # noqa: BLE001 -- a broken module must not hide the others
+            failed.append(f"agents.{m.name}: {type(e).__name__}: {e}")
+    return failed
+
+
+def parse_agents(text: str) -> list[AgentSpec]:
+    """Scheduler names and RUN_DIRs -> AgentSpecs; ValueError (one line) for anything else."""
+    from agents import available_schedulers
+    from agents.rl import is_run_dir
+
+    failed = _import_schedulers()
+    names = available_schedulers()
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"--agents is empty; expected scheduler names (one of {names}) and/or RUN_DIRs")
+    out: list[AgentSpec] = []
+    labels: set[str] = set()
+    for it in items:
+        if it in names:
+            label, spec = it, AgentSpec(it, "heuristic", it, "spb" in it or it.startswith("jigsaw"))
+        elif is_run_dir(it):
+            base = re.sub(r"[^A-Za-z0-9_.+-]", "_", Path(it).resolve().name) or "run"
+            label = base if base not in names else f"{base}-rl"
+            spec = AgentSpec(label, "learned", str(Path(it).resolve()), True)
+        elif Path(it).is_dir():
+            raise ValueError(f"agent {it!r} is a folder but not a training run: expected config.json, model.zip and "
+                             f"vecnormalize.pkl written by `jigsaw train`")
+        else:
+            extra = f" (modules that failed to import: {'; '.join(failed)})" if failed else ""
+            raise ValueError(f"unknown agent {it!r}; expected a scheduler name (one of {names}) or a RUN_DIR "
+                             f"written by `jigsaw train`{extra}")
+        k = 2
+        while spec.label in labels:
+            spec = replace(spec, label=f"{label}-{k}")
+            k += 1
+        labels.add(spec.label)
+        out.append(spec)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- job sets
+def _nominal_load(args, load: float | None) -> float | None:
+    from traces import parse_spec
+    from traces.synthetic import DEFAULTS, parse_params
+    if load is not None:
+        return float(load)
+    kind, rest = parse_spec(args.trace or "synthetic")
+    if kind == "synthetic":
+        return float(parse_params(rest).get("load", DEFAULTS["load"]))
+    return None
+
+
+def job_set(args, cluster_gpus: int, seed: int, load: float | None) -> tuple[pd.DataFrame, dict]:
+    """The jobs of one (seed, load): see the module docstring. Returns (jobs, info)."""
+    from agents.rl_env import scale_to_load, window_of
+    from traces import load_trace, offered_load, parse_spec
+    from traces.models import default_throughput_fn, estimated_durations
+
+    spec = args.trace or "synthetic"
+    kind, _ = parse_spec(spec)
+    common = dict(cluster_gpus=cluster_gpus, gpu_type=getattr(args, "trace_gpu_type", None),
+                  window=getattr(args, "window", None), vc=getattr(args, "vc", None),
+                  status=getattr(args, "status", None), max_gpus=getattr(args, "max_gpus_per_job", None),
+                  sample=getattr(args, "sample", None), seed=seed, skip_bad_rows=bool(getattr(args, "skip_bad_rows", False)))
+    if kind == "synthetic":
+        jobs = load_trace(spec, load_scale=load, max_jobs=args.max_jobs, **common).jobs
+    else:
+        jobs = load_trace(spec, **common).jobs
+        if args.max_jobs is not None:
+            jobs = window_of(jobs, args.max_jobs, np.random.default_rng(np.random.SeedSequence([seed, 0x77696E])))
+        if load is not None and len(jobs):
+            jobs = scale_to_load(jobs, cluster_gpus, load)
+    if len(jobs) == 0:
+        raise ValueError(f"trace {spec!r} has no jobs (seed {seed}, after filters); expected at least one job to evaluate")
+    jobs = jobs.reset_index(drop=True)
+    from traces import digest_of
+    try:
+        off = float(offered_load(jobs, cluster_gpus, estimated_durations(jobs, default_throughput_fn())))
+    except Exception:  # noqa: BLE001 -- informative only
+        off = float("nan")
+    return jobs, {"digest": digest_of(jobs), "offered_load": off, "jobs": int(len(jobs)),
+                  "first_job_id": int(jobs["job_id"].iloc[0]), "span_s": float(jobs["arrival_s"].max())}
+
+
+# ----------------------------------------------------------------------------------------------- one run
+@dataclass(frozen=True)
+class Task:
+    agent: AgentSpec
+    seed: int
+    load: float | None
+    eta: float | None
+    out_dir: str
+    jobs: pd.DataFrame
+    cluster_kwargs: dict
+    sim_config: Any
+    tables: str | None
+    trace_digest: str
+    offered_load: float
+
+
+_WORKER_CACHE: dict = {}
+
+
+def _init_worker(tables: str | None) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    if tables:
+        from .cost_table import register_tables_dir
+        register_tables_dir(tables)
+    _import_schedulers()
+
+
+def run_task(task: Task) -> dict:
+    """Run one (agent, seed, load, eta); write its logs; return its metrics row."""
+    from .cluster import ClusterSpec
+    from .simulator import Simulator
+
+    if task.tables and ("tables", task.tables) not in _WORKER_CACHE:
+        _init_worker(task.tables)
+        _WORKER_CACHE[("tables", task.tables)] = True
+    t0 = time.perf_counter()
+    cluster = ClusterSpec.from_gpus(**task.cluster_kwargs)
+    if task.agent.kind == "heuristic":
+        from agents import make_scheduler
+        if task.agent.ref not in _list_schedulers():
+            _import_schedulers()
+        sched = make_scheduler(task.agent.ref)
+        sched.reset()
+        sim = Simulator(cluster, task.jobs, task.sim_config)
+        sim.run(sched.schedule)
+    else:
+        from agents.rl import LearnedAgent
+        agent = _WORKER_CACHE.get(("learned", task.agent.ref))
+        if agent is None:
+            agent = _WORKER_CACHE[("learned", task.agent.ref)] = LearnedAgent(task.agent.ref)
+        env = agent.make_env(cluster_kwargs=task.cluster_kwargs, sim_config=task.sim_config)
+        sim = agent.play(env, task.jobs, seed=task.seed)
+    m = sim.metrics()
+    m["wall_s"] = time.perf_counter() - t0
+    sim.write_logs(task.out_dir)
+    row: dict[str, Any] = {"agent": task.agent.label, "seed": task.seed,
+                           "load": task.load if task.load is not None else float("nan"),
+                           "eta": "table" if task.eta is None else f"{task.eta:g}",
+                           "efficiency_form": m.get("efficiency_form")}
+    for k, v in m.items():
+        if k == "efficiency_form":
+            continue
+        if isinstance(v, dict):
+            if k == "jct_by_gpus_s":
+                for n, x in v.items():
+                    row[f"jct_gpus_{n}_s"] = x
+            continue
+        row[k] = v
+    row["offered_load"] = task.offered_load
+    row["trace_digest"] = task.trace_digest
+    return row
+
+
+def _list_schedulers() -> list[str]:
+    from agents import available_schedulers
+    return available_schedulers()
+
+
+def _cond_name(load: float | None, eta: float | None, multi_load: bool, multi_eta: bool) -> str:
+    parts = []
+    if multi_load:
+        parts.append(f"load{load:g}")
+    if multi_eta:
+        parts.append(f"eta{eta:g}")
+    return "-".join(parts)
+
+
+def metrics_frame(rows: list[dict], agent_order: list[str]) -> pd.DataFrame:
+    """Rows -> metrics.csv frame: lead columns, the metrics in Simulator.metrics() order, then
+    jct_gpus_<n>_s sorted by n, then extras."""
+    df = pd.DataFrame(rows)
+    size_cols = sorted([c for c in df.columns if re.fullmatch(r"jct_gpus_\d+_s", c)], key=lambda c: int(c.split("_")[2]))
+    tail = EXTRA_COLUMNS + ["run_dir"]
+    mid = [c for c in df.columns if c not in LEAD_COLUMNS and c not in size_cols and c not in tail]
+    df = df[LEAD_COLUMNS + mid + size_cols + [c for c in tail if c in df.columns]]
+    order = {a: i for i, a in enumerate(agent_order)}
+    df["_o"] = df["agent"].map(order)
+    df["_l"] = pd.to_numeric(df["load"], errors="coerce")
+    df = df.sort_values(["_o", "_l", "eta", "seed"], kind="stable").drop(columns=["_o", "_l"]).reset_index(drop=True)
+    return df
+
+
+# ----------------------------------------------------------------------------------------------- metadata
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("jigsaw", "numpy", "pandas", "scipy", "torch", "gymnasium", "stable-baselines3", "sb3-contrib",
+                "matplotlib"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def git_commit() -> str:
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if r.returncode != 0 or not r.stdout.strip():
+            return "unknown"
+        commit = r.stdout.strip()
+        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True, timeout=10)
+        return commit + (" (with uncommitted changes)" if d.returncode == 0 and d.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def eta_table(jobs_sets: list[pd.DataFrame], cluster, spb) -> tuple[dict, dict]:
+    """eta per model and level/pattern (min..max over the job sizes present) and its source."""
+    from .actions import level_pattern_combos
+    from .spb import eta_for
+
+    values: dict[str, dict[str, list[float]]] = {}
+    sources: dict[str, str] = {}
+    shapes = pd.concat([j[["model", "batch_size", "num_gpus"]] for j in jobs_sets]).drop_duplicates()
+    gtype = cluster.main_gpu_type
+    for (model, bs), grp in shapes.groupby(["model", "batch_size"]):
+        from .cost_table import get_table
+        table = get_table(str(model), int(bs), gtype)
+        measured = table.meta.get("eta", {}) if isinstance(table.meta, dict) else {}
+        per: dict[str, list[float]] = {}
+        kinds = set()
+        for level, pattern in level_pattern_combos(spb):
+            if level == 0:
+                continue
+            key = f"{level}/{pattern.value}"
+            slots = spb.start_slots(level, table.num_groups)
+            vals = [eta_for(table, level, pattern, spb, slots, int(w)) for w in sorted(grp["num_gpus"].unique())]
+            per[key] = [round(min(vals), 4), round(max(vals), 4)]
+            kinds.add("measured" if key in measured else "prior")
+        values[f"{model}-bs{int(bs)}"] = per
+        sources[f"{model}-bs{int(bs)}"] = ("measured (cost table meta.eta)" if kinds == {"measured"} else
+                                           f"assumed prior eta = 1 - {spb.eta_prior_slope:g} x mean skipped fraction "
+                                           f"(docs/spb_model.md eq. E1)" if kinds == {"prior"} else
+                                           "measured where the cost table has meta.eta, else the prior eq. E1")
+    return values, sources
+
+
+def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
+    from .cost_table import get_table
+    out = {}
+    shapes = pd.concat([j[["model", "batch_size"]] for j in jobs_sets]).drop_duplicates()
+    for model, bs in shapes.itertuples(index=False):
+        for t in sorted(set(cluster.gpu_types)):
+            out[f"{model}-bs{int(bs)}-{t}"] = get_table(str(model), int(bs), t).digest()
+    return dict(sorted(out.items()))
+
+
+# ----------------------------------------------------------------------------------------------- main
+def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
+    """Run the whole evaluation; returns (metrics frame, metadata, out dir)."""
+    import hashlib
+
+    from agents.rl import EvalSpaces, LearnedAgent, describe
+
+    from .cost_table import register_tables_dir
+    from .simulate_cli import build_cluster_and_config
+    from .spb import SPBConfig
+
+    t_start = time.perf_counter()
+    tables = str(Path(args.tables).resolve()) if args.tables else None
+    if tables:
+        register_tables_dir(tables)
+    specs = parse_agents(args.agents)
+    if args.spb_levels < 0:
+        raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
+    cluster, base_cfg = build_cluster_and_config(args)
+    base_cfg = replace(base_cfg, spb=SPBConfig(max_level=args.spb_levels, num_slots=args.spb_slots))
+    learned = {}
+    for s in specs:
+        if s.kind == "learned":
+            agent = LearnedAgent(s.ref)
+            agent.check_compatible(EvalSpaces(args.window_k, args.spb_levels, args.spb_slots))
+            learned[s.label] = describe(agent)
+    loads: list[float | None] = list(args.load) if args.load else [None]
+    etas: list[float | None] = list(args.eta_sweep) if args.eta_sweep else [None]
+    seeds = [int(args.seed or 0) + i for i in range(args.seeds)]
+    sets: dict[tuple, tuple[pd.DataFrame, dict]] = {}
+    for load in loads:
+        for seed in seeds:
+            sets[(load, seed)] = job_set(args, cluster.num_gpus, seed, load)
+    # jobs must be runnable: the simulator's own checks, once per job set, before any worker starts
+    from .simulator import Simulator
+    for (load, seed), (jobs, _) in sets.items():
+        Simulator(cluster, jobs, base_cfg)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    multi_load, multi_eta = len(loads) > 1, args.eta_sweep is not None
+    cluster_kwargs = dict(num_gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
+                          gpu_memory_gib=args.gpu_memory_gib)
+    tasks = []
+    for spec in specs:
+        for load in loads:
+            for eta in etas:
+                cfg = replace(base_cfg, eta_override=eta)
+                cond = _cond_name(load, eta, multi_load, multi_eta)
+                for seed in seeds:
+                    jobs, info = sets[(load, seed)]
+                    d = out / "runs" / spec.label / cond / str(seed) if cond else out / "runs" / spec.label / str(seed)
+                    tasks.append(Task(spec, seed, _nominal_load(args, load), eta, str(d), jobs, cluster_kwargs, cfg,
+                                      tables, info["digest"], info["offered_load"]))
+    rows = _run_tasks(tasks, args.workers, bool(args.progress))
+    for r, t in zip(rows, tasks):
+        r["run_dir"] = os.path.relpath(t.out_dir, out)
+    df = metrics_frame(rows, [s.label for s in specs])
+    df.to_csv(out / "metrics.csv", index=False)
+
+    job_frames = [j for j, _ in sets.values()]
+    eta_vals, eta_src = eta_table(job_frames, cluster, base_cfg.spb)
+    combined = hashlib.sha256("".join(i["digest"] for _, i in sets.values()).encode()).hexdigest()[:16]
+    nominal = sorted({_nominal_load(args, ld) for ld in loads}, key=lambda x: (x is None, x or 0))
+    meta = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": "jigsaw evaluate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["evaluate"] else " ".join(sys.argv),
+        "git_commit": git_commit(),
+        "versions": _versions(),
+        "agents": [asdict(s) for s in specs],
+        "learned_agents": learned,
+        "trace": {"spec": args.trace, "digest": combined,
+                  "job_sets": [{"load": ld, "seed": s, **i} for (ld, s), (_, i) in sets.items()],
+                  "max_jobs": args.max_jobs, "selection": ("synthetic generator seed = seed" if (args.trace or "synthetic").startswith("synthetic")
+                                                           else "window of --max-jobs consecutive jobs at an offset drawn from the seed")},
+        "seeds": seeds,
+        "load": {"values": nominal,
+                 "meaning": ("backlogged: every job submitted at t = 0 (the load only shapes the job set)" if args.backlogged
+                             else "offered load = sum(num_gpus x isolated duration) / (GPUs x arrival span)"),
+                 "measured_offered_load": {f"{ld}/{s}": i["offered_load"] for (ld, s), (_, i) in sets.items()}},
+        "efficiency_form": {"form": "backlogged" if args.backlogged else "trace-window",
+                            "definition": ("useful GPU-seconds / (GPUs x makespan); every job at t = 0 (DESIGN.md 5a)"
+                                           if args.backlogged else
+                                           "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (DESIGN.md 5b)")},
+        "eta": {"values": [("table" if e is None else e) for e in etas],
+                "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
+                          else "--eta-sweep: eta_override = v for every SPB iteration (level > 0); level 0 is 1",
+                "table_values": eta_vals, "table_sources": eta_src},
+        "cost_tables": table_digests(job_frames, cluster),
+        "tables_dir": tables,
+        "cluster": {**cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
+        "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(base_cfg).items()},
+        "workers": args.workers,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    from .report import write_report
+    write_report(out, df, meta, specs)
+    meta["wall_s"] = time.perf_counter() - t_start
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return df, meta, out
+
+
+def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict]:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=len(tasks), unit="run", desc="evaluating", disable=not progress, file=sys.stderr)
+    rows: list[dict | None] = [None] * len(tasks)
+    try:
+        if workers <= 1 or len(tasks) == 1:
+            _init_worker(tasks[0].tables if tasks else None)
+            for i, t in enumerate(tasks):
+                rows[i] = run_task(t)
+                bar.update(1)
+        else:
+            import multiprocessing as mp
+            tables = tasks[0].tables if tasks else None
+            with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"),
+                                     initializer=_init_worker, initargs=(tables,)) as ex:
+                futs = {ex.submit(run_task, t): i for i, t in enumerate(tasks)}
+                try:
+                    for f in as_completed(futs):
+                        rows[futs[f]] = f.result()
+                        bar.update(1)
+                except BaseException:
+                    for f in futs:
+                        f.cancel()
+                    raise
+    finally:
+        bar.close()
+    return rows  # type: ignore[return-value]
+
+
+def run(args) -> int:
+    df, meta, out = evaluate(args)
+    from .report import print_summary
+    print_summary(df, meta)
+    print(f"wrote {out / 'metrics.csv'}, {out / 'report.html'}, {out / 'metadata.json'}")
+    return 0
