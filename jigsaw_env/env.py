@@ -50,7 +50,7 @@ class JigsawClusterEnv(gym.Env):
 
     def __init__(self, gpus: int = 64, gpus_per_node: int = 8, gpu_type: str = "v100",
                  gpu_memory_gib: float | None = None, trace: str | pd.DataFrame = "synthetic",
-                 max_jobs: int = 50, load: float | None = 1.0, window_k: int = 16, spb_levels: int = 3,
+                 max_jobs: int = 50, load: float | None = None, window_k: int = 16, spb_levels: int = 3,
                  spb_slots: int = 4, max_workers_per_gpu: int = 2, round_s: float | None = 300.0,
                  restart_s: float = 30.0, reward: str = "jct", reward_scale: float = 3600.0,
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
@@ -109,8 +109,10 @@ class JigsawClusterEnv(gym.Env):
                 return load_trace("synthetic:" + ",".join(parts), cluster_gpus=self.cluster.num_gpus,
                                   max_gpus=self.cluster.num_gpus).jobs
             if self._full_trace is None:
+                # load=None keeps the trace's own arrival times; a number rescales inter-arrival
+                # times so the whole trace's offered load against this cluster equals it
                 self._full_trace = load_trace(spec, cluster_gpus=self.cluster.num_gpus,
-                                              max_gpus=self.cluster.num_gpus).jobs
+                                              max_gpus=self.cluster.num_gpus, load_scale=self.load).jobs
             df = self._full_trace
         if len(df) > self.max_jobs:
             rng = np.random.default_rng(seed)

@@ -460,7 +460,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         "seeds": seeds,
         "load": {"values": nominal,
                  "meaning": ("backlogged: every job submitted at t = 0 (the load only shapes the job set)" if args.backlogged
-                             else "offered load = sum(num_gpus x isolated duration) / (GPUs x arrival span)"),
+                             else "offered load = sum(num_gpus x duration_s) / (GPUs x arrival span) (traces.offered_load)"),
                  "measured_offered_load": {f"{ld}/{s}": i["offered_load"] for (ld, s), (_, i) in sets.items()}},
         "efficiency_form": {"form": "backlogged" if args.backlogged else "trace-window",
                             "definition": ("useful GPU-seconds / (GPUs x makespan); every job at t = 0 (DESIGN.md 5a)"

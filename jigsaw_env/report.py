@@ -64,10 +64,12 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _fmt(v: float, scale: float = 1.0, ci: float | None = None) -> str:
+def _fmt(v: float, scale: float = 1.0, ci: float | None = None, integer: bool = False) -> str:
     if v is None or not np.isfinite(v):
         return "n/a"
     x = v * scale
+    if integer and float(x).is_integer():
+        return f"{int(x):,d}"
     digits = 3 if abs(x) < 10 else (2 if abs(x) < 100 else 0)
     s = f"{x:,.{digits}f}"
     if ci is not None and np.isfinite(ci):
@@ -271,7 +273,7 @@ def _summary_html(summary: pd.DataFrame, show_load: bool, show_eta: bool) -> str
         cells.append(str(int(r["seeds"])))
         for col, _, scale in SUMMARY_METRICS:
             if col in summary.columns:
-                cells.append(_fmt(r[col], scale, r.get(col + "_ci")))
+                cells.append(_fmt(r[col], scale, r.get(col + "_ci"), integer=col == "jobs_completed"))
         rows.append("<tr>" + "".join(f"<td class=n>{c}</td>" if i else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
     return "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
@@ -303,7 +305,7 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     out = Path(out)
     agents = list(dict.fromkeys(df["agent"]))
     colors = _colors(agents)
-    loads = list(dict.fromkeys(df["load"].tolist()))
+    loads = list(pd.unique(pd.to_numeric(df["load"], errors="coerce")))
     etas = list(dict.fromkeys(df["eta"].astype(str).tolist()))
     base_load, base_eta = loads[0], etas[0]
     is_base = (df["eta"].astype(str) == base_eta) & ((df["load"] == base_load) if pd.notna(base_load) else df["load"].isna())
@@ -401,6 +403,6 @@ def print_summary(df: pd.DataFrame, meta: dict, file=None) -> None:
             cells.append(str(r["eta"]))
         cells.append(str(int(r["seeds"])))
         for col, _, scale, with_ci in cols:
-            cells.append(_fmt(r.get(col), scale, r.get(col + "_ci") if with_ci else None))
+            cells.append(_fmt(r.get(col), scale, r.get(col + "_ci") if with_ci else None, integer=col == "jobs_completed"))
         t.add_row(*cells)
     Console(file=file or sys.stdout, width=200).print(t)

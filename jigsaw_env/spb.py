@@ -105,13 +105,13 @@ def worker_starts(slots: tuple[int, ...], pattern: Pattern, num_workers: int, it
     """Start group of every worker at ``iteration`` (eq. S3 rotating, S4 static)."""
     n = len(slots)
     w = np.arange(num_workers)
-    idx = (w + iteration) % n if pattern is Pattern.ROTATING else w % n
+    idx = (w + iteration) % n if Pattern.parse(pattern) is Pattern.ROTATING else w % n
     return np.asarray(slots, dtype=np.int64)[idx]
 
 
 def cycle_length(slots: tuple[int, ...], pattern: Pattern) -> int:
     """Iterations after which the start assignment repeats: n for rotating, 1 for static."""
-    return len(slots) if (pattern is Pattern.ROTATING and len(slots) > 1) else 1
+    return len(slots) if (Pattern.parse(pattern) is Pattern.ROTATING and len(slots) > 1) else 1
 
 
 @dataclass(frozen=True)

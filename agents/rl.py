@@ -1,0 +1,242 @@
+"""Learned agents: load a training run (RUN_DIR) and act with exact action masks.
+
+A RUN_DIR is what ``train_agent.py`` / ``jigsaw train`` writes::
+
+    RUN_DIR/model.zip          the policy (stable-baselines3 / sb3-contrib .zip)
+    RUN_DIR/vecnormalize.pkl   VecNormalize observation statistics
+    RUN_DIR/config.json        the env config, the spaces, the algorithm, versions
+
+:class:`LearnedAgent` loads the three, checks that the run's spaces fit an evaluation's config
+(:meth:`LearnedAgent.check_compatible`: window K, SPB levels and slots, placement menu, observation
+size and action count; a mismatch raises ValueError with one line naming expected vs found) and
+acts deterministically: the action with the highest logit among the feasible ones (for
+MaskablePPO the same as ``predict(obs, action_masks=mask, deterministic=True)``; PPO and A2C,
+trained without masks, are masked the same way at evaluation).
+
+It plays either a :class:`~jigsaw_env.env.JigsawClusterEnv` on a given job table
+(:meth:`LearnedAgent.play`, what ``jigsaw evaluate`` uses) or, through :class:`LearnedScheduler`,
+any simulator or live state round by round, like a heuristic.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
+from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
+from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.spb import SPBConfig
+from jigsaw_env.state import ClusterState, Decision
+
+from .base import Scheduler
+
+RUN_FORMAT = "jigsaw-run/1"
+ALGOS = ("maskable_ppo", "ppo", "a2c")
+
+
+def algo_class(name: str):
+    """The stable-baselines3 / sb3-contrib class of an algorithm name."""
+    name = name.lower().replace("-", "_")
+    if name == "maskable_ppo":
+        from sb3_contrib import MaskablePPO
+        return MaskablePPO
+    if name == "ppo":
+        from stable_baselines3 import PPO
+        return PPO
+    if name == "a2c":
+        from stable_baselines3 import A2C
+        return A2C
+    raise ValueError(f"unknown algorithm {name!r}; allowed: {list(ALGOS)}")
+
+
+def spaces_signature(window_k: int, spb_levels: int, spb_slots: int) -> dict:
+    """What a policy's input and output layout depends on (recorded in config.json)."""
+    spb = SPBConfig(max_level=spb_levels, num_slots=spb_slots)
+    codec = ActionCodec(window_k, spb)
+    return {
+        "window_k": int(window_k),
+        "spb_levels": int(spb_levels),
+        "spb_slots": int(spb_slots),
+        "placement_options": list(PLACEMENT_OPTIONS),
+        "level_pattern_combos": [f"{lv}/{pt.value}" for lv, pt in level_pattern_combos(spb)],
+        "job_features": JOB_FEATURES,
+        "cluster_features": CLUSTER_FEATURES,
+        "observation_size": ObservationEncoder(window_k).size,
+        "n_actions": codec.n,
+    }
+
+
+def is_run_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+def read_run_config(run_dir: str | Path) -> dict:
+    p = Path(run_dir)
+    cfg_path = p / "config.json"
+    if not p.is_dir():
+        raise FileNotFoundError(f"run directory not found: {p}")
+    if not cfg_path.is_file():
+        raise ValueError(f"{p} is not a training run: expected config.json, model.zip and vecnormalize.pkl "
+                         f"(written by `jigsaw train`)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    for key in ("algo", "env", "spaces"):
+        if key not in cfg:
+            raise ValueError(f"{cfg_path}: missing field {key!r}; expected a config written by `jigsaw train`")
+    return cfg
+
+
+@dataclass
+class EvalSpaces:
+    """The layout an evaluation gives a policy."""
+
+    window_k: int | None  # None: the run's own K
+    spb_levels: int
+    spb_slots: int
+
+
+class LearnedAgent:
+    """A trained policy loaded from RUN_DIR (module docstring)."""
+
+    def __init__(self, run_dir: str | Path, model_file: str = "model.zip"):
+        self.run_dir = Path(run_dir)
+        self.config = read_run_config(self.run_dir)
+        self.algo = str(self.config["algo"])
+        model_path = self.run_dir / model_file
+        if not model_path.is_file():
+            raise ValueError(f"{self.run_dir}: expected the trained model {model_file} (is training finished?)")
+        import torch
+        torch.set_num_threads(1)
+        cls = algo_class(self.algo)
+        self.model = cls.load(str(model_path), device="cpu")
+        self.obs_rms = None
+        self.clip_obs = 10.0
+        self.epsilon = 1e-8
+        vn = self.run_dir / "vecnormalize.pkl"
+        if vn.is_file():
+            with open(vn, "rb") as f:
+                v = pickle.load(f)
+            if getattr(v, "norm_obs", False):
+                self.obs_rms, self.clip_obs, self.epsilon = v.obs_rms, float(v.clip_obs), float(v.epsilon)
+        elif self.config.get("normalize_obs", True):
+            raise ValueError(f"{self.run_dir}: expected vecnormalize.pkl (the observation statistics)")
+
+    # ------------------------------------------------------------------ compatibility
+    @property
+    def window_k(self) -> int:
+        return int(self.config["spaces"]["window_k"])
+
+    def check_compatible(self, spaces: EvalSpaces) -> None:
+        """Raise ValueError (one line: expected vs found) if the policy cannot act in an
+        evaluation with this layout."""
+        run = self.config["spaces"]
+        k = spaces.window_k if spaces.window_k is not None else run.get("window_k")
+        want = spaces_signature(int(k), spaces.spb_levels, spaces.spb_slots)
+        where = f"RUN_DIR {self.run_dir}"
+        for key, label in (("window_k", "window K"), ("spb_levels", "SPB levels"), ("spb_slots", "SPB slots"),
+                           ("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
+                           ("job_features", "per-job features"), ("cluster_features", "cluster features"),
+                           ("observation_size", "observation size"), ("n_actions", "action count")):
+            if run.get(key) != want[key]:
+                raise ValueError(f"{where} does not fit the evaluation: {label} expected {want[key]}, "
+                                 f"found {run.get(key)} in config.json")
+        obs_shape = tuple(self.model.observation_space.shape or ())
+        if obs_shape != (want["observation_size"],):
+            raise ValueError(f"{where} does not fit the evaluation: observation size expected "
+                             f"{want['observation_size']}, found {obs_shape} in model.zip")
+        n = getattr(self.model.action_space, "n", None)
+        if n is None or int(n) != want["n_actions"]:
+            raise ValueError(f"{where} does not fit the evaluation: action count expected {want['n_actions']}, "
+                             f"found {n} in model.zip")
+        if self.obs_rms is not None and tuple(self.obs_rms.mean.shape) != (want["observation_size"],):
+            raise ValueError(f"{where} does not fit the evaluation: observation size expected "
+                             f"{want['observation_size']}, found {tuple(self.obs_rms.mean.shape)} in vecnormalize.pkl")
+
+    # ------------------------------------------------------------------ acting
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        if self.obs_rms is None:
+            return obs.astype(np.float32)
+        o = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return np.clip(o, -self.clip_obs, self.clip_obs).astype(np.float32)
+
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        """The feasible action with the highest logit (deterministic, masked)."""
+        import torch
+        policy = self.model.policy
+        with torch.no_grad():
+            t, _ = policy.obs_to_tensor(self.normalize(np.asarray(obs, dtype=np.float32)))
+            dist = policy.get_distribution(t)
+            logits = dist.distribution.logits[0].cpu().numpy().astype(np.float64)
+        logits[~np.asarray(mask, dtype=bool)] = -np.inf
+        return int(np.argmax(logits))
+
+    def make_env(self, *, cluster_kwargs: dict, sim_config, observe_remaining: bool | None = None):
+        """A JigsawClusterEnv with the evaluation's cluster and the exact SimConfig the heuristics
+        use; the run's window K and observation options."""
+        from jigsaw_env.env import JigsawClusterEnv
+        envc = self.config["env"]
+        ck = dict(cluster_kwargs)
+        ck["gpus"] = ck.pop("num_gpus", ck.get("gpus"))
+        env = JigsawClusterEnv(**ck, trace="synthetic", window_k=self.window_k,
+                               spb_levels=sim_config.spb.max_level, spb_slots=sim_config.spb.num_slots,
+                               observe_remaining=bool(envc.get("observe_remaining", True)
+                                                      if observe_remaining is None else observe_remaining),
+                               max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise")
+        env.sim_config = sim_config  # the very config the heuristics run with
+        return env
+
+    def play(self, env, jobs, seed: int = 0):
+        """Play one episode of ``env`` on the job table ``jobs``; returns the env's Simulator."""
+        obs, _ = env.reset(seed=seed, options={"jobs": jobs})
+        while True:
+            a = self.act(obs, env.action_masks())
+            obs, _, term, trunc, _ = env.step(a)
+            if term or trunc:
+                return env.sim
+
+
+class LearnedScheduler(Scheduler):
+    """A learned agent as a round-by-round scheduler: builds each round's decision with the same
+    action codec, masks and observation encoder as the env (steps exactly as ``env.step`` does)."""
+
+    name = "learned"
+
+    def __init__(self, run_dir: str | Path | None = None, agent: LearnedAgent | None = None):
+        self.agent = agent if agent is not None else LearnedAgent(run_dir)
+        self._codec: ActionCodec | None = None
+        self._encoder = ObservationEncoder(self.agent.window_k,
+                                           bool(self.agent.config["env"].get("observe_remaining", True)))
+
+    def schedule(self, state: ClusterState) -> Decision:
+        from jigsaw_env.env import OBS_HIGH, OBS_LOW
+        if self._codec is None or self._codec.spb != state.spb:
+            self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
+            self._codec = ActionCodec(self.agent.window_k, state.spb)
+        codec = self._codec
+        b = RoundBuilder(state, codec)
+        steps = 0
+        while True:
+            obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps)
+            np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+            a = self.agent.act(obs, b.masks())
+            steps += 1
+            if a != codec.advance:
+                b.apply(a)
+            if a == codec.advance or steps > 2 * codec.window_k + 2:
+                return b.ledger.decision
+
+
+def describe(agent: LearnedAgent) -> dict[str, Any]:
+    c = agent.config
+    return {"run_dir": str(agent.run_dir), "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
+            "window_k": agent.window_k, "seed": c.get("seed"),
+            "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
+                                                        "backlogged", "observe_remaining")}}

@@ -1,0 +1,182 @@
+"""The training environment of learned agents: ``JigsawClusterEnv`` with trace sampling.
+
+One agent should generalise across trace windows, so each episode draws its jobs afresh, from a
+split that keeps the evaluation episodes apart from the training ones:
+
+* **synthetic traces**: a new synthetic trace per episode; the training split draws generator
+  seeds from ``[0, 2**30)``, the held-out split from ``[2**30, 2**31)``;
+* **real traces** (``KIND:PATH``): the trace is loaded once and cut by job position; the training
+  split takes windows of ``max_jobs`` consecutive jobs from the first ``1 - holdout`` of the jobs
+  (default 80%), the held-out split from the last ``holdout`` (20%).
+
+Per episode the offered load is drawn uniformly from ``loads`` (one value: fixed; ``None``: the
+synthetic default 1.0, or a real trace's own arrival times). A **curriculum** (``difficulty`` in
+[0, 1], set by the trainer through ``env_method("set_difficulty", d)``) grows episodes from
+``ceil(max_jobs / 4)`` jobs at half the load (d = 0) to ``max_jobs`` jobs at the full load (d = 1).
+
+Nothing here imports stable-baselines3 or torch: the evaluation command uses it too.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from jigsaw_env.env import JigsawClusterEnv
+
+SPLITS = ("train", "eval")
+SYNTHETIC_SEED_SPLIT = 2**30
+
+#: JigsawClusterEnv keyword arguments that a run's config.json records under "env"
+ENV_KEYS = ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "load", "window_k",
+            "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward", "reward_scale",
+            "observe_remaining", "backlogged", "max_time_s", "eta_scale", "eta_override")
+
+
+def is_synthetic(spec: str) -> bool:
+    return str(spec).strip().split(":", 1)[0].lower() == "synthetic"
+
+
+def synthetic_spec(spec: str, jobs: int, load: float | None, seed: int) -> str:
+    """The spec with ``jobs``, ``load`` (if given) and ``seed`` set (spec values of jobs/seed are
+    replaced; a load in the spec wins over ``load``)."""
+    opts = spec.split(":", 1)[1] if ":" in spec else ""
+    parts = [p for p in opts.split(",") if p.strip() and p.split("=", 1)[0].strip() not in ("jobs", "seed")]
+    keys = {p.split("=", 1)[0].strip() for p in parts}
+    parts.append(f"jobs={int(jobs)}")
+    if load is not None and "load" not in keys:
+        parts.append(f"load={float(load)}")
+    parts.append(f"seed={int(seed)}")
+    return "synthetic:" + ",".join(parts)
+
+
+def scale_to_load(df: pd.DataFrame, cluster_gpus: int, load: float, gpus_per_node: int = 8) -> pd.DataFrame:
+    """Scale inter-arrival times so that sum(num_gpus x isolated duration) / (GPUs x arrival
+    span) = ``load`` (the definition of ``traces.offered_load``). A window whose jobs all arrive
+    at once is returned unchanged."""
+    from traces import offered_load
+    from traces.models import default_throughput_fn, estimated_durations
+
+    d = estimated_durations(df, default_throughput_fn())
+    before = offered_load(df, cluster_gpus, d)
+    if not np.isfinite(before) or before <= 0:
+        return df
+    out = df.copy()
+    a = out["arrival_s"].to_numpy(dtype=np.float64)
+    out["arrival_s"] = (a - a.min()) * (before / float(load))
+    return out
+
+
+def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """``n`` consecutive jobs at a random offset (all of them when there are fewer), arrivals from 0."""
+    if len(df) > n:
+        start = int(rng.integers(0, len(df) - n + 1))
+        df = df.iloc[start:start + n]
+    df = df.copy()
+    if len(df):
+        df["arrival_s"] = df["arrival_s"] - df["arrival_s"].min()
+    return df.reset_index(drop=True)
+
+
+class TrainingEnv(JigsawClusterEnv):
+    """``JigsawClusterEnv`` whose episodes come from a train or held-out split of the trace, with
+    per-episode load sampling and an optional curriculum (module docstring)."""
+
+    def __init__(self, *, split: str = "train", holdout: float = 0.2, loads: Sequence[float] | None = None,
+                 trace_gpu_type: str | None = None, difficulty: float = 1.0, **kw: Any):
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+        if not 0.0 < holdout < 1.0:
+            raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+        super().__init__(**kw)
+        if not isinstance(self.trace, str):
+            raise ValueError("TrainingEnv needs a trace spec (str); use JigsawClusterEnv for a fixed job table")
+        self.split = split
+        self.holdout = float(holdout)
+        self.loads = [float(x) for x in loads] if loads else None
+        if self.loads and any(not x > 0 for x in self.loads):
+            raise ValueError(f"loads must be > 0, got {self.loads}")
+        self.trace_gpu_type = trace_gpu_type
+        self.difficulty = 1.0
+        self.set_difficulty(difficulty)
+        self._split_jobs: pd.DataFrame | None = None
+
+    # ----- curriculum
+    def set_difficulty(self, d: float) -> None:
+        """0 = smallest episodes (a quarter of max_jobs, half the load), 1 = the full task."""
+        self.difficulty = float(min(1.0, max(0.0, d)))
+
+    def episode_size(self) -> tuple[int, float]:
+        """(jobs, load multiplier) of the next episode under the current difficulty."""
+        lo = max(1, math.ceil(self.max_jobs / 4))
+        n = int(round(lo + self.difficulty * (self.max_jobs - lo)))
+        return max(1, n), 0.5 + 0.5 * self.difficulty
+
+    # ----- episode jobs
+    def _load_split(self) -> pd.DataFrame:
+        if self._split_jobs is None:
+            from traces import load_trace
+            full = load_trace(str(self.trace), cluster_gpus=self.cluster.num_gpus, max_gpus=self.cluster.num_gpus,
+                              gpu_type=self.trace_gpu_type).jobs
+            n = len(full)
+            cut = int(math.floor(n * (1.0 - self.holdout)))
+            part = full.iloc[:cut] if self.split == "train" else full.iloc[cut:]
+            if len(part) == 0:
+                raise ValueError(f"trace {self.trace!r} has {n} jobs: too few for a {self.split} split "
+                                 f"(holdout {self.holdout:.0%}); expected at least {int(math.ceil(1 / self.holdout))}")
+            self._split_jobs = part.reset_index(drop=True)
+        return self._split_jobs
+
+    def _episode_jobs(self, seed: int) -> pd.DataFrame:
+        rng = np.random.default_rng(seed)
+        n, mult = self.episode_size()
+        load = float(rng.choice(self.loads)) if self.loads else self.load
+        spec = str(self.trace)
+        if is_synthetic(spec):
+            base = 0 if self.split == "train" else SYNTHETIC_SEED_SPLIT
+            syn_seed = base + int(rng.integers(0, SYNTHETIC_SEED_SPLIT))
+            from traces import load_trace
+            eff_load = (load if load is not None else 1.0) * mult
+            return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
+                              max_gpus=self.cluster.num_gpus, gpu_type=self.trace_gpu_type).jobs
+        df = window_of(self._load_split(), n, rng)
+        if load is not None or mult != 1.0:
+            if load is None:
+                from traces import offered_load
+                from traces.models import default_throughput_fn, estimated_durations
+                load = offered_load(df, self.cluster.num_gpus, estimated_durations(df, default_throughput_fn()))
+                if not np.isfinite(load) or load <= 0:
+                    return df
+            df = scale_to_load(df, self.cluster.num_gpus, load * mult, self.cluster.gpus_per_node)
+        return df
+
+
+def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: float = 0.2,
+                loads: Sequence[float] | None = None, trace_gpu_type: str | None = None,
+                tables: str | None = None, difficulty: float = 1.0, monitor: bool = True) -> Callable[[], Any]:
+    """A picklable env factory for (Subproc|Dummy)VecEnv: registers ``tables`` in the process
+    that builds the env (SubprocVecEnv workers do not see tables registered in the parent),
+    pins torch to one thread, and wraps the env in an SB3 Monitor."""
+
+    def _init():
+        import os
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        try:
+            import torch
+            torch.set_num_threads(1)
+        except ImportError:  # pragma: no cover
+            pass
+        if tables:
+            from jigsaw_env.cost_table import register_tables_dir
+            register_tables_dir(tables)
+        env = TrainingEnv(split=split, holdout=holdout, loads=loads, trace_gpu_type=trace_gpu_type,
+                          difficulty=difficulty, **env_kwargs)
+        env.reset(seed=seed + rank)
+        if monitor:
+            from stable_baselines3.common.monitor import Monitor
+            env = Monitor(env)
+        return env
+
+    return _init

@@ -1,0 +1,230 @@
+"""train_agent.py / `jigsaw train`: a few thousand steps end to end, reload and act with masks,
+--resume, PPO/A2C without masks, masks through SubprocVecEnv, bad input.
+
+The toy cost tables are written to a folder and passed with --tables, because SubprocVecEnv
+workers are separate processes and do not see tables registered in the test process.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jigsaw_env.cli import main
+from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table
+
+GiB = 1 << 30
+TOY_MODELS = ("rlA", "rlB")
+
+
+def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
+    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
+    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
+
+
+@pytest.fixture(scope="module")
+def tables_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tables")
+    _toy("rlA", 4, 5.0, 0.5, 0.05).save(d / "rlA-bs8-v100.json")
+    _toy("rlB", 6, 6.0, 1.0, 0.08).save(d / "rlB-bs8-v100.json")
+    yield str(d)
+    for m in TOY_MODELS:
+        unregister_table(m, 8, "v100")
+
+
+def tiny_args(tables: str, run_dir, *extra: str) -> list[str]:
+    return ["train", "--tables", tables, "--trace", "synthetic:models=rlA+rlB", "--gpus", "8",
+            "--window-k", "4", "--max-jobs", "8", "--n-steps", "128", "--batch-size", "64", "--n-epochs", "2",
+            "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir), *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tables_dir, tmp_path_factory):
+    """MaskablePPO, 2 SubprocVecEnv workers, ~2,000 steps."""
+    run = tmp_path_factory.mktemp("runs") / "mppo"
+    rc = main(tiny_args(tables_dir, run, "--n-envs", "2", "--timesteps", "2000", "--eval-freq", "1000",
+                        "--checkpoint-freq", "1000", "--seed", "3"))
+    assert rc == 0
+    return run
+
+
+@pytest.mark.slow
+def test_training_writes_the_run_dir(trained):
+    for name in ("model.zip", "vecnormalize.pkl", "config.json", "eval.csv", "eval.png", "best/best_model.zip"):
+        assert (trained / name).is_file(), name
+    assert list((trained / "checkpoints").glob("rl_model_*_steps.zip"))
+    assert list((trained / "checkpoints").glob("rl_model_vecnormalize_*_steps.pkl"))
+    assert list((trained / "tb").rglob("events.out.tfevents.*"))
+    cfg = json.loads((trained / "config.json").read_text())
+    assert cfg["algo"] == "maskable_ppo" and cfg["n_envs"] == 2 and cfg["vec"] == "subproc"
+    assert cfg["trained_timesteps"] >= 2000 and cfg["seed"] == 3
+    sp = cfg["spaces"]
+    assert sp["window_k"] == 4 and sp["observation_size"] == 4 * 16 + 10 and sp["n_actions"] == 4 * 29 + 1
+    ev = pd.read_csv(trained / "eval.csv")
+    assert len(ev) >= 2 and ev["timesteps"].is_monotonic_increasing
+    assert ev["mean_reward"].notna().all() and (ev["mean_avg_jct_s"] > 0).all()
+
+
+@pytest.mark.slow
+def test_saved_model_loads_and_acts_with_masks(trained):
+    from sb3_contrib import MaskablePPO
+
+    from agents.rl import EvalSpaces, LearnedAgent, LearnedScheduler
+    from jigsaw_env.simulator import SimConfig
+
+    model = MaskablePPO.load(str(trained / "model.zip"), device="cpu")
+    agent = LearnedAgent(trained)
+    agent.check_compatible(EvalSpaces(4, 3, 4))
+    env = agent.make_env(cluster_kwargs=dict(num_gpus=8, gpus_per_node=8, gpu_type="v100", gpu_memory_gib=None),
+                         sim_config=SimConfig(round_s=300.0))
+    from traces import load_trace
+    jobs = load_trace("synthetic:models=rlA+rlB,jobs=8,seed=11", cluster_gpus=8).jobs
+    obs, _ = env.reset(seed=0, options={"jobs": jobs})
+    # sb3-contrib's own predict with masks only ever picks a feasible action
+    for _ in range(20):
+        mask = env.action_masks()
+        a, _ = model.predict(agent.normalize(obs), action_masks=mask, deterministic=True)
+        assert mask[int(a)]
+        assert int(a) == agent.act(obs, mask)  # the adapter's masked argmax agrees
+        obs, _, term, trunc, _ = env.step(int(a))
+        if term or trunc:
+            break
+    # a whole episode (env raises on any masked action), and the same decisions as a scheduler
+    sim = agent.play(env, jobs, seed=0)
+    assert sim.num_finished == len(jobs)
+    from jigsaw_env.cluster import ClusterSpec
+    from jigsaw_env.simulator import Simulator
+    sim2 = Simulator(ClusterSpec.from_gpus(8), jobs, SimConfig(round_s=300.0))
+    sim2.run(LearnedScheduler(agent=agent).schedule)
+    pd.testing.assert_frame_equal(sim.jobs_frame(), sim2.jobs_frame())
+
+
+@pytest.mark.slow
+def test_resume_reaches_the_requested_total(trained, tables_dir, capsys):
+    before = len(pd.read_csv(trained / "eval.csv"))
+    rc = main(["train", "--run-dir", str(trained), "--resume", "--timesteps", "3000", "--no-progress"])
+    assert rc == 0
+    cfg = json.loads((trained / "config.json").read_text())
+    assert cfg["trained_timesteps"] >= 3000 and cfg["timesteps"] == 3000
+    assert cfg["resumed"][-1]["from_timesteps"] >= 2000
+    assert len(pd.read_csv(trained / "eval.csv")) > before
+    # already there: nothing to do, still exit 0
+    assert main(["train", "--run-dir", str(trained), "--resume", "--timesteps", "2500", "--no-progress"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_masks_reach_maskable_ppo_through_vecnormalize(tables_dir, trained):
+    """MaskablePPO fetches masks with env_method("action_masks") through VecNormalize; the
+    SubprocVecEnv case is the trained fixture (MaskablePPO refuses to train without masks, and
+    the trainer records that every worker answered)."""
+    from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from agents.rl_env import make_env_fn
+    assert json.loads((trained / "config.json").read_text())["masking_supported"] is True
+    env_kw = dict(gpus=8, gpus_per_node=8, trace="synthetic:models=rlA+rlB", max_jobs=6, window_k=4)
+    venv = VecNormalize(DummyVecEnv([make_env_fn(env_kw, split="train", rank=i, seed=0, tables=tables_dir)
+                                     for i in range(2)]))
+    try:
+        venv.reset()
+        assert is_masking_supported(venv)
+        m = get_action_masks(venv)
+        assert m.shape == (2, 4 * 29 + 1) and m.dtype == bool and m[:, -1].all()
+        direct = venv.venv.envs[0].unwrapped.action_masks()
+        assert np.array_equal(m[0], direct)
+        venv.env_method("set_difficulty", 0.0)
+        assert venv.get_attr("difficulty") == [0.0, 0.0]
+    finally:
+        venv.close()
+
+
+def test_train_and_eval_splits_are_disjoint(tables_dir):
+    from agents.rl_env import SYNTHETIC_SEED_SPLIT, TrainingEnv
+    from jigsaw_env.cost_table import register_tables_dir
+    register_tables_dir(tables_dir)
+    seen = {}
+    for split in ("train", "eval"):
+        env = TrainingEnv(split=split, gpus=8, trace="synthetic:models=rlA+rlB", max_jobs=5, window_k=4)
+        env.reset(seed=1)
+        rng_seeds = []
+        import traces
+        orig = traces.load_trace
+
+        def spy(spec, **kw):
+            rng_seeds.append(int(spec.rsplit("seed=", 1)[1]))
+            return orig(spec, **kw)
+        traces.load_trace = spy
+        try:
+            for s in range(5):
+                env.reset(seed=s)
+        finally:
+            traces.load_trace = orig
+        seen[split] = rng_seeds
+    assert all(s < SYNTHETIC_SEED_SPLIT for s in seen["train"])
+    assert all(s >= SYNTHETIC_SEED_SPLIT for s in seen["eval"])
+    # curriculum: small, light episodes at difficulty 0
+    env = TrainingEnv(split="train", gpus=8, trace="synthetic:models=rlA+rlB", max_jobs=8, window_k=4, difficulty=0.0)
+    env.reset(seed=0)
+    assert len(env.sim.state.jobs) == 2 and env.episode_size() == (2, 0.5)
+
+
+def test_real_trace_windows_come_from_the_right_split(tables_dir, tmp_path):
+    from agents.rl_env import TrainingEnv
+    from jigsaw_env.cost_table import register_tables_dir
+    register_tables_dir(tables_dir)
+    n = 50
+    pd.DataFrame({"job_id": np.arange(n), "arrival_s": np.arange(n) * 60.0, "num_gpus": 1,
+                  "duration_s": 600.0, "model": np.where(np.arange(n) % 2, "rlA", "rlB"), "batch_size": 8}
+                 ).to_csv(tmp_path / "t.csv", index=False)
+    for split, lo, hi in (("train", 0, 39), ("eval", 40, 49)):
+        env = TrainingEnv(split=split, gpus=8, trace=f"csv:{tmp_path / 't.csv'}", max_jobs=5, window_k=4, load=None)
+        for s in range(6):
+            env.reset(seed=s)
+            ids = sorted(env.sim.state.jobs)
+            assert lo <= ids[0] and ids[-1] <= hi and len(ids) == 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_plain_ppo_and_a2c_train_and_act(algo, tables_dir, tmp_path):
+    from agents.rl import LearnedAgent
+    from jigsaw_env.simulator import SimConfig
+    from traces import load_trace
+
+    run = tmp_path / algo
+    extra = ["--n-steps", "8"] if algo == "a2c" else []
+    # no evaluation during training: an untrained unmasked policy wastes whole rounds on no-ops
+    rc = main(tiny_args(tables_dir, run, "--algo", algo, "--vec", "dummy", "--n-envs", "1", "--timesteps", "256",
+                        "--eval-freq", "100000", "--no-tensorboard", *extra))
+    assert rc == 0
+    agent = LearnedAgent(run)
+    assert agent.algo == algo
+    env = agent.make_env(cluster_kwargs=dict(num_gpus=8, gpus_per_node=8, gpu_type="v100", gpu_memory_gib=None),
+                         sim_config=SimConfig())
+    jobs = load_trace("synthetic:models=rlA+rlB,jobs=6,seed=2", cluster_gpus=8).jobs
+    assert agent.play(env, jobs).num_finished == 6
+
+
+def test_bad_input_one_line_exit_2(tables_dir, tmp_path, capsys):
+    rc = main(["train", "--run-dir", str(tmp_path / "nothing"), "--resume", "--timesteps", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "config.json" in err[0]
+    rc = main(tiny_args(tables_dir, tmp_path / "r", "--trace", "synthetic:models=nosuchmodel", "--timesteps", "64"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "nosuchmodel" in err[0]
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "config.json").write_text("{}")
+    rc = main(tiny_args(tables_dir, tmp_path / "exists", "--timesteps", "64"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--resume" in err[0]
+
+
+def test_train_agent_script_entry_point(tables_dir, tmp_path):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, os.path.join(root, "train_agent.py"), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--algo" in r.stdout and "--resume" in r.stdout

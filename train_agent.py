@@ -1,0 +1,506 @@
+"""Train a learned scheduler on ``JigsawCluster-v0`` (also ``jigsaw train``).
+
+    python train_agent.py --trace synthetic --gpus 64 --max-jobs 50 --timesteps 200000 --run-dir runs/ppo1
+    jigsaw train --algo ppo --n-envs 4 --timesteps 50000 --run-dir runs/ppo-plain
+    jigsaw train --run-dir runs/ppo1 --resume --timesteps 400000      # continue to 400k steps
+
+MaskablePPO (sb3-contrib) by default, with the env's exact action masks (``action_masks()``,
+fetched from every SubprocVecEnv worker through ``env_method``); ``--algo ppo|a2c`` train the
+plain stable-baselines3 algorithms on the same env, where a masked action is a no-op.
+
+Training uses N environments (``--n-envs``, SubprocVecEnv; ``--vec dummy`` keeps them in this
+process), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
+the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
+see agents/rl_env.py), checkpoints, TensorBoard logs and a progress bar. Every episode draws new
+jobs (a new synthetic trace, or a random window of the trace), optionally with a sampled load
+(``--load 0.5,1.0,1.5``) and a curriculum (``--curriculum``), so one agent generalises across
+trace windows.
+
+RUN_DIR/ gets model.zip, vecnormalize.pkl, config.json, eval.csv, eval.png, best/best_model.zip,
+checkpoints/ and tb/ (TensorBoard). docs/evaluation.md describes them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+EVAL_COLUMNS = ["timesteps", "mean_reward", "std_reward", "mean_ep_length", "episodes", "mean_avg_jct_s",
+                "mean_makespan_s", "mean_cluster_efficiency", "mean_gpu_utilization", "difficulty", "wall_s"]
+CHECKPOINT_PREFIX = "rl_model"
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def _loads(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--load must be a number or a comma-separated list, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"--load values must be > 0, got {text!r}")
+    return vals
+
+
+def _pos_int(name: str):
+    def parse(v: str) -> int:
+        try:
+            f = float(v)
+            if not f.is_integer():
+                raise ValueError(v)
+            x = int(f)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {v!r}") from None
+        if x < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {x}")
+        return x
+    return parse
+
+
+def _net_arch(text: str) -> list[int]:
+    try:
+        v = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--net-arch must be comma-separated layer sizes, got {text!r}") from None
+    if not v or any(x < 1 for x in v):
+        raise argparse.ArgumentTypeError(f"--net-arch must be comma-separated layer sizes >= 1, got {text!r}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from jigsaw_env.simulate_cli import add_cluster_arguments
+
+    from agents.rl import ALGOS
+
+    add_cluster_arguments(p)
+    t = p.add_argument_group("episodes")
+    t.add_argument("--trace", default="synthetic", metavar="KIND:PATH",
+                   help="trace to draw episodes from: synthetic[:...] (a new trace per episode) or KIND:PATH "
+                        "(windows of --max-jobs consecutive jobs) (default: synthetic)")
+    t.add_argument("--trace-gpu-type", default=None, metavar="TYPE",
+                   help="GPU type the trace ran on, for iterations (default: per format)")
+    t.add_argument("--max-jobs", type=_pos_int("--max-jobs"), default=50, help="jobs per episode (default 50)")
+    t.add_argument("--load", type=_loads, default=None, metavar="X[,X...]",
+                   help="offered load per episode; several values are sampled uniformly per episode "
+                        "(default: synthetic 1.0, a real trace's own arrivals)")
+    t.add_argument("--holdout", type=float, default=0.2,
+                   help="held-out fraction of a real trace for evaluation (default 0.2: the last 20%% of jobs)")
+    t.add_argument("--curriculum", action="store_true",
+                   help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
+    t.add_argument("--curriculum-steps", type=_pos_int("--curriculum-steps"), default=None,
+                   help="timesteps of the curriculum ramp (default: half of --timesteps)")
+    t.add_argument("--max-time-s", type=float, default=None, help="truncate episodes after this simulated time")
+    e = p.add_argument_group("environment")
+    e.add_argument("--window-k", type=_pos_int("--window-k"), default=16, help="jobs visible per round, K (default 16)")
+    e.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L (default 3)")
+    e.add_argument("--spb-slots", type=_pos_int("--spb-slots"), default=4, help="start slots per level (default 4)")
+    e.add_argument("--reward", choices=("jct", "efficiency"), default="jct", help="reward (default jct)")
+    e.add_argument("--reward-scale", type=float, default=3600.0, help="reward divisor in seconds (default 3600)")
+    e.add_argument("--observe-remaining", action=argparse.BooleanOptionalAction, default=True,
+                   help="observe remaining work (an oracle, as SRTF has; default on)")
+    a = p.add_argument_group("training")
+    a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
+    a.add_argument("--timesteps", type=_pos_int("--timesteps"), default=100_000,
+                   help="total env steps to train to (with --resume: the new total) (default 100000)")
+    a.add_argument("--n-envs", type=_pos_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
+                   help="parallel environments (default min(4, CPUs))")
+    a.add_argument("--vec", choices=("subproc", "dummy"), default="subproc",
+                   help="SubprocVecEnv (default) or DummyVecEnv (all envs in this process)")
+    a.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    a.add_argument("--eval-freq", type=_pos_int("--eval-freq"), default=10_000,
+                   help="evaluate on the held-out split every this many timesteps (default 10000)")
+    a.add_argument("--eval-episodes", type=_pos_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
+    a.add_argument("--checkpoint-freq", type=_pos_int("--checkpoint-freq"), default=10_000,
+                   help="save a checkpoint every this many timesteps (default 10000)")
+    a.add_argument("--learning-rate", type=float, default=3e-4)
+    a.add_argument("--n-steps", type=_pos_int("--n-steps"), default=None,
+                   help="rollout steps per env per update (default: 256 for (maskable) PPO, 5 for A2C)")
+    a.add_argument("--batch-size", type=_pos_int("--batch-size"), default=64, help="PPO minibatch size (default 64)")
+    a.add_argument("--n-epochs", type=_pos_int("--n-epochs"), default=10, help="PPO epochs per update (default 10)")
+    a.add_argument("--gamma", type=float, default=0.99)
+    a.add_argument("--ent-coef", type=float, default=0.01)
+    a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
+    o = p.add_argument_group("output")
+    o.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-<time>)")
+    o.add_argument("--resume", action="store_true",
+                   help="continue RUN_DIR from its latest checkpoint (or final model) to --timesteps in total")
+    o.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                   help="write TensorBoard logs to RUN_DIR/tb (default on)")
+    o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    o.add_argument("--verbose", type=int, default=0, help="stable-baselines3 verbosity (default 0)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train a learned scheduler (MaskablePPO / PPO / A2C)",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train_agent.py", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return p
+
+
+# ----------------------------------------------------------------------------------------------- config
+def config_from_args(args) -> dict[str, Any]:
+    """The JSON config of a run (written to RUN_DIR/config.json)."""
+    from agents.rl import RUN_FORMAT, spaces_signature
+
+    loads = args.load
+    env = {
+        "gpus": args.gpus, "gpus_per_node": args.gpus_per_node, "gpu_type": args.gpu_type,
+        "gpu_memory_gib": args.gpu_memory_gib, "trace": args.trace, "max_jobs": args.max_jobs,
+        "load": loads[0] if loads and len(loads) == 1 else None, "window_k": args.window_k,
+        "spb_levels": args.spb_levels, "spb_slots": args.spb_slots, "max_workers_per_gpu": args.max_workers_per_gpu,
+        "round_s": args.round_s, "restart_s": args.restart_s, "reward": args.reward,
+        "reward_scale": args.reward_scale, "observe_remaining": args.observe_remaining,
+        "backlogged": args.backlogged, "max_time_s": args.max_time_s,
+    }
+    n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
+    return {
+        "format": RUN_FORMAT,
+        "algo": args.algo,
+        "policy": "MlpPolicy",
+        "hyperparameters": {"learning_rate": args.learning_rate, "n_steps": n_steps, "batch_size": args.batch_size,
+                            "n_epochs": args.n_epochs, "gamma": args.gamma, "ent_coef": args.ent_coef,
+                            "net_arch": list(args.net_arch)},
+        "env": env,
+        "sampling": {"loads": loads, "holdout": args.holdout, "trace_gpu_type": args.trace_gpu_type,
+                     "curriculum": bool(args.curriculum),
+                     "curriculum_steps": args.curriculum_steps or (args.timesteps // 2 if args.curriculum else None),
+                     "train_split": "synthetic seeds [0, 2^30)" if args.trace.startswith("synthetic")
+                     else f"first {1 - args.holdout:.0%} of the jobs",
+                     "eval_split": "synthetic seeds [2^30, 2^31)" if args.trace.startswith("synthetic")
+                     else f"last {args.holdout:.0%} of the jobs"},
+        "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots),
+        "normalize_obs": True, "normalize_reward": True,
+        "n_envs": args.n_envs, "vec": args.vec, "seed": args.seed,
+        "timesteps": args.timesteps, "trained_timesteps": 0,
+        "eval": {"freq": args.eval_freq, "episodes": args.eval_episodes},
+        "checkpoint_freq": args.checkpoint_freq,
+        "tables": str(Path(args.tables).resolve()) if args.tables else None,
+        "versions": _versions(), "git_commit": _git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("jigsaw", "numpy", "pandas", "torch", "gymnasium", "stable-baselines3", "sb3-contrib"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _git_commit() -> str:
+    import subprocess
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                           text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------------------------- envs
+def _env_factories(cfg: dict, split: str, n: int, seed: int):
+    from agents.rl_env import make_env_fn
+    s = cfg["sampling"]
+    difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
+    return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], loads=s["loads"],
+                        trace_gpu_type=s.get("trace_gpu_type"), tables=cfg.get("tables"), difficulty=difficulty)
+            for i in range(n)]
+
+
+def _check_env(cfg: dict) -> None:
+    """Build and reset one train and one eval env here, so that a bad config fails with its own
+    message before any worker process starts."""
+    for split in ("train", "eval"):
+        env = _env_factories(cfg, split, 1, cfg["seed"])[0]()
+        env.reset(seed=cfg["seed"])
+        env.close()
+
+
+def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
+    """(steps, model path, vecnormalize path) of the most advanced saved state, or None."""
+    cands: list[tuple[int, Path, Path | None]] = []
+    ck = run_dir / "checkpoints"
+    if ck.is_dir():
+        for f in ck.glob(f"{CHECKPOINT_PREFIX}_*_steps.zip"):
+            m = re.fullmatch(rf"{CHECKPOINT_PREFIX}_(\d+)_steps\.zip", f.name)
+            if m:
+                steps = int(m.group(1))
+                vn = ck / f"{CHECKPOINT_PREFIX}_vecnormalize_{steps}_steps.pkl"
+                cands.append((steps, f, vn if vn.is_file() else None))
+    final = run_dir / "model.zip"
+    if final.is_file():
+        try:
+            steps = int(json.loads((run_dir / "config.json").read_text()).get("trained_timesteps") or 0)
+        except (OSError, ValueError):
+            steps = 0
+        vn = run_dir / "vecnormalize.pkl"
+        cands.append((steps, final, vn if vn.is_file() else None))
+    return max(cands, key=lambda c: (c[0], c[1].name == "model.zip")) if cands else None
+
+
+# ----------------------------------------------------------------------------------------------- callbacks
+def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
+    from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
+    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, CallbackList
+
+    masked = cfg["algo"] == "maskable_ppo"
+    eval_seed = int(cfg["seed"]) + 1_000_003
+    csv_path = run_dir / "eval.csv"
+
+    class EvalToCSV(MaskableEvalCallback):
+        """MaskableEvalCallback that replays the same held-out episodes at every evaluation and
+        appends a row (reward and the episodes' metrics) to eval.csv."""
+
+        def _log_success_callback(self, locals_, globals_):
+            super()._log_success_callback(locals_, globals_)
+            info = locals_.get("info") or {}
+            if locals_.get("done") and "episode_metrics" in info:
+                self._metrics_buffer.append(info["episode_metrics"])
+
+        def _on_step(self) -> bool:
+            due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
+            if due:
+                self._metrics_buffer: list[dict] = []
+                self.eval_env.seed(eval_seed)
+            n_before = len(self.evaluations_timesteps)
+            cont = super()._on_step()
+            if due and len(self.evaluations_timesteps) > n_before:
+                rewards = self.evaluations_results[-1]
+                lengths = self.evaluations_length[-1]
+                ms = self._metrics_buffer
+
+                def mean_of(key):
+                    v = [m.get(key) for m in ms if m.get(key) is not None]
+                    return float(sum(v) / len(v)) if v else float("nan")
+
+                diff = self.training_env.get_attr("difficulty")[0] if self.training_env is not None else 1.0
+                row = [self.num_timesteps, float(sum(rewards) / len(rewards)), float(_std(rewards)),
+                       float(sum(lengths) / len(lengths)), len(rewards), mean_of("avg_jct_s"), mean_of("makespan_s"),
+                       mean_of("cluster_efficiency"), mean_of("gpu_utilization"), float(diff),
+                       time.perf_counter() - t_start]
+                new = not csv_path.exists()
+                with open(csv_path, "a") as f:
+                    if new:
+                        f.write(",".join(EVAL_COLUMNS) + "\n")
+                    f.write(",".join(_fmt_csv(x) for x in row) + "\n")
+                self.logger.record("eval/mean_avg_jct_s", row[5])
+                self.logger.record("eval/mean_cluster_efficiency", row[7])
+            return cont
+
+    class Curriculum(BaseCallback):
+        def __init__(self, steps: int):
+            super().__init__()
+            self.steps = max(1, int(steps))
+
+        def _set(self) -> None:
+            d = min(1.0, self.num_timesteps / self.steps)
+            self.training_env.env_method("set_difficulty", d)
+            self.logger.record("train/difficulty", d)
+
+        def _on_training_start(self) -> None:
+            self._set()
+
+        def _on_rollout_start(self) -> None:
+            self._set()
+
+        def _on_step(self) -> bool:
+            return True
+
+    cbs = [
+        CheckpointCallback(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
+                           name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
+        EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"], eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
+                  best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
+                  use_masking=masked, warn=False, verbose=cfg.get("verbose", 0)),
+    ]
+    if cfg["sampling"].get("curriculum"):
+        cbs.append(Curriculum(cfg["sampling"].get("curriculum_steps") or cfg["timesteps"] // 2))
+    return CallbackList(cbs)
+
+
+def _std(x) -> float:
+    m = sum(x) / len(x)
+    return math.sqrt(sum((v - m) ** 2 for v in x) / len(x))
+
+
+def _fmt_csv(x) -> str:
+    if isinstance(x, float):
+        return "" if math.isnan(x) else repr(x)
+    return str(x)
+
+
+def plot_eval_curve(run_dir: Path) -> Path | None:
+    """eval.png from eval.csv: held-out mean reward (+- sd) and mean JCT against timesteps."""
+    import pandas as pd
+    csv_path = run_dir / "eval.csv"
+    if not csv_path.is_file():
+        return None
+    df = pd.read_csv(csv_path)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    if len(df):
+        ax[0].errorbar(df["timesteps"], df["mean_reward"], yerr=df["std_reward"], marker="o", capsize=3)
+        ax[1].plot(df["timesteps"], df["mean_avg_jct_s"] / 3600.0, marker="o")
+    ax[0].set(xlabel="timesteps", ylabel="held-out episode return", title="evaluation return (mean +- sd)")
+    ax[1].set(xlabel="timesteps", ylabel="mean JCT (h)", title="held-out mean JCT")
+    for a in ax:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    out = run_dir / "eval.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- training
+def train(args) -> dict:
+    """Train (or resume) per ``args``; returns the final config dict."""
+    import torch
+    torch.set_num_threads(1)
+
+    from stable_baselines3.common.utils import set_random_seed
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    from agents.rl import algo_class
+    from jigsaw_env.cost_table import register_tables_dir
+
+    if not args.run_dir:
+        args.run_dir = f"runs/{args.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(args.run_dir)
+    cfg_path = run_dir / "config.json"
+    resume_from = None
+    if args.resume:
+        if not cfg_path.is_file():
+            raise ValueError(f"--resume needs a run folder with config.json; {run_dir} has none")
+        cfg = json.loads(cfg_path.read_text())
+        resume_from = _latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
+        cfg["timesteps"] = args.timesteps
+        cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
+                                              "to_timesteps": args.timesteps,
+                                              "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    else:
+        if cfg_path.exists():
+            raise ValueError(f"{run_dir} already holds a run (config.json); pass --resume to continue it "
+                             f"or choose another --run-dir")
+        if args.spb_levels < 0:
+            raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
+        cfg = config_from_args(args)
+    if cfg.get("tables"):
+        register_tables_dir(cfg["tables"])
+    _check_env(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(cfg_path, cfg)
+
+    seed = int(cfg["seed"])
+    set_random_seed(seed)
+    n_envs = int(cfg["n_envs"])
+    vec_cls = SubprocVecEnv if cfg.get("vec", "subproc") == "subproc" and n_envs > 1 else DummyVecEnv
+    venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
+    eval_raw = DummyVecEnv(_env_factories(cfg, "eval", 1, seed + 1_000_003))
+    try:
+        if resume_from is not None:
+            steps, model_path, vn_path = resume_from
+            if vn_path is None:
+                raise ValueError(f"--resume: {run_dir} has {model_path.name} but no VecNormalize statistics beside it")
+            venv = VecNormalize.load(str(vn_path), venv)
+            venv.training, venv.norm_reward = True, True
+        else:
+            venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=cfg["hyperparameters"]["gamma"])
+        eval_env = VecNormalize(eval_raw, norm_obs=True, norm_reward=False, training=False)
+        from sb3_contrib.common.maskable.utils import is_masking_supported
+        cfg["masking_supported"] = bool(is_masking_supported(venv))  # env_method("action_masks") reaches every worker
+        if cfg["algo"] == "maskable_ppo" and not cfg["masking_supported"]:
+            raise ValueError("the training envs do not expose action_masks(); MaskablePPO needs them")
+        cls = algo_class(cfg["algo"])
+        tb = str(run_dir / "tb") if getattr(args, "tensorboard", True) else None
+        if resume_from is not None:
+            model = cls.load(str(resume_from[1]), env=venv, device="cpu", tensorboard_log=tb)
+            model.num_timesteps = max(model.num_timesteps, resume_from[0])
+        else:
+            hp = cfg["hyperparameters"]
+            kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=hp["gamma"],
+                                      ent_coef=hp["ent_coef"],
+                                      policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
+            if cfg["algo"] in ("maskable_ppo", "ppo"):
+                kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"])
+            model = cls(cfg["policy"], venv, seed=seed, device="cpu", tensorboard_log=tb,
+                        verbose=getattr(args, "verbose", 0), **kw)
+        target = int(cfg["timesteps"])
+        remaining = target - int(model.num_timesteps)
+        t0 = time.perf_counter()
+        if remaining > 0:
+            callbacks = _callbacks(cfg, run_dir, eval_env, n_envs, t0)
+            try:
+                model.learn(total_timesteps=remaining, callback=callbacks, progress_bar=bool(getattr(args, "progress", True)),
+                            reset_num_timesteps=resume_from is None, tb_log_name=cfg["algo"])
+            except KeyboardInterrupt:
+                _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
+                raise
+        else:
+            print(f"{run_dir}: already trained for {model.num_timesteps} >= {target} timesteps; nothing to do")
+        _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
+    finally:
+        venv.close()
+        eval_raw.close()
+    plot_eval_curve(run_dir)
+    return cfg
+
+
+def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:
+    model.save(str(run_dir / "model.zip"))
+    venv.save(str(run_dir / "vecnormalize.pkl"))
+    cfg["trained_timesteps"] = int(model.num_timesteps)
+    cfg["train_wall_s"] = float(cfg.get("train_wall_s", 0.0)) + float(wall_s)
+    _write_json(run_dir / "config.json", cfg)
+
+
+def run(args) -> int:
+    cfg = train(args)
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    print(json.dumps({"run_dir": str(run_dir) if run_dir else None, "algo": cfg["algo"],
+                      "trained_timesteps": cfg["trained_timesteps"], "train_wall_s": round(cfg.get("train_wall_s", 0), 1)}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"train_agent.py: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
