@@ -110,7 +110,7 @@ class RoundBuilder:
         self.state = state
         self.codec = codec
         self.window = select_window(state, codec.window_k)
-        self.ledger = GpuLedger(state, state.current_decision())
+        self.ledger = GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
 
     # ----- applying

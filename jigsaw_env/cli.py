@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "traces.cli",                # traces describe
     "train_agent",               # train
     "jigsaw_env.evaluate",       # evaluate
+    "jigsaw_executor.export",    # export
 )
 
 

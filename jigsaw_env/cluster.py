@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .cost_table import DEVICE_TYPES
 from .network import CROSS_NODE, INTRA_NODE, Link
 
@@ -83,6 +85,15 @@ class ClusterSpec:
     def main_gpu_type(self) -> str:
         """The most common GPU type (used for isolated-throughput references)."""
         return max(set(self.gpu_types), key=self.gpu_types.count)
+
+    def memory_array(self) -> np.ndarray:
+        """(num_gpus,) memory of every GPU in bytes (float64, read-only, cached)."""
+        arr = self.__dict__.get("_memory_array")
+        if arr is None:
+            arr = np.array([self.memory_of(g) for g in range(self.num_gpus)], dtype=np.float64)
+            arr.setflags(write=False)
+            object.__setattr__(self, "_memory_array", arr)
+        return arr
 
     def link_for(self, gpus) -> Link:
         """Intra-node link if every GPU is on one node, else the cross-node link."""

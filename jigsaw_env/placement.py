@@ -30,17 +30,19 @@ class InfeasibleDecision(ValueError):
 class GpuLedger:
     """Per-GPU memory (bytes), worker count and owners under a (partial) decision."""
 
-    def __init__(self, state: ClusterState, decision: Decision | None = None):
+    def __init__(self, state: ClusterState, decision: Decision | None = None, checked: bool = False):
+        """``decision``: start from it; ``checked=True`` trusts it (e.g. the allocation in force,
+        which the simulator validated when it was applied) and skips the feasibility checks."""
         self.state = state
         cl = state.cluster
-        self.capacity = np.array([cl.memory_of(g) for g in range(cl.num_gpus)], dtype=np.float64)
+        self.capacity = cl.memory_array()
         self.mem = np.zeros(cl.num_gpus)
         self.workers = np.zeros(cl.num_gpus, dtype=np.int64)
         self.owners: list[list[int]] = [[] for _ in range(cl.num_gpus)]
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
-                self.add(jid, jd)
+                self.add(jid, jd, checked=checked)
 
     def copy(self) -> "GpuLedger":
         new = GpuLedger.__new__(GpuLedger)
