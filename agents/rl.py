@@ -116,14 +116,20 @@ class LearnedAgent:
         import torch
         torch.set_num_threads(1)
         cls = algo_class(self.algo)
-        self.model = cls.load(str(model_path), device="cpu")
+        try:
+            self.model = cls.load(str(model_path), device="cpu")
+        except Exception as e:  # a corrupted or foreign zip: one line for the user
+            raise ValueError(f"{model_path}: cannot load a {self.algo} model ({type(e).__name__}: {e})") from None
         self.obs_rms = None
         self.clip_obs = 10.0
         self.epsilon = 1e-8
         vn = self.run_dir / "vecnormalize.pkl"
         if vn.is_file():
-            with open(vn, "rb") as f:
-                v = pickle.load(f)
+            try:
+                with open(vn, "rb") as f:
+                    v = pickle.load(f)
+            except Exception as e:  # truncated or corrupted pickle
+                raise ValueError(f"{vn}: cannot read the normalization statistics ({type(e).__name__}: {e})") from None
             if getattr(v, "norm_obs", False):
                 self.obs_rms, self.clip_obs, self.epsilon = v.obs_rms, float(v.clip_obs), float(v.epsilon)
         elif self.config.get("normalize_obs", True):
