@@ -32,7 +32,7 @@ class Scheduler:
     @staticmethod
     def ledger(state: ClusterState, keep_running: bool = True) -> GpuLedger:
         """A GPU ledger that starts from the allocation in force (or empty)."""
-        return GpuLedger(state, state.current_decision() if keep_running else None)
+        return GpuLedger(state, state.current_decision() if keep_running else None, checked=True)
 
 
 def register_scheduler(name: str):

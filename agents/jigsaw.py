@@ -1,0 +1,283 @@
+"""Jigsaw: the SPB-aware scheduler. It fits SPB workers' per-iteration demands together.
+
+The paper's algorithm is not public; this is our design. docs/schedulers.md gives the reason for
+every rule. Per round:
+
+1. Order (no duration knowledge): discretized 2D-LAS exactly as ``tiresias`` (same queues, FIFO by
+   arrival inside a queue, starvation guard), so a JCT comparison with Tiresias isolates what SPB
+   and fitting add.
+2. Exclusive set: take jobs top-down until GPUs run out (skipping jobs that do not fit) and place
+   them from the highest priority down. Running jobs that stay keep their GPUs unless a move to
+   fewer nodes pays for its restart (rule 5); new ones get consolidated GPUs; a job whose only
+   placement would span nodes it does not need at a real cost in speed displaces lower-priority
+   running jobs or is deferred to fitting (rule 4). Free GPUs left go to lower-priority jobs.
+3. Fitting: the jobs left over (top ``max_waiting`` by priority, plus current guests) may each
+   join one host job of the exclusive set on a subset of its GPUs. For each candidate host (the
+   ``max_hosts`` lowest-priority hosts with at least as many GPUs) search both jobs' SPB
+   level/pattern and the guest's worker order, scored by the engine's exact lockstep step over the
+   hyper-period with memory checked at each process's peak (``common.best_pairing``). Accept the
+   best host only if the pair's useful work beats the host alone by ``1 + margin``
+   (``keep_margin`` for a pair already running, which moves no one).
+4. SPB level of every job left alone on its GPUs: the (level, pattern) that maximises eta x
+   dedicated full-backprop time / its actual step there (rule 2), with hysteresis.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from jigsaw_env.placement import GpuLedger
+from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
+
+from .base import Scheduler, register_scheduler
+from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_gpus, current_pairs, parse_thresholds,
+                     select_by_budget)
+
+
+@register_scheduler("jigsaw")
+class Jigsaw(Scheduler):
+    """SPB-aware scheduling: 2D-LAS order, consolidated exclusive placement, SPB-aware fitting of
+    leftover jobs onto running jobs' GPUs, SPB level per job against eta. See the module docstring.
+
+    thresholds / starve_factor: the LAS queues (as ``tiresias``).
+    margin: a new pair must give ``(1 + margin)`` x the host's useful work alone.
+    keep_margin: the same test for a pair already running (lower: keeping it moves nothing).
+    max_waiting / max_hosts: bounds of the fitting search per round (guests x hosts).
+    hysteresis: relative gain needed to change a running job's SPB configuration.
+    spread_tolerance: a job spans more nodes than it needs only if it keeps this share of its speed.
+    restart_s / horizon_s: a move must gain more than ``restart_s`` of work within ``horizon_s``
+        (the simulator's default restart cost and round length; the state does not carry them).
+    """
+
+    def __init__(self, thresholds: Sequence[float] | str | float = (3600.0,), starve_factor: float | None = 10.0,
+                 margin: float = 0.0, keep_margin: float = -0.02, max_waiting: int = 8, max_hosts: int = 8,
+                 hysteresis: float = 0.01, spread_tolerance: float = 0.9, restart_s: float = 30.0,
+                 horizon_s: float = 300.0, displace: bool = True):
+        self.las = LASQueues(parse_thresholds(thresholds), starve_factor)
+        self.margin = float(margin)
+        self.keep_margin = float(keep_margin)
+        self.max_waiting = int(max_waiting)
+        self.max_hosts = int(max_hosts)
+        self.hysteresis = float(hysteresis)
+        self.spread_tolerance = float(spread_tolerance)
+        self.restart_s = float(restart_s)
+        self.horizon_s = float(horizon_s)
+        self.displace = bool(displace)
+        self._host_of: dict[int, int] = {}
+
+    def reset(self) -> None:
+        self.las.reset()
+        self._host_of = {}
+
+    # ----------------------------------------------------------------------------------------
+    def schedule(self, state: ClusterState) -> Decision:
+        self.las.observe(state)
+        order = self.las.order(state.active())
+        rank = {j.job_id: i for i, j in enumerate(order)}
+        pairs = current_pairs(state, self._host_of)           # guest -> host, as running now
+        chosen, rest = select_by_budget(order, state.cluster.num_gpus)
+        # 2. exclusive set (rules 4 and 5)
+        ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
+        # 3. fitting
+        self._host_of = {}
+        hostable = {jid for jid, jd in ledger.decision.items() if all(ledger.workers[g] == 1 for g in jd.gpus)}
+        guests = [j for j in rest if j.job_id in pairs] + [j for j in rest if j.job_id not in pairs][: self.max_waiting]
+        guests.sort(key=lambda j: rank[j.job_id])
+        paired: set[int] = set()
+        if state.max_workers_per_gpu >= 2 and hostable:
+            hosts_by_priority = sorted((state.jobs[h] for h in hostable), key=lambda j: -rank[j.job_id])
+            for guest in guests:
+                plan = None
+                host_id = pairs.get(guest.job_id)
+                if host_id is not None and host_id in hostable:
+                    plan = self._keep_pair(state, ledger, state.jobs[host_id], guest)
+                if plan is None:
+                    host_id, plan = self._find_host(state, ledger, hosts_by_priority, hostable, guest)
+                if plan is None:
+                    continue
+                if self._apply_pair(state, ledger, state.jobs[host_id], guest, plan):
+                    hostable.discard(host_id)
+                    paired.update((host_id, guest.job_id))
+                    self._host_of[guest.job_id] = host_id
+                    hosts_by_priority = [h for h in hosts_by_priority if h.job_id != host_id]
+        # 4. SPB level of every job alone on its GPUs
+        for jid in list(ledger.decision):
+            if jid in paired:
+                continue
+            jd = ledger.decision[jid]
+            job = state.jobs[jid]
+            cur = (jd.level, jd.pattern) if job.status is JobStatus.RUNNING and jd.gpus == job.placement else None
+            cfg, _ = best_solo(state, job, jd.gpus, cur, self.hysteresis)
+            if cfg != (jd.level, jd.pattern):
+                new = JobDecision(jd.gpus, cfg[0], cfg[1])
+                ledger.remove(jid)
+                if ledger.fits(jid, new):
+                    ledger.add(jid, new, checked=True)
+                else:
+                    ledger.add(jid, jd)
+        return ledger.decision
+
+    # ----------------------------------------------------------------------------------------
+    def _min_nodes(self, state: ClusterState, job: JobState) -> int:
+        gpn = state.cluster.gpus_per_node
+        return -(-job.num_gpus // gpn)
+
+    def _nodes(self, state: ClusterState, gpus) -> int:
+        gpn = state.cluster.gpus_per_node
+        return len({g // gpn for g in gpus})
+
+    def _spread_ok(self, state: ClusterState, job: JobState, gpus) -> bool:
+        """Rule 4: a job may sit on more nodes than it needs only if it keeps ``spread_tolerance``
+        of the useful throughput it has on the fewest nodes (its comm share is small)."""
+        if self._nodes(state, gpus) <= self._min_nodes(state, job):
+            return True
+        _, x = best_solo(state, job, gpus, None, 0.0)
+        _, x_ref = best_solo(state, job, tuple(range(job.num_gpus)), None, 0.0)  # fewest nodes
+        return x >= self.spread_tolerance * x_ref
+
+    def _exclusive(self, state, chosen, rest, pairs, rank) -> tuple[GpuLedger, list[JobState]]:
+        """Place the exclusive set; returns the ledger and the jobs left for fitting (priority order).
+
+        Jobs are placed from the highest priority down, so the best placements go to the jobs that
+        matter most under LAS, and the top job always gets the fewest nodes (the cluster is empty
+        for it): no job waits forever. A running job keeps its GPUs if no higher-priority job took
+        them and they span no more nodes than needed (or its comm share is small); otherwise it
+        moves to fewer nodes when that gains more than its restart costs (rule 5). A job needing
+        GPUs takes consolidated GPUs among those truly free (not held by lower-priority running
+        jobs); if that spans nodes it does not need at a real cost in speed (rule 4), it may
+        displace lower-priority running jobs to get a consolidated placement; failing both it is
+        deferred to fitting (it may run as a guest on one node). GPUs left free go to
+        lower-priority jobs that fit them well (backfilling).
+        """
+        cl = state.cluster
+        ledger = GpuLedger(state)
+        reserved = np.zeros(cl.num_gpus, dtype=bool)
+        for j in chosen:
+            if j.status is JobStatus.RUNNING and j.placement:
+                reserved[list(j.placement)] = True
+        deferred: list[JobState] = []
+        for j in chosen:
+            own = j.status is JobStatus.RUNNING and bool(j.placement)
+            if own:
+                reserved[list(j.placement)] = False  # its own reservation no longer blocks anyone
+                still_free = not ledger.workers[list(j.placement)].any()
+                cur = JobDecision(j.placement, j.level, j.pattern) if still_free else None
+                if cur is not None and self._spread_ok(state, j, cur.gpus) and ledger.fits(j.job_id, cur):
+                    ledger.add(j.job_id, cur, checked=True)
+                    continue
+            free = (ledger.workers == 0) & ~reserved
+            jd = self._consolidated(state, ledger, j, free)
+            if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
+                # displace lower-priority running jobs if that gives a good placement
+                alt = self._consolidated(state, ledger, j, ledger.workers == 0)
+                if alt is not None and self._spread_ok(state, j, alt.gpus):
+                    jd = alt
+            if own and cur is not None:
+                # a running job on too many nodes: move only if it pays for the restart
+                if jd is not None and self._nodes(state, jd.gpus) < self._nodes(state, cur.gpus):
+                    _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
+                    _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
+                    if (x_new - x_old) * self.horizon_s <= x_new * self.restart_s:
+                        jd = None
+                else:
+                    jd = None
+                if jd is None and ledger.fits(j.job_id, cur):
+                    ledger.add(j.job_id, cur, checked=True)
+                    continue
+            if jd is None or not self._spread_ok(state, j, jd.gpus):
+                deferred.append(j)
+                continue
+            ledger.add(j.job_id, jd, checked=True)
+        # backfill free GPUs with lower-priority jobs that fit them well
+        left = []
+        nfree = int((ledger.workers == 0).sum())
+        for j in rest:
+            if j.num_gpus <= nfree:
+                jd = None
+                if j.status is JobStatus.RUNNING and j.placement and not ledger.workers[list(j.placement)].any():
+                    jd = JobDecision(j.placement, j.level, j.pattern)  # stays where it is: no restart
+                    if not ledger.fits(j.job_id, jd):
+                        jd = None
+                if jd is None:
+                    jd = self._consolidated(state, ledger, j, ledger.workers == 0)
+                if jd is not None and self._spread_ok(state, j, jd.gpus):
+                    ledger.add(j.job_id, jd, checked=True)
+                    nfree -= j.num_gpus
+                    continue
+            left.append(j)
+        left = deferred + left
+        left.sort(key=lambda j: rank[j.job_id])
+        return ledger, left
+
+    @staticmethod
+    def _consolidated(state, ledger: GpuLedger, job: JobState, free: np.ndarray) -> JobDecision | None:
+        gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
+        if gpus is None:
+            return None
+        jd = JobDecision(tuple(gpus), 0)
+        return jd if ledger.fits(job.job_id, jd) else None
+
+    def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
+        jd = ledger.decision[host.job_id]
+        _, rate = best_solo(state, host, jd.gpus, None, 0.0)
+        return host.num_gpus * rate
+
+    def _keep_pair(self, state, ledger, host, guest) -> PairPlan | None:
+        """A running pair stays where it is if it still beats the host alone by ``keep_margin``;
+        only the SPB configurations are re-chosen (that moves no one)."""
+        hgpus = ledger.decision[host.job_id].gpus
+        if hgpus != host.placement or not set(guest.placement) <= set(hgpus):
+            return None
+        order = [tuple(hgpus.index(g) for g in guest.placement)]
+        plan = best_pairing(state, host, hgpus, guest, orders=order)
+        if plan is None:
+            return None
+        cur = best_pairing(state, host, hgpus, guest, [(host.level, host.pattern)], [(guest.level, guest.pattern)], order)
+        if cur is not None and plan.value <= cur.value * (1.0 + self.hysteresis):
+            plan = cur
+        alone = self._host_alone(state, ledger, host)
+        return plan if plan.value >= alone * (1.0 + self.keep_margin) else None
+
+    def _find_host(self, state, ledger, hosts_by_priority, hostable, guest) -> tuple[int | None, PairPlan | None]:
+        """The host (among the lowest-priority ones that are wide enough) whose pairing adds the
+        most useful work, if it clears ``1 + margin``."""
+        best_gain, best = -float("inf"), (None, None)
+        n = 0
+        for host in hosts_by_priority:
+            if host.job_id not in hostable or host.num_gpus < guest.num_gpus:
+                continue
+            n += 1
+            if n > self.max_hosts:
+                break
+            hgpus = ledger.decision[host.job_id].gpus
+            plan = best_pairing(state, host, hgpus, guest)
+            if plan is None:
+                continue
+            alone = self._host_alone(state, ledger, host)
+            # a guest that resumes or moves restarts, and the lockstep pair waits for it (rule 5):
+            # over the horizon the pair works horizon - restart seconds, the host alone horizon
+            restarts = guest.status is JobStatus.PAUSED or (
+                guest.status is JobStatus.RUNNING and guest.placement != plan.guest_gpus)
+            work = plan.value * (1.0 - self.restart_s / self.horizon_s) if restarts else plan.value
+            if work < alone * (1.0 + self.margin) - 1e-9:
+                continue
+            gain = work - alone
+            if gain > best_gain + 1e-12:
+                best_gain, best = gain, (host.job_id, plan)
+        return best
+
+    @staticmethod
+    def _apply_pair(state, ledger: GpuLedger, host: JobState, guest: JobState, plan: PairPlan) -> bool:
+        old = ledger.decision[host.job_id]
+        hjd = JobDecision(old.gpus, plan.host_cfg[0], plan.host_cfg[1])
+        gjd = JobDecision(plan.guest_gpus, plan.guest_cfg[0], plan.guest_cfg[1])
+        ledger.remove(host.job_id)
+        if ledger.fits(host.job_id, hjd):
+            ledger.add(host.job_id, hjd, checked=True)
+            if ledger.fits(guest.job_id, gjd):
+                ledger.add(guest.job_id, gjd, checked=True)
+                return True
+            ledger.remove(host.job_id)
+        ledger.add(host.job_id, old)
+        return False
