@@ -1,0 +1,245 @@
+"""``jigsaw calibrate``: measure a zoo model's cost table, and (re)build the shipped tables.
+
+Examples::
+
+    jigsaw calibrate --model tiny_mlp --batch-size 16 --device cpu --out tiny.json
+    jigsaw calibrate --model resnet18 --batch-size 64 --device v100 --out r18-v100.json
+    python -m jigsaw_env.calibrate --ship                 # rebuild every shipped table
+    python -m jigsaw_env.calibrate --ship --derive-only   # re-derive GPU tables from shipped CPU ones
+
+``--device cpu`` / ``cuda`` measure on the local CPU / GPU. ``--device k80|p100|v100`` measures on
+the local CPU and anchors the times to Gavel's measured throughput on that GPU type (or, for a
+model Gavel did not measure, extrapolates with the shipped CPU tables of the Gavel models); see
+docs/cost_tables.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from jigsaw_env.cost_table import TABLES_DIR, CostTable, table_filename
+
+# model -> batch size of its shipped tables (a Gavel batch size where Gavel has the job type)
+SHIPPED: dict[str, int] = {
+    "resnet18": 64,
+    "resnet50": 32,
+    "transformer_small": 64,
+    "lstm_lm": 20,
+    "recommendation": 1024,
+    "vgg16": 32,
+    "bert_base": 8,
+    "tiny_cnn": 32,
+    "tiny_mlp": 32,
+    "tiny_transformer": 32,
+}
+GPU_TYPES = ("k80", "p100", "v100")
+DEVICES = ("cpu", "cuda") + GPU_TYPES
+SHIP_DEVICES = ("cpu",) + GPU_TYPES
+
+
+def _allowed_models() -> list[str]:
+    from jigsaw_env.zoo import model_names
+    return model_names()
+
+
+def _validate(model: str, batch_size: int, device: str, repeats: int | None,
+              anchor_device: str | None) -> tuple[str, str | None]:
+    """Check the arguments; return (measuring device, anchor GPU type or None)."""
+    allowed = _allowed_models()
+    if model not in allowed:
+        raise ValueError(f"unknown model {model!r}; allowed: {allowed}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; allowed: {list(DEVICES)}")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    if anchor_device is not None and anchor_device not in GPU_TYPES:
+        raise ValueError(f"unknown anchor device {anchor_device!r}; allowed: {list(GPU_TYPES)}")
+    if device in GPU_TYPES:
+        if anchor_device is not None and anchor_device != device:
+            raise ValueError(f"--device {device} already anchors to {device}; it conflicts with anchor "
+                             f"device {anchor_device!r}")
+        return "cpu", device
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch sees no CUDA device here; use --device cpu")
+    return device, anchor_device
+
+
+def calibrate(model: str, batch_size: int, device: str = "cpu", repeats: int | None = None,
+              anchor_device: str | None = None, *, warmup: int = 1, seed: int = 0, progress: bool = False,
+              reference_tables: list[CostTable] | None = None, gavel_path: str | Path | None = None,
+              command: str | None = None) -> CostTable:
+    """Measure the cost table of zoo ``model`` at ``batch_size``.
+
+    ``device``: ``"cpu"`` or ``"cuda"`` (measure there) or ``"k80"``/``"p100"``/``"v100"`` (measure on
+    the CPU, then anchor to that GPU type). ``anchor_device``: anchor a cpu/cuda measurement to a
+    GPU type. ``repeats=None``: chosen from a one-iteration probe. Raises ValueError for bad input.
+    """
+    from jigsaw_env import table_builder as tb
+
+    measure_on, anchor = _validate(model, batch_size, device, repeats, anchor_device)
+    if anchor is not None:  # fail before a long measurement when the data folder is missing
+        tb.gavel_throughputs(gavel_path)
+    cmd = command or (f"jigsaw calibrate --model {model} --batch-size {batch_size} --device {device}"
+                      + (f" --repeats {repeats}" if repeats else ""))
+    table = tb.measure_table(model, batch_size, device=measure_on, repeats=repeats, warmup=warmup, seed=seed,
+                             progress=progress, command=cmd)
+    if anchor is not None:
+        table = tb.anchor_table(table, anchor, gavel_path=gavel_path, reference_tables=reference_tables)
+    return table
+
+
+def _summary(table: CostTable) -> str:
+    mb = table.param_bytes_total / 1e6
+    return (f"{table.model} bs{table.batch_size} {table.device}: {table.num_groups} groups, params {mb:.2f} MB, "
+            f"full-backprop iteration {table.compute_s(0):.6g} s, fixed memory "
+            f"{table.fixed_memory_bytes / 2**20:.0f} MiB, activations {table.activation_peak_bytes(0) / 2**20:.1f} MiB")
+
+
+def ship(models: list[str] | None = None, repeats: int | None = None, derive_only: bool = False,
+         progress: bool = True, tables_dir: Path | None = None, gavel_path: str | Path | None = None,
+         log=print) -> list[Path]:
+    """(Re)build the shipped tables: measure each model's CPU table once at its ``SHIPPED`` batch
+    size, then derive its K80/P100/V100 tables without re-measuring (Gavel-anchored models first,
+    then the extrapolated ones, which use the anchored models' CPU tables). With ``derive_only``
+    the CPU tables already in ``tables_dir`` are reused."""
+    from jigsaw_env import cost_table
+    from jigsaw_env import table_builder as tb
+    from jigsaw_env.zoo import MODELS
+
+    out_dir = Path(tables_dir) if tables_dir else TABLES_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = list(SHIPPED) if not models else list(models)
+    for n in names:
+        if n not in SHIPPED:
+            raise ValueError(f"model {n!r} is not shipped; shipped: {list(SHIPPED)}")
+    tb.gavel_throughputs(gavel_path)  # fail early without the data folder
+    anchored = [n for n in SHIPPED if MODELS[n].gavel_job is not None]
+    order = [n for n in names if n in anchored] + [n for n in names if n not in anchored]
+    written: list[Path] = []
+
+    cpu_tables: dict[str, CostTable] = {}
+    for n in order:
+        path = out_dir / table_filename(n, SHIPPED[n], "cpu")
+        if derive_only:
+            cpu_tables[n] = CostTable.load(path)
+            continue
+        t0 = time.perf_counter()
+        table = calibrate(n, SHIPPED[n], "cpu", repeats=repeats, progress=progress,
+                          command="python -m jigsaw_env.calibrate --ship")
+        table.save(path)
+        written.append(path)
+        cpu_tables[n] = table
+        log(f"{_summary(table)}  [{time.perf_counter() - t0:.0f} s] -> {path.name}")
+    # reference tables for the extrapolation: every Gavel model's CPU table (fresh or shipped)
+    refs = []
+    for n in anchored:
+        if n in cpu_tables:
+            refs.append(cpu_tables[n])
+        else:
+            p = out_dir / table_filename(n, SHIPPED[n], "cpu")
+            if p.exists():
+                refs.append(CostTable.load(p))
+    # a re-measured Gavel model changes the extrapolation scale: re-derive every extrapolated model
+    derive = list(order)
+    if any(n in anchored for n in names):
+        for n in SHIPPED:
+            p = out_dir / table_filename(n, SHIPPED[n], "cpu")
+            if n not in anchored and n not in derive and p.exists():
+                cpu_tables[n] = CostTable.load(p)
+                derive.append(n)
+    for gpu in GPU_TYPES:
+        for n in derive:
+            t = tb.anchor_table(cpu_tables[n], gpu, gavel_path=gavel_path, reference_tables=refs)
+            path = out_dir / table_filename(n, SHIPPED[n], gpu)
+            t.save(path)
+            written.append(path)
+            log(f"{_summary(t)} [{t.meta['kind']}] -> {path.name}")
+    for fn_name in ("_shipped_tables", "available_tables", "get_table"):  # let get_table see new files
+        fn = getattr(cost_table, fn_name, None)
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+    return written
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="zoo model name (see jigsaw_env.zoo.MODELS)")
+    p.add_argument("--batch-size", type=int, help="per-worker batch size (> 0)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu | cuda (measure locally) | k80 | p100 | v100 (measure on the CPU, anchor to Gavel)")
+    p.add_argument("--anchor-device", default=None, help="anchor a cpu/cuda measurement to k80 | p100 | v100")
+    p.add_argument("--out", default=None, help="output JSON file (default: ./<model>-bs<N>-<device>.json)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (default: automatic)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up runs per measurement")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: leave as set; `jigsaw` sets OMP_NUM_THREADS=1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--ship", action="store_true",
+                   help="(re)build every shipped table in jigsaw_env/tables/ (ignores --model/--batch-size)")
+    p.add_argument("--only", nargs="+", default=None, help="with --ship: only these models")
+    p.add_argument("--derive-only", action="store_true",
+                   help="with --ship: reuse the shipped CPU tables, only re-derive the GPU tables")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+        torch.set_num_threads(args.threads)
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.ship:
+        ship(models=args.only, repeats=args.repeats, derive_only=args.derive_only, progress=progress)
+        return 0
+    if not args.model:
+        raise ValueError(f"--model is required; allowed: {_allowed_models()}")
+    if args.batch_size is None:
+        raise ValueError("--batch-size is required (a positive integer)")
+    table = calibrate(args.model, args.batch_size, args.device, repeats=args.repeats,
+                      anchor_device=args.anchor_device, warmup=args.warmup, seed=args.seed, progress=progress)
+    out = Path(args.out) if args.out else Path(table_filename(table.model, table.batch_size, table.device))
+    if out.parent and not out.parent.exists():
+        raise FileNotFoundError(f"output folder does not exist: {out.parent}")
+    table.save(out)
+    print(f"{_summary(table)} -> {out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add the ``calibrate`` subcommand to the ``jigsaw`` command line."""
+    p = subparsers.add_parser(
+        "calibrate", help="measure a zoo model's cost table (or rebuild the shipped ones)",
+        description=__doc__.split("\n\n")[0] + " See docs/cost_tables.md.")
+    _add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jigsaw_env.calibrate [...]``: same options as ``jigsaw calibrate``."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    parser = argparse.ArgumentParser(prog="python -m jigsaw_env.calibrate", description=__doc__.split("\n\n")[0])
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.threads is None:
+        args.threads = 1
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"calibrate: error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
