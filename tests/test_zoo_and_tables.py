@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from jigsaw_env import cost_table
 from jigsaw_env import table_builder as tb
 from jigsaw_env.calibrate import SHIPPED, SHIP_DEVICES, calibrate
 from jigsaw_env.cost_table import TABLES_DIR, CostTable, LayerGroup, get_table, table_filename
