@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "train_agent",               # train
     "jigsaw_env.evaluate",       # evaluate
     "jigsaw_executor.export",    # export
+    "jigsaw_executor.deploy",    # deploy
 )
 
 

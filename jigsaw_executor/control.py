@@ -1,0 +1,517 @@
+"""The control plane of the live executor: a versioned decision store, and the worker loop that
+reads it at every iteration boundary (docs/deploy.md section 2).
+
+**Store.** :class:`ControlHub` is a Ray actor (detached and named, namespace ``"jigsaw"``: it
+outlives the scheduler process that created it). It holds, per run and job, the latest
+*versioned* decision record, the scheduler's state snapshot, and hosts a
+``torch.distributed.TCPStore`` (OS-chosen port) that is the wire between the scheduler and the
+workers: a Ray actor call costs about a millisecond, a store read tens of microseconds, which is
+what a per-iteration read can afford. Every key is under the run's prefix (``PrefixStore``).
+
+Keys (all JSON unless said otherwise)::
+
+    ctl/{job}                the job's latest decision record (below)
+    npub/{job}               publication counter (int, TCPStore ``add``)
+    pub/{job}/{seq}          "1" once publication ``seq`` is in ``ctl/{job}`` (workers ``wait`` on it)
+    pg/{job}/{inc}/...       the job incarnation's gloo rendezvous (torch's own keys)
+    ready/{job}/{inc}        rank 0 after setup: next iteration, setup seconds, loaded state hash
+    lk/{round}.{comp}/{k}/.. the lockstep barrier of a co-location component at step k
+    rep/{job}/{inc}/{round}/{rank}   a rank's iteration reports of one round (segment)
+    fin/{job}/{inc}          rank 0 when the incarnation ends: paused / done / stopped, hash, accuracy
+    err/{job}/{inc}/{rank}   a failed rank's error: type, message, traceback
+
+A decision record: ``{v, seq, job, round, inc, action, gpus, level, pattern, comp, comp_size,
+steps, finish_at}``. ``action`` is ``run`` (step), ``hold`` (stop at the next iteration boundary,
+report the round, wait for the next record), ``pause`` (checkpoint to disk and exit) or ``stop``
+(exit without a checkpoint). ``finish_at``: the iteration at which the job has done its work (the
+executor computes it from the remaining progress and eta, as the simulator does). ``steps``: a
+fixed number of steps for this round (``-1``: until a ``hold``).
+
+**Worker loop** (:func:`run_worker`, one per rank of a job incarnation, inside a
+:class:`~jigsaw_executor.cluster_ray.SlotHost` actor on the rank's slot). At every iteration
+boundary job rank 0 reads ``ctl/{job}`` and decides what comes next; a tiny gloo broadcast of six
+integers (command, level, pattern, publication, round, spare) gives every rank the same decision,
+so level and pattern changes take effect at the next iteration on every rank together. Commands:
+STEP (one :meth:`SPBTrainer.step` at the record's level and pattern), HOLD (write this round's
+reports, then look again), WAIT (every rank waits on the store for the next publication: no gloo
+call is pending, so a long wait never hits the collective timeout), PAUSE (collective checkpoint,
+exit), DONE (checkpoint, held-out accuracy, exit), STOP.
+
+**Lockstep.** Jobs that share slots form a component (the record's ``comp`` and ``comp_size``);
+their rank 0s meet at a store barrier before every step, so they advance one iteration each per
+step, as the simulator's engine assumes (docs/simulator.md section 4). The last to arrive decides
+for everyone whether the component steps or holds (a hold seen by any member holds all, so a
+round ends at the same step for all of them) and how many members the next step has (a member
+whose work is done leaves through the barrier). A single job skips the store barrier.
+
+**Failures.** A rank that raises writes ``err/...`` and exits its process (``os._exit``: a broken
+process group must not be reused; the host actor restarts). Its peers' next collective fails after
+the process-group timeout, and lockstep partners' barrier waits after the store timeout, so no
+path hangs; the executor names the root-cause rank (the first error that is not a peer-failure
+symptom) as the launcher does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jigsaw_env.network import INTRA_NODE, Link
+from jigsaw_env.spb import Pattern, SPBConfig
+
+__all__ = ["ControlHub", "WorkerSpec", "run_worker", "Keys", "FastDigits", "CMD_NAMES", "ACTIONS",
+           "read_json", "wait_key"]
+
+ACTIONS = ("run", "hold", "pause", "stop")
+CMD_STEP, CMD_HOLD, CMD_WAIT, CMD_PAUSE, CMD_DONE, CMD_STOP = range(6)
+CMD_NAMES = ("step", "hold", "wait", "pause", "done", "stop")
+PATTERN_CODE = {"rotating": 0, "static": 1}
+CODE_PATTERN = {0: "rotating", 1: "static"}
+
+
+class Keys:
+    """Store key names (module docstring); all relative to the run's prefix."""
+
+    @staticmethod
+    def ctl(j: int) -> str:
+        return f"ctl/{j}"
+
+    @staticmethod
+    def npub(j: int) -> str:
+        return f"npub/{j}"
+
+    @staticmethod
+    def pub(j: int, seq: int) -> str:
+        return f"pub/{j}/{seq}"
+
+    @staticmethod
+    def pg(j: int, inc: int) -> str:
+        return f"pg/{j}/{inc}/"
+
+    @staticmethod
+    def ready(j: int, inc: int) -> str:
+        return f"ready/{j}/{inc}"
+
+    @staticmethod
+    def rep(j: int, inc: int, rnd: int, rank: int) -> str:
+        return f"rep/{j}/{inc}/{rnd}/{rank}"
+
+    @staticmethod
+    def fin(j: int, inc: int) -> str:
+        return f"fin/{j}/{inc}"
+
+    @staticmethod
+    def err(j: int, inc: int, rank: int) -> str:
+        return f"err/{j}/{inc}/{rank}"
+
+    @staticmethod
+    def lk(seg: str, k: int) -> str:
+        return f"lk/{seg}/{k}"
+
+
+def read_json(store, key: str) -> Any | None:
+    """The JSON value at ``key``, or None if the key is absent (never blocks)."""
+    if not store.check([key]):
+        return None
+    return json.loads(store.get(key))
+
+
+def wait_key(store, key: str, timeout_s: float) -> None:
+    store.wait([key], timedelta(seconds=float(timeout_s)))
+
+
+# --------------------------------------------------------------------------------------------
+# the store (a Ray actor; created by jigsaw_executor.cluster_ray)
+# --------------------------------------------------------------------------------------------
+class ControlHub:
+    """The versioned decision store and state store of the live executor (module docstring).
+
+    Wrapped with ``ray.remote`` by :func:`jigsaw_executor.cluster_ray.get_or_create_hub` (detached,
+    named, ``num_cpus=0``). Several runs may share one hub: everything is keyed by ``run_id``.
+    """
+
+    def __init__(self, advertise_host: str = "127.0.0.1"):
+        import torch.distributed as dist
+
+        # the server listens on every interface; clients connect to advertise_host
+        self._server = dist.TCPStore(advertise_host, 0, None, True, timeout=timedelta(seconds=60),
+                                     wait_for_workers=False)
+        self.host = advertise_host
+        self.port = int(self._server.port)
+        self._runs: dict[str, dict[str, Any]] = {}
+
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _run(self, run_id: str) -> dict[str, Any]:
+        r = self._runs.get(run_id)
+        if r is None:
+            import torch.distributed as dist
+
+            r = self._runs[run_id] = {"version": 0, "decisions": {}, "snapshot": None, "published": 0,
+                                      "store": dist.PrefixStore(run_id + "/", self._server)}
+        return r
+
+    def publish(self, run_id: str, records: dict) -> int:
+        """Store a new version of the given jobs' decision records and wake their workers.
+        Returns the version number (one per call, shared by every record of the call)."""
+        r = self._run(run_id)
+        r["version"] += 1
+        v = r["version"]
+        st = r["store"]
+        for jid, rec in records.items():
+            jid = int(jid)
+            if rec.get("action") not in ACTIONS:
+                raise ValueError(f"job {jid}: unknown action {rec.get('action')!r}; allowed: {list(ACTIONS)}")
+            seq = int(st.add(Keys.npub(jid), 1))
+            full = dict(rec, v=v, seq=seq, job=jid)
+            r["decisions"][jid] = full
+            st.set(Keys.ctl(jid), json.dumps(full))
+            st.set(Keys.pub(jid, seq), "1")
+        r["published"] += 1
+        return v
+
+    def version(self, run_id: str) -> int:
+        return int(self._run(run_id)["version"])
+
+    def decision(self, run_id: str, job_id: int) -> dict | None:
+        return self._run(run_id)["decisions"].get(int(job_id))
+
+    def decisions(self, run_id: str) -> dict:
+        return dict(self._run(run_id)["decisions"])
+
+    def put_snapshot(self, run_id: str, snapshot: dict) -> None:
+        """The scheduler's persisted state (a JSON-able dict), kept where a restarted scheduler
+        finds it."""
+        self._run(run_id)["snapshot"] = snapshot
+
+    def get_snapshot(self, run_id: str) -> dict | None:
+        r = self._runs.get(run_id)
+        return None if r is None else r["snapshot"]
+
+    def runs(self) -> list[str]:
+        return sorted(self._runs)
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+
+# --------------------------------------------------------------------------------------------
+# worker side
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything one rank of one job incarnation needs (picklable; sent to a SlotHost).
+
+    fail_at: fault injection for tests: ``(rank, iteration, mode)``, mode ``"raise"``, ``"hang"``
+        or ``"exit"`` (as :func:`jigsaw_executor.launcher.run_job_local`).
+    """
+
+    run_id: str
+    job_id: int
+    incarnation: int
+    rank: int
+    world: int
+    slot: int
+    model: str
+    batch_size: int
+    store_host: str
+    store_port: int
+    checkpoint_dir: str
+    data: str = "digits"
+    seed: int = 0
+    lr: float | None = None
+    model_kwargs: tuple = ()
+    spb: SPBConfig = field(default_factory=SPBConfig)
+    average_over: str | None = None
+    link: Link = INTRA_NODE
+    timeout_s: float = 60.0
+    hold_timeout_s: float = 600.0
+    measure_activations: bool = True
+    threads: int = 1
+    evaluate: bool = True
+    fail_at: tuple | None = None
+    exit_on_error: bool = True
+
+
+class FastDigits:
+    """:class:`jigsaw_executor.data.DigitsData` batches, with the split and each epoch's
+    permutation computed once instead of at every call (the same batches, bit for bit: tested)."""
+
+    def __init__(self, seed: int, world: int, batch_size: int):
+        from .data import DigitsData, _digits_arrays, mix_seed
+
+        self.data = DigitsData(seed=seed)
+        self.x, self.y = _digits_arrays()
+        self.train, _ = self.data._split()
+        self.world, self.bs = int(world), int(batch_size)
+        self.ipe = self.data.iterations_per_epoch(self.world, self.bs)
+        self._mix = mix_seed
+        self._epoch, self._perm = None, None
+
+    def __call__(self, t: int, rank: int):
+        import torch
+
+        epoch, pos = divmod(int(t), self.ipe)
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng(self._mix(self.data.seed, 0xE90C, epoch)).permutation(len(self.train))
+            self._epoch = epoch
+        start = pos * self.world * self.bs + rank * self.bs
+        idx = self.train[self._perm[start:start + self.bs]]
+        return torch.from_numpy(self.x[idx]), torch.from_numpy(self.y[idx])
+
+
+def _compact(rep, t: int, wall: float) -> dict:
+    """One iteration of one rank, as it goes into the reports (IterationReport, short keys)."""
+    return {"t": t, "lvl": rep.level, "pat": rep.pattern, "sg": rep.start_group, "loss": rep.loss,
+            "step_s": rep.step_s, "fwd_s": rep.forward_s, "bwd_s": rep.backward_s, "sync_s": rep.sync_s,
+            "opt_s": rep.optimizer_s, "bytes": rep.bytes_sent, "wire": rep.bytes_on_wire_total,
+            "buf_bytes": rep.buffer_bytes_sent, "by": rep.bytes_by_collective, "act": rep.peak_activation_bytes,
+            "wall": wall, "iter_s": None}
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec, store):
+        self.s = spec
+        self.st = store
+        self.rank = spec.rank
+        self.world = spec.world
+        self.jid = spec.job_id
+        self.inc = spec.incarnation
+        # segment (one round of one component) state, rank 0
+        self.in_seg = False
+        self.seg: tuple[int, int] | None = None
+        self.closed_round = -1
+        self.k = 0
+        self.size = 1
+        self.budget = -1
+        self.round = -1
+        self.records: list[dict] = []
+        self.seen_ctl = False
+
+    # ----- rank 0: what comes next -----
+    def _leave(self, done: bool = True) -> None:
+        if self.in_seg and self.size > 1:
+            self._barrier(hold=False, leaving=True)
+        self.in_seg = False
+
+    def _barrier(self, hold: bool, leaving: bool) -> dict | None:
+        st, base = self.st, Keys.lk(f"{self.seg[0]}.{self.seg[1]}", self.k)
+        if hold:
+            st.set(base + "/hold", "1")
+        if leaving:
+            st.add(base + "/leave", 1)
+        n = int(st.add(base + "/n", 1))
+        if n == self.size:
+            h = hold or st.check([base + "/hold"])
+            left = int(st.add(base + "/leave", 0))
+            st.set(base + "/go", json.dumps({"hold": bool(h), "size": self.size - left}))
+        if leaving:
+            return None
+        st.wait([base + "/go"])
+        return json.loads(st.get(base + "/go"))
+
+    def decide(self, t: int) -> tuple[int, int, int, int, int]:
+        """(command, level, pattern code, publication seq, round)."""
+        if self.seen_ctl:  # the key exists from the first publication on: one round trip
+            ctl = json.loads(self.st.get(Keys.ctl(self.jid)))
+        else:
+            ctl = read_json(self.st, Keys.ctl(self.jid))
+            if ctl is None:
+                return CMD_WAIT, 0, 0, 0, self.round
+            self.seen_ctl = True
+        seq = int(ctl["seq"])
+        if int(ctl["inc"]) > self.inc:
+            self._leave()
+            return CMD_STOP, 0, 0, seq, self.round
+        if int(ctl["inc"]) < self.inc:
+            return CMD_WAIT, 0, 0, seq, self.round
+        act = ctl["action"]
+        rnd = int(ctl["round"])
+        if act in ("stop", "pause"):
+            # reports go under the round being stepped, or the record's round if between rounds
+            report_round = self.round if self.in_seg else rnd
+            self._leave()
+            return (CMD_STOP if act == "stop" else CMD_PAUSE), 0, 0, seq, report_round
+        seg = (rnd, int(ctl["comp"]))
+        if not self.in_seg:
+            if act == "hold" or rnd <= self.closed_round:
+                return CMD_WAIT, 0, 0, seq, self.round
+            self.in_seg, self.seg, self.k = True, seg, 0
+            self.size, self.budget, self.round = int(ctl["comp_size"]), int(ctl.get("steps", -1)), rnd
+        done = t >= int(ctl["finish_at"])
+        hold = act == "hold" or (0 <= self.budget <= self.k) or seg != self.seg
+        level, pat = int(ctl["level"]), PATTERN_CODE[Pattern.parse(ctl["pattern"]).value]
+        if self.size > 1:
+            go = self._barrier(hold=hold, leaving=done)
+        else:
+            go = {"hold": hold, "size": 1}
+        if done:
+            self.in_seg = False
+            return CMD_DONE, level, pat, seq, self.round
+        if go["hold"]:
+            self.in_seg = False
+            self.closed_round = self.seg[0]
+            return CMD_HOLD, level, pat, seq, self.round
+        self.size = int(go["size"])
+        self.k += 1
+        return CMD_STEP, level, pat, seq, self.round
+
+    # ----- all ranks -----
+    def write_report(self, rnd: int) -> None:
+        self.st.set(Keys.rep(self.jid, self.inc, rnd, self.rank),
+                    json.dumps({"rank": self.rank, "slot": self.s.slot, "pid": os.getpid(), "round": rnd,
+                                "iterations": self.records}))
+        self.records = []
+
+    def run(self) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        from .data import make_batch_fn, mix_seed
+        from .models import build_executor_model
+        from .spb_worker import SPBTrainer, read_checkpoint_meta
+
+        s = self.s
+        t_setup = time.time()
+        torch.set_num_threads(s.threads)
+        timeout = timedelta(seconds=s.timeout_s)
+        if s.world > 1:
+            dist.init_process_group("gloo", store=dist.PrefixStore(Keys.pg(self.jid, self.inc), self.st),
+                                    rank=s.rank, world_size=s.world, timeout=timeout)
+        # no try/finally: after a failure the process exits (run_worker); tearing down a broken
+        # process group could block
+        # the same construction as jigsaw_executor.launcher._run_worker (same seeds, same order)
+        torch.manual_seed(s.seed)
+        model = build_executor_model(s.model, **dict(s.model_kwargs))
+        if s.lr is not None:
+            model.lr = s.lr
+        model = model.train()
+        optimizer = model.make_optimizer()
+        trainer = SPBTrainer(model, optimizer, spb_config=s.spb, average_over=s.average_over, link=s.link,
+                             measure_activations=s.measure_activations, timeout_s=s.timeout_s)
+        torch.manual_seed(mix_seed(s.seed, 0xD40, s.rank))
+        t, loaded = 0, None
+        if read_checkpoint_meta(s.checkpoint_dir) is not None:
+            t = trainer.load_checkpoint(s.checkpoint_dir)
+            loaded = trainer.state_hash()
+        batch = FastDigits(s.seed, s.world, s.batch_size) if s.data == "digits" else \
+            make_batch_fn(s.data, model, s.seed, s.world, s.batch_size)
+        ready = time.time()
+        if s.rank == 0:
+            self.st.set(Keys.ready(self.jid, self.inc),
+                        json.dumps({"t": t, "wall": ready, "setup_s": ready - t_setup, "loaded_hash": loaded,
+                                    "pid": os.getpid()}))
+        cmd = torch.zeros(6, dtype=torch.int64)
+        prev, prev_t0 = None, 0.0
+        status = None
+        while True:
+            if s.rank == 0:
+                c, lv, pt, seq, rnd = self.decide(t)
+                cmd[:] = torch.tensor([c, lv, pt, seq, rnd, 0])
+            if s.world > 1:
+                dist.broadcast(cmd, src=0)
+            c, lv, pt, seq, rnd = (int(x) for x in cmd[:5])
+            now = time.perf_counter()
+            if prev is not None:  # the iteration before ends at this boundary
+                prev["iter_s"] = now - prev_t0
+                prev = None
+            if c == CMD_STEP:
+                if s.fail_at is not None and tuple(s.fail_at[:2]) == (s.rank, t):
+                    _inject(s.fail_at[2], s.rank, t)
+                wall = time.time()
+                rep = trainer.step(batch(t, s.rank), t, lv, CODE_PATTERN[pt])
+                prev, prev_t0 = _compact(rep, t, wall), now
+                self.records.append(prev)
+                t += 1
+            elif c == CMD_HOLD:
+                self.write_report(rnd)
+            elif c == CMD_WAIT:
+                _wait_publication(self.st, self.jid, seq + 1, s.hold_timeout_s)
+            else:
+                status = {CMD_PAUSE: "paused", CMD_DONE: "done", CMD_STOP: "stopped"}[c]
+                end_wall = time.time()
+                if c in (CMD_PAUSE, CMD_DONE):
+                    trainer.save_checkpoint(s.checkpoint_dir, t)
+                acc = None
+                if c == CMD_DONE and s.evaluate and s.data == "digits" and s.rank == 0:
+                    from .data import DigitsData
+
+                    acc = DigitsData(seed=s.seed).accuracy(model)
+                self.write_report(rnd)
+                if s.rank == 0:
+                    self.st.set(Keys.fin(self.jid, self.inc),
+                                json.dumps({"status": status, "t": t, "wall": end_wall, "hash": trainer.state_hash(),
+                                            "accuracy": acc, "loaded_hash": loaded, "round": rnd}))
+                trainer.barrier()
+                break
+        out = {"status": status, "t": t, "rank": s.rank, "hash": trainer.state_hash(), "loaded_hash": loaded}
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return out
+
+
+def _wait_publication(st, job_id: int, seq: int, timeout_s: float) -> None:
+    try:
+        wait_key(st, Keys.pub(job_id, seq), timeout_s)
+    except Exception as e:  # noqa: BLE001 - DistStoreError
+        raise TimeoutError(f"job {job_id}: no new decision for {timeout_s:.0f} s (hold_timeout_s); "
+                           f"is the scheduler gone? ({type(e).__name__})") from None
+
+
+def _inject(mode: str, rank: int, t: int) -> None:
+    if mode == "raise":
+        raise RuntimeError(f"injected failure on rank {rank} at iteration {t}")
+    if mode == "hang":
+        time.sleep(10 ** 6)
+    if mode == "exit":
+        os._exit(3)
+    raise ValueError(f"unknown fail mode {mode!r}")
+
+
+def _record_error(store, spec: WorkerSpec, e: BaseException) -> None:
+    rec = {"rank": spec.rank, "slot": spec.slot, "job": spec.job_id, "inc": spec.incarnation,
+           "type": type(e).__name__, "message": str(e), "time": time.time(), "traceback": traceback.format_exc(),
+           "pid": os.getpid()}
+    sys.stderr.write(f"[jigsaw job {spec.job_id} inc {spec.incarnation} rank {spec.rank} slot {spec.slot}] "
+                     f"{type(e).__name__}: {e}\n")
+    sys.stderr.flush()
+    if store is not None:
+        try:
+            store.set(Keys.err(spec.job_id, spec.incarnation, spec.rank), json.dumps(rec))
+        except Exception:  # noqa: BLE001 - the store itself may be what failed
+            pass
+
+
+def connect_store(host: str, port: int, run_id: str, timeout_s: float):
+    """A client of the hub's TCPStore, under the run's prefix."""
+    import torch.distributed as dist
+
+    client = dist.TCPStore(host, int(port), None, False, timeout=timedelta(seconds=float(timeout_s)))
+    return dist.PrefixStore(run_id + "/", client)
+
+
+def run_worker(spec: WorkerSpec) -> dict:
+    """Run one rank of one job incarnation until it pauses, finishes or stops (module docstring).
+    A failure is written to ``err/...`` and, with ``exit_on_error``, ends the process."""
+    st = None
+    try:
+        st = connect_store(spec.store_host, spec.store_port, spec.run_id, spec.timeout_s)
+        Path(spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        return _Worker(spec, st).run()
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the executor
+        _record_error(st, spec, e)
+        if spec.exit_on_error:
+            os._exit(1)
+        raise

@@ -1,0 +1,465 @@
+"""The live executor's decision log, and its replay through the simulator (DESIGN.md section 3).
+
+``decision_log.jsonl``: one JSON object per line.
+
+* ``{"kind": "header", ...}``: format, cluster (slots, memory, links), SPB and simulator settings,
+  the job list, the scheduler (heuristic name and arguments, or the policy file and its layout),
+  the cost tables' digests.
+* ``{"kind": "round", ...}`` per round: ``round``, ``t_start`` / ``t_end`` (seconds since the
+  run's epoch; a round's live length is ``t_end - t_start``), ``state`` (the
+  :class:`~jigsaw_env.state.ClusterState` the scheduler saw, complete: jobs, time, round),
+  ``policy_decision`` (what the scheduler returned), ``decision`` (what was applied: the policy's,
+  unless a documented scenario hook changed it; ``forced`` says how), ``steps`` for a learned
+  policy (per decision step: the encoded observation and exact action mask, base64 of float32 /
+  packed bits, and the action taken), ``scheduler_s``, and ``outcome`` per job (iterations,
+  stepping seconds, mean iteration time, bytes, loss, whether and when it finished, the
+  incarnation and its start-up time).
+* ``{"kind": "end", ...}`` when the run is complete.
+
+:func:`replay_decision_log` reads it back and
+
+1. **decisions**: re-runs the scheduler on the logged states in order (a fresh heuristic of the
+   same name and arguments, which rebuilds its own memory from the same sequence of states) and
+   checks it returns the logged ``policy_decision`` every round; for a learned policy it re-feeds
+   every logged observation and mask and checks the same action comes back;
+2. **outcomes**: runs the :class:`~jigsaw_env.simulator.Simulator` (the log's cluster, SPB
+   settings and cost tables: the CPU tables unless ``tables`` points elsewhere) with the logged
+   decisions, each round as long as it lasted live, and puts the simulated per-iteration time and
+   JCT next to the measured ones (docs/deploy.md section 5).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.network import Link
+from jigsaw_env.spb import Pattern, SPBConfig
+from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
+
+FORMAT = "jigsaw-decision-log/1"
+
+__all__ = ["FORMAT", "state_to_dict", "state_from_dict", "decision_to_dict", "decision_from_dict",
+           "cluster_to_dict", "cluster_from_dict", "DecisionLogWriter", "read_decision_log", "ReplayResult", "check_decisions", "simulate_log",
+           "replay_decision_log", "encode_array", "decode_array", "encode_mask", "decode_mask"]
+
+
+# --------------------------------------------------------------------------------------------
+# (de)serialisation
+# --------------------------------------------------------------------------------------------
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _unnum(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def cluster_to_dict(c: ClusterSpec) -> dict:
+    return {"num_nodes": c.num_nodes, "gpus_per_node": c.gpus_per_node, "gpu_types": list(c.gpu_types),
+            "gpu_memory_bytes": {k: int(v) for k, v in c.gpu_memory_bytes.items()},
+            "intra": [c.intra.alpha_s, c.intra.bandwidth_Bps], "cross": [c.cross.alpha_s, c.cross.bandwidth_Bps]}
+
+
+def cluster_from_dict(d: dict) -> ClusterSpec:
+    return ClusterSpec(num_nodes=int(d["num_nodes"]), gpus_per_node=int(d["gpus_per_node"]),
+                       gpu_types=tuple(d["gpu_types"]), gpu_memory_bytes={k: int(v) for k, v in d["gpu_memory_bytes"].items()},
+                       intra=Link(*d["intra"]), cross=Link(*d["cross"]))
+
+
+def spb_to_dict(s: SPBConfig) -> dict:
+    return {"max_level": s.max_level, "num_slots": s.num_slots, "average_over": s.average_over,
+            "eta_prior_slope": s.eta_prior_slope}
+
+
+def spb_from_dict(d: dict) -> SPBConfig:
+    return SPBConfig(**d)
+
+
+_JOB_FLOATS = ("arrival_s", "iterations", "duration_s", "progress", "attained_gpu_s", "run_s", "first_start_s",
+               "finish_s", "restart_until_s")
+_JOB_INTS = ("job_id", "num_gpus", "batch_size", "iteration", "level", "preemptions", "migrations", "level_changes",
+             "last_round_run")
+
+
+def job_to_dict(j: JobState) -> dict:
+    d = {k: int(getattr(j, k)) for k in _JOB_INTS}
+    d.update({k: _num(getattr(j, k)) for k in _JOB_FLOATS})
+    d.update(model=j.model, status=j.status.value, placement=[int(g) for g in j.placement], pattern=j.pattern.value)
+    return d
+
+
+def job_from_dict(d: dict) -> JobState:
+    kw = {k: int(d[k]) for k in _JOB_INTS}
+    kw.update({k: _unnum(d[k]) for k in _JOB_FLOATS})
+    kw.update(model=d["model"], status=JobStatus(d["status"]), placement=tuple(int(g) for g in d["placement"]),
+              pattern=Pattern.parse(d["pattern"]))
+    return JobState(**kw)
+
+
+def state_to_dict(st: ClusterState) -> dict:
+    """Everything of a ClusterState but its cost model (rebuilt from cluster + SPB settings)."""
+    return {"time_s": float(st.time_s), "round": int(st.round), "active_ids": [int(x) for x in st.active_ids],
+            "max_workers_per_gpu": int(st.max_workers_per_gpu),
+            "jobs": [job_to_dict(j) for j in sorted(st.jobs.values(), key=lambda j: j.job_id)]}
+
+
+def state_from_dict(d: dict, cluster: ClusterSpec, costs: CostModel) -> ClusterState:
+    jobs = [job_from_dict(x) for x in d["jobs"]]
+    return ClusterState(cluster=cluster, costs=costs, time_s=float(d["time_s"]), round=int(d["round"]),
+                        jobs={j.job_id: j for j in jobs}, active_ids=[int(x) for x in d["active_ids"]],
+                        max_workers_per_gpu=int(d["max_workers_per_gpu"]))
+
+
+def decision_to_dict(dec: dict) -> dict:
+    return {str(int(j)): {"gpus": [int(g) for g in jd.gpus], "level": int(jd.level), "pattern": jd.pattern.value}
+            for j, jd in sorted(dec.items())}
+
+
+def decision_from_dict(d: dict) -> Decision:
+    return Decision({int(j): JobDecision(tuple(v["gpus"]), int(v["level"]), Pattern.parse(v["pattern"]))
+                     for j, v in d.items()})
+
+
+def encode_array(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, dtype=np.float32).tobytes()).decode("ascii")
+
+
+def decode_array(s: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(s), dtype=np.float32).copy()
+
+
+def encode_mask(m: np.ndarray) -> str:
+    return base64.b64encode(np.packbits(np.asarray(m, dtype=bool)).tobytes()).decode("ascii")
+
+
+def decode_mask(s: str, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(base64.b64decode(s), dtype=np.uint8))[:n].astype(bool)
+
+
+# --------------------------------------------------------------------------------------------
+# writing and reading
+# --------------------------------------------------------------------------------------------
+class DecisionLogWriter:
+    """Appends JSON lines and flushes each one (a crash loses at most the line being written).
+    ``truncate_to``: byte offset to cut the file at first (a restarted scheduler continues from the
+    position its last snapshot recorded)."""
+
+    def __init__(self, path: str | Path, truncate_to: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_to is not None and self.path.exists():
+            with open(self.path, "r+b") as f:
+                f.truncate(int(truncate_to))
+        self._f = open(self.path, "ab")
+
+    def write(self, obj: dict) -> int:
+        self._f.write((json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode())
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        return self.tell()
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+def read_decision_log(path: str | Path) -> tuple[dict, list[dict], dict | None]:
+    """(header, rounds, end record or None). ValueError on a file that is not a decision log."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"decision log not found: {p}")
+    header, rounds, end = None, [], None
+    with open(p) as f:
+        for i, line in enumerate(f):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}: line {i + 1} is not JSON ({e})") from None
+            kind = rec.get("kind")
+            if kind == "header":
+                header = rec
+            elif kind == "round":
+                rounds.append(rec)
+            elif kind == "end":
+                end = rec
+    if header is None or header.get("format") != FORMAT:
+        raise ValueError(f"{p}: not a jigsaw decision log (expected a header line with format {FORMAT!r})")
+    return header, rounds, end
+
+
+# --------------------------------------------------------------------------------------------
+# replay
+# --------------------------------------------------------------------------------------------
+@dataclass
+class ReplayResult:
+    """What :func:`replay_decision_log` found.
+
+    decisions_match: every round's re-computed policy decision equals the logged one (and, for a
+        learned policy, every logged observation and mask gives the logged action).
+    mismatches: the rounds (and steps) that differ, with both versions.
+    jobs: per job, measured (live) vs simulated mean iteration time and JCT, relative errors.
+    rounds: per round and job, measured vs simulated iterations and mean iteration time.
+    """
+
+    decisions_match: bool
+    rounds_checked: int
+    steps_checked: int
+    mismatches: list[dict] = field(default_factory=list)
+    jobs: list[dict] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    restart_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"decisions_match": self.decisions_match, "rounds_checked": self.rounds_checked,
+                "steps_checked": self.steps_checked, "mismatches": self.mismatches, "jobs": self.jobs,
+                "rounds": self.rounds, "notes": self.notes, "restart_s": self.restart_s}
+
+
+def _scheduler_from_header(header: dict):
+    sch = header["scheduler"]
+    if sch["kind"] == "heuristic":
+        from agents import make_scheduler
+
+        s = make_scheduler(sch["name"], **_kwargs_from_json(sch.get("kwargs", {})))
+        s.reset()
+        return s, None
+    from .policies import load_policy
+
+    return None, load_policy(sch["path"])
+
+
+def _kwargs_from_json(kw: dict) -> dict:
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in kw.items()}
+
+
+def check_decisions(header: dict, rounds: list[dict], scenario=None) -> tuple[bool, int, int, list[dict]]:
+    """Step 1 of the replay (module docstring). Returns (match, rounds checked, steps checked,
+    mismatches)."""
+    cluster = cluster_from_dict(header["cluster"])
+    spb = spb_from_dict(header["spb"])
+    costs = CostModel(cluster, spb)
+    sched, policy = _scheduler_from_header(header)
+    mismatches: list[dict] = []
+    nr = ns = 0
+    for rec in rounds:
+        if rec.get("idle"):
+            continue
+        if sched is not None:
+            st = state_from_dict(rec["state"], cluster, costs)
+            got = decision_to_dict(sched.schedule(st))
+            nr += 1
+            if got != rec["policy_decision"]:
+                mismatches.append({"round": rec["round"], "logged": rec["policy_decision"], "replayed": got})
+            applied = decision_to_dict(scenario(st, decision_from_dict(got))[0]) if scenario is not None else got
+            if applied != rec["decision"]:
+                mismatches.append({"round": rec["round"], "what": "applied decision (scenario hook)",
+                                   "logged": rec["decision"], "replayed": applied})
+        else:
+            nr += 1
+            for i, s in enumerate(rec.get("steps", [])):
+                obs = decode_array(s["obs"])
+                mask = decode_mask(s["mask"], int(s["n_actions"]))
+                a = int(policy.act(obs, mask))
+                ns += 1
+                if a != int(s["action"]):
+                    mismatches.append({"round": rec["round"], "step": i, "logged": int(s["action"]), "replayed": a})
+    return not mismatches, nr, ns, mismatches
+
+
+def _job_state(spec: dict) -> JobState:
+    return JobState(job_id=int(spec["job_id"]), arrival_s=float(spec["arrival_s"]), num_gpus=int(spec["num_gpus"]),
+                    model=spec["model"], batch_size=int(spec["batch_size"]), iterations=float(spec["iterations"]))
+
+
+def _rel(a: float, b: float) -> float | None:
+    if a is None or b is None or not np.isfinite(a) or not np.isfinite(b) or b == 0:
+        return None
+    return (a - b) / b
+
+
+class _tables_registered:
+    """Register the cost tables of a folder for the duration of a ``with`` block (then put back
+    whatever was registered under the same keys before)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def __enter__(self):
+        from jigsaw_env import cost_table as ct
+
+        if not self.folder.is_dir():
+            raise FileNotFoundError(f"cost-table folder not found: {self.folder}")
+        self.tables = [ct.CostTable.load(f) for f in sorted(self.folder.glob("*.json"))]
+        self.prev = {(t.model, t.batch_size, t.device): ct._REGISTERED.get((t.model, t.batch_size, t.device))
+                     for t in self.tables}
+        for t in self.tables:
+            ct.register_table(t)
+        return self
+
+    def __exit__(self, *exc):
+        from jigsaw_env import cost_table as ct
+
+        for key, old in self.prev.items():
+            if old is None:
+                ct.unregister_table(*key)
+            else:
+                ct.register_table(old)
+
+
+def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = None,
+                 tables: str | Path | None = None, link: Link | None = None
+                 ) -> tuple[list[dict], list[dict], list[str], float]:
+    """Step 2 of the replay: the logged decisions through the simulator. Returns (jobs, rounds,
+    notes, restart_s used). ``link``: replace the logged slot-to-slot link (e.g. one fitted to
+    loopback gloo)."""
+    if tables:
+        with _tables_registered(tables):
+            return simulate_log(header, rounds, restart_s, None, link)
+    from jigsaw_env.simulator import SimConfig, Simulator
+
+    notes: list[str] = []
+    cluster = cluster_from_dict(header["cluster"])
+    if link is not None:
+        cluster = replace(cluster, intra=link, cross=link)
+        notes.append(f"link replaced: alpha {link.alpha_s * 1e6:.1f} us, {link.bandwidth_Bps / 1e9:.2f} GB/s")
+    spb = spb_from_dict(header["spb"])
+    if restart_s is None:
+        ups = [o["startup_s"] for r in rounds for o in r.get("outcome", {}).values()
+               if o.get("resumed") and o.get("startup_s") is not None]
+        restart_s = float(np.median(ups)) if ups else 0.0
+        notes.append(f"restart_s = {restart_s:.3f} s: median measured start-up of the resumed/migrated incarnations "
+                     f"({len(ups)})")
+    jobs = [_job_state(j) for j in header["jobs"]]
+    base = SimConfig(round_s=1.0, restart_s=float(restart_s), max_workers_per_gpu=int(header["sim"]["max_workers_per_gpu"]),
+                     spb=spb)
+    sim = Simulator(cluster, jobs, base)
+    sim_rounds: list[dict] = []
+    live_steps: dict[tuple[int, int], dict] = {}
+    for rec in rounds:
+        if sim.done:
+            notes.append(f"the simulator finished every job before live round {rec['round']}")
+            break
+        # the simulated round ends when the live one did (the simulator may have jumped ahead to
+        # an arrival while idle; then this round is shorter)
+        dur = float(rec["t_end"]) - float(sim.state.time_s)
+        if dur <= 1e-9:
+            continue
+        sim.config = replace(base, round_s=dur)
+        want = decision_from_dict(rec["decision"])
+        st = sim.state
+        dec = Decision()
+        for jid, jd in want.items():
+            j = st.jobs.get(jid)
+            if j is not None and j.active:
+                dec[jid] = jd
+            elif j is not None and j.status is JobStatus.DONE:
+                notes.append(f"round {rec['round']}: job {jid} already done in the simulator; left out")
+        # a job the simulator still runs but that finished live keeps its last placement if it fits
+        for j in st.running():
+            if j.job_id not in dec and rec["outcome"].get(str(j.job_id)) is None:
+                from jigsaw_env.placement import GpuLedger
+
+                led = GpuLedger(st, dec)
+                jd = JobDecision(j.placement, j.level, j.pattern)
+                if led.fits(j.job_id, jd):
+                    dec[j.job_id] = jd
+                    notes.append(f"round {rec['round']}: job {j.job_id} finished live but not in the simulator; kept")
+        sim.step(dec)
+        for o in rec.get("outcome", {}).values():
+            live_steps[(int(rec["round"]), int(o["job_id"]))] = o
+    extra = 0
+    last = decision_from_dict(rounds[-1]["decision"]) if rounds else Decision()
+    while not sim.done:  # the simulator is slower than live: keep going with the last decision
+        from jigsaw_env.placement import GpuLedger
+
+        st = sim.state
+        led = GpuLedger(st)
+        for j in st.running():
+            led.add(j.job_id, JobDecision(j.placement, j.level, j.pattern))
+        for jid, jd in last.items():
+            j = st.jobs.get(jid)
+            if j is not None and j.active and jid not in led.decision and led.fits(jid, jd):
+                led.add(jid, jd, checked=True)
+        for j in st.active():
+            if j.job_id not in led.decision:
+                led.place_and_add(j, "consolidated", 0)
+        sim.config = replace(base, round_s=float(header["sim"].get("round_s") or 1.0))
+        sim.step(led.decision)
+        extra += 1
+        if extra > 100_000:
+            notes.append("the simulator did not finish within 100000 extra rounds; stopped")
+            break
+    if extra:
+        notes.append(f"the simulator needed {extra} round(s) after the last live one (slower than live)")
+    jf = sim.jobs_frame().set_index("job_id")
+    rf = sim.rounds_frame()
+    out_rounds = []
+    for row in rf.itertuples():
+        live = live_steps.get((int(row.round), int(row.job_id)))
+        sim_it = row.run_s / row.steps if row.steps else None
+        out_rounds.append({"round": int(row.round), "job_id": int(row.job_id), "sim_steps": int(row.steps),
+                           "sim_iter_s": sim_it, "live_steps": None if live is None else live["iterations"],
+                           "live_iter_s": None if live is None else live["mean_iter_s"],
+                           "iter_rel_err": None if live is None else _rel(sim_it, live["mean_iter_s"])})
+    out_jobs = []
+    rfj = rf.groupby("job_id")[["run_s", "steps", "bytes"]].sum()
+    for spec in header["jobs"]:
+        jid = int(spec["job_id"])
+        live = [o for r in rounds for o in [r.get("outcome", {}).get(str(jid))] if o]
+        live_iters = sum(o["iterations"] for o in live)
+        live_step_s = sum(o["stepping_s"] for o in live)
+        fin = [o["finish_s"] for o in live if o.get("finished")]
+        live_jct = (fin[-1] - float(spec["arrival_s"])) if fin else None
+        sim_jct = float(jf.loc[jid, "jct_s"]) if jid in jf.index else None
+        sim_steps = int(rfj.loc[jid, "steps"]) if jid in rfj.index else 0
+        sim_iter = float(rfj.loc[jid, "run_s"]) / sim_steps if sim_steps else None
+        live_iter = live_step_s / live_iters if live_iters else None
+        live_bytes = sum(o["bytes"] for o in live)
+        out_jobs.append({
+            "job_id": jid, "model": spec["model"], "num_gpus": int(spec["num_gpus"]),
+            "live_iterations": live_iters, "sim_iterations": sim_steps,
+            "live_iter_s": live_iter, "sim_iter_s": sim_iter, "iter_rel_err": _rel(sim_iter, live_iter),
+            "live_jct_s": live_jct, "sim_jct_s": sim_jct, "jct_rel_err": _rel(sim_jct, live_jct),
+            "live_bytes_per_iter": live_bytes / live_iters if live_iters else None,
+            "sim_bytes_per_iter": float(rfj.loc[jid, "bytes"]) / sim_steps if sim_steps else None,
+            "live_preemptions": None, "sim_preemptions": int(jf.loc[jid, "preemptions"]) if jid in jf.index else None,
+        })
+    return out_jobs, out_rounds, notes, float(restart_s)
+
+
+def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tables: str | Path | None = None,
+                        scenario=None, link: Link | None = None) -> ReplayResult:
+    """Replay a decision log (module docstring): the same decisions, then the simulated and the
+    measured outcome side by side."""
+    header, rounds, end = read_decision_log(path)
+    if scenario is None and header.get("scenario"):
+        from .deploy import DemoScenario
+
+        scenario = DemoScenario.from_dict(header["scenario"])
+    match, nr, ns, mism = check_decisions(header, rounds, scenario)
+    jobs, rnds, notes, rs = simulate_log(header, rounds, restart_s, tables, link)
+    if end is None:
+        notes.append("the log has no end record: the run did not complete")
+    if end is not None:
+        live = {int(k): v for k, v in end.get("jobs", {}).items()}
+        for j in jobs:
+            v = live.get(j["job_id"])
+            if v is not None:
+                j["live_preemptions"] = v.get("preemptions")
+    return ReplayResult(decisions_match=match, rounds_checked=nr, steps_checked=ns, mismatches=mism, jobs=jobs,
+                        rounds=rnds, notes=notes, restart_s=rs)

@@ -1,0 +1,346 @@
+"""``jigsaw deploy``: run real training jobs on local (or Ray-cluster) CPU slots under a scheduler.
+
+Examples::
+
+    jigsaw deploy --policy jigsaw --demo --slots 2            # the demo (about a minute)
+    jigsaw deploy --policy policy.onnx --demo --slots 2       # an exported policy (jigsaw export)
+    jigsaw deploy --policy tiresias --jobs jobs.csv --slots 2 --round-s 5 --out runs/live
+    jigsaw deploy --policy jigsaw --demo --address 127.0.0.1:6379   # a running Ray cluster
+    jigsaw deploy --resume runs/live                          # a restarted scheduler continues
+
+``--policy`` is a heuristic name (``agents.make_scheduler``), an ONNX file written by
+``jigsaw export``, or a training RUN_DIR. Decisions come every round from it, through the
+simulator's own state type (heuristics) or the env's observation encoder and action codec
+(learned policies); a policy whose layout does not fit (observation size, action count, SPB
+levels) is refused before any job starts.
+
+The run writes to ``--out`` (default ``runs/deploy-<time>``): ``run_log.jsonl`` (events),
+``iterations.jsonl`` (every worker's per-iteration report), ``decision_log.jsonl`` (replayable
+through the simulator), ``scheduler_state.json`` (the persisted scheduler), ``checkpoints/``,
+``summary.json`` (per job: JCT, iterations, bytes, final loss, held-out accuracy) and
+``replay.json`` (the log replayed: same decisions? simulated vs measured). docs/deploy.md.
+
+**The demo** (``--demo``): three jobs on sklearn's digits: a tiny CNN on 2 slots at t = 0, a tiny
+MLP at t = 4 s and a tiny Transformer at t = 8 s (1 slot each), 3-second rounds; a heuristic gets
+Tiresias/Jigsaw LAS thresholds of 8 GPU-seconds (instead of an hour) so that a demoted job is
+preempted by a new arrival within the demo. :class:`DemoScenario` guarantees the two events the
+demo must show whatever the policy does: if no job has been preempted by round 5, the running job
+with the most attained service is held out of that round (waiting jobs that fit take its slots;
+the policy resumes it later); if no
+running job has changed its SPB level by round 7, one running job alone on its slots switches
+level (0 <-> 2). Each forced change is recorded in the decision log (``forced``) next to the
+policy's own decision, and the replay re-applies the same rule.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jigsaw_env.spb import Pattern, SPBConfig
+from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
+
+__all__ = ["DemoScenario", "demo_jobs", "DEMO_THRESHOLD_GPU_S", "register", "run", "deploy"]
+
+DEMO_THRESHOLD_GPU_S = 8.0
+DEMO_ROUND_S = 3.0
+
+
+def demo_jobs(slots: int, scale: float = 1.0):
+    """The demo's job set (module docstring). ``scale`` multiplies every job's iterations."""
+    from .live import LiveJob
+
+    big = min(2, slots)
+    return [LiveJob(0, "tiny_cnn", big, round(2500 * scale), arrival_s=0.0, seed=0),
+            # lr 0.02, not the zoo's 0.05: at 0.05 a one-worker rotating SPB run of tiny_mlp at level
+            # >= 2 diverges (docs/deploy.md section 6); at 0.02 it trains at every level
+            LiveJob(1, "tiny_mlp", 1, round(3000 * scale), arrival_s=4.0, seed=1, lr=0.02),
+            LiveJob(2, "tiny_transformer", 1, round(1200 * scale), arrival_s=8.0, seed=2)]
+
+
+@dataclass(frozen=True)
+class DemoScenario:
+    """Forces a preemption and an SPB level change if the policy has not made them by the given
+    rounds (module docstring). A pure function of the state, so the replay re-applies it."""
+
+    preempt_by_round: int = 5
+    level_by_round: int = 7
+    level_to: int = 2
+
+    def to_dict(self) -> dict:
+        return {"preempt_by_round": self.preempt_by_round, "level_by_round": self.level_by_round,
+                "level_to": self.level_to}
+
+    state_dict = to_dict
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DemoScenario":
+        return cls(**d)
+
+    from_state_dict = from_dict
+
+    def __call__(self, state: ClusterState, decision: Decision) -> tuple[Decision, list[dict]]:
+        from jigsaw_env.placement import GpuLedger
+
+        dec = Decision(decision)
+        forced: list[dict] = []
+        jobs = state.jobs.values()
+        if state.round >= self.preempt_by_round and sum(j.preemptions for j in jobs) == 0:
+            running = sorted((j for j in state.running() if j.job_id in dec),
+                             key=lambda j: (-j.attained_gpu_s, j.job_id))
+            waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING and j.job_id not in dec]
+            # the victim: the running job with the most attained service (the one LAS would
+            # demote first); waiting jobs that now fit take its slots (level 0, consolidated)
+            for victim in running[:1]:
+                led = GpuLedger(state, Decision({k: v for k, v in dec.items() if k != victim.job_id}))
+                started = []
+                for w in waiting:
+                    jd = led.place(w, "consolidated", 0)
+                    if jd is not None:
+                        led.add(w.job_id, jd, checked=True)
+                        started.append(w.job_id)
+                dec = led.decision
+                forced.append({"kind": "preempt", "job": victim.job_id, "started": started})
+        if state.round >= self.level_by_round and sum(j.level_changes for j in jobs) == 0 \
+                and not any(f["kind"] == "preempt" for f in forced):
+            owners: dict[int, int] = {}
+            for jid, jd in dec.items():
+                for g in jd.gpus:
+                    owners[g] = owners.get(g, 0) + 1
+            for j in sorted(state.running(), key=lambda j: j.job_id):
+                jd = dec.get(j.job_id)
+                if jd is None or jd.gpus != j.placement or (jd.level, jd.pattern) != (j.level, j.pattern):
+                    continue
+                if any(owners[g] > 1 for g in jd.gpus):
+                    continue
+                to = self.level_to if j.level == 0 else 0
+                new = JobDecision(jd.gpus, to, Pattern.ROTATING)
+                led = GpuLedger(state, Decision({k: v for k, v in dec.items() if k != j.job_id}))
+                if led.fits(j.job_id, new):
+                    dec[j.job_id] = new
+                    forced.append({"kind": "level", "job": j.job_id, "from": j.level, "to": to})
+                    break
+        return dec, forced
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------------------------
+def _positive_float(name: str):
+    def parse(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {v!r}") from None
+        if not x > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {v}")
+        return x
+    return parse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("deploy", help="run real training jobs on CPU slots under a scheduler or policy",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", default=None,
+                   help="heuristic name (jigsaw, tiresias, ...), an exported policy.onnx, or a RUN_DIR")
+    p.add_argument("--demo", action="store_true", help="run the built-in demo job set (docs/deploy.md)")
+    p.add_argument("--jobs", default=None, help="job list: CSV or JSON with job_id, model, num_gpus, iterations, "
+                                                 "arrival_s[, batch_size, seed, lr]")
+    p.add_argument("--slots", type=int, default=None, help="CPU slots (default: physical cores, at most that)")
+    p.add_argument("--round-s", type=_positive_float("--round-s"), default=None,
+                   help=f"round length in wall seconds (default {DEMO_ROUND_S} for the demo, else 5)")
+    p.add_argument("--steps-per-round", type=int, default=None, help="fixed lockstep steps per round instead")
+    p.add_argument("--max-workers-per-gpu", type=int, default=2, help="workers (of different jobs) per slot")
+    p.add_argument("--slot-memory-gib", type=float, default=None, help="memory budget per slot (default 8 GiB)")
+    p.add_argument("--thresholds", default=None,
+                   help=f"LAS thresholds (GPU-s) for tiresias/jigsaw (demo default {DEMO_THRESHOLD_GPU_S:g})")
+    p.add_argument("--link-alpha-us", type=float, default=None, help="slot-to-slot link latency the scheduler "
+                                                                     "assumes (us; default: the simulator's intra-node)")
+    p.add_argument("--link-gbps", type=float, default=None, help="slot-to-slot link bandwidth (GB/s)")
+    p.add_argument("--demo-scale", type=_positive_float("--demo-scale"), default=1.0,
+                   help="multiply the demo jobs' iterations")
+    p.add_argument("--out", default=None, help="output folder (default runs/deploy-<time>)")
+    p.add_argument("--address", default=None, help="connect to a running Ray cluster (HOST:PORT) instead of "
+                                                     "starting one")
+    p.add_argument("--timeout-s", type=_positive_float("--timeout-s"), default=60.0,
+                   help="collective and store timeout: a stalled worker fails its job after it")
+    p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones")
+    p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")
+    p.add_argument("--allow-oversubscribe", action="store_true", help="allow more slots than physical cores")
+    p.add_argument("--no-replay", action="store_true", help="skip replaying the decision log at the end")
+    p.add_argument("--resume", default=None, metavar="OUT", help="continue the run persisted in OUT")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+
+
+def _read_jobs(path: str):
+    import pandas as pd
+
+    from .live import LiveJob
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"job list not found: {p}")
+    df = pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p)
+    for col in ("job_id", "model", "num_gpus", "iterations"):
+        if col not in df.columns:
+            raise ValueError(f"{p}: missing column {col!r} (need job_id, model, num_gpus, iterations[, arrival_s])")
+    out = []
+    for row in df.to_dict("records"):
+        kw = {k: row[k] for k in ("batch_size", "seed", "lr", "data") if k in row and row[k] == row[k]}
+        if "batch_size" in kw:
+            kw["batch_size"] = int(kw["batch_size"])
+        if "seed" in kw:
+            kw["seed"] = int(kw["seed"])
+        out.append(LiveJob(int(row["job_id"]), str(row["model"]), int(row["num_gpus"]), float(row["iterations"]),
+                           arrival_s=float(row.get("arrival_s", 0.0) or 0.0), **kw))
+    return out
+
+
+def run(args) -> int:
+    from .cluster_ray import check_slots, default_slots
+
+    if args.tables:
+        from jigsaw_env.cost_table import register_tables_dir
+
+        register_tables_dir(args.tables)
+    if args.resume:
+        return _resume(args)
+    if args.policy is None:
+        raise ValueError("--policy is required (a heuristic name, policy.onnx or a RUN_DIR)")
+    if not args.demo and not args.jobs:
+        raise ValueError("give --demo or --jobs FILE")
+    slots = args.slots if args.slots is not None else default_slots()
+    if args.address is None:
+        check_slots(slots, args.allow_oversubscribe)
+    jobs = demo_jobs(slots, args.demo_scale) if args.demo else _read_jobs(args.jobs)
+    out = Path(args.out or f"runs/deploy-{time.strftime('%Y%m%d-%H%M%S')}")
+    summary, replay = deploy(args.policy, jobs, slots=slots, out=out, demo=args.demo, round_s=args.round_s,
+                             steps_per_round=args.steps_per_round, max_workers_per_gpu=args.max_workers_per_gpu,
+                             slot_memory_gib=args.slot_memory_gib, thresholds=args.thresholds,
+                             link_alpha_us=args.link_alpha_us, link_gbps=args.link_gbps, address=args.address,
+                             timeout_s=args.timeout_s, pin=not args.no_pin,
+                             allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
+                             echo=None if args.json else _echo)
+    if args.json:
+        print(json.dumps({"summary": summary, "replay": replay}, default=str))
+    else:
+        print_summary(summary, replay, out)
+    return 0
+
+
+def _echo(s: str) -> None:
+    print(s, flush=True)
+
+
+def _scheduler_for(policy: str, demo: bool, thresholds: str | None, spb: SPBConfig):
+    from .policies import build_scheduler, is_policy_path, scheduler_spec
+
+    kwargs: dict[str, Any] = {}
+    if not is_policy_path(policy):
+        base = policy.split("+")[0]
+        th = thresholds if thresholds is not None else (str(DEMO_THRESHOLD_GPU_S) if demo else None)
+        if th is not None and base in ("tiresias", "jigsaw"):
+            kwargs["thresholds"] = [float(x) for x in str(th).split(",") if x.strip()]
+    spec = scheduler_spec(policy, kwargs)
+    sched, rec = build_scheduler(spec, spb)
+    return sched, rec, spec
+
+
+def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False, round_s: float | None = None,
+           steps_per_round: int | None = None, max_workers_per_gpu: int = 2, slot_memory_gib: float | None = None,
+           thresholds: str | None = None, link_alpha_us: float | None = None, link_gbps: float | None = None,
+           address: str | None = None, timeout_s: float = 60.0, pin: bool = True, allow_oversubscribe: bool = False,
+           replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
+           echo=None, spb: SPBConfig | None = None) -> tuple[dict, dict | None]:
+    """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
+    Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
+    from jigsaw_env.network import INTRA_NODE, Link
+
+    from .decision_log import replay_decision_log
+    from .live import LiveConfig, LiveExecutor
+
+    spb = spb or SPBConfig()
+    sched, rec, spec = _scheduler_for(policy, demo, thresholds, spb)  # policy layout checked here
+    link = INTRA_NODE
+    if link_alpha_us is not None or link_gbps is not None:
+        link = Link(alpha_s=(link_alpha_us * 1e-6) if link_alpha_us is not None else INTRA_NODE.alpha_s,
+                    bandwidth_Bps=(link_gbps * 1e9) if link_gbps is not None else INTRA_NODE.bandwidth_Bps)
+    cfg = LiveConfig(slots=slots, round_s=round_s or (DEMO_ROUND_S if demo else 5.0), steps_per_round=steps_per_round,
+                     max_workers_per_gpu=max_workers_per_gpu, slot_memory_gib=slot_memory_gib, spb=spb, link=link,
+                     timeout_s=timeout_s, pin=pin)
+    if demo and scenario is None:
+        scenario = DemoScenario()
+    ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,
+                      scenario=scenario, recorder=rec, fail_at=fail_at, allow_oversubscribe=allow_oversubscribe,
+                      echo=echo)
+    try:
+        summary = ex.run()
+    finally:
+        ex.close()
+    rep = None
+    if replay:
+        r = replay_decision_log(Path(out) / "decision_log.jsonl", scenario=scenario)
+        rep = r.to_dict()
+        (Path(out) / "replay.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
+    return summary, rep
+
+
+def _resume(args) -> int:
+    from .decision_log import replay_decision_log
+    from .live import LiveExecutor
+
+    ex = LiveExecutor.restore(args.resume)
+    try:
+        summary = ex.run()
+    finally:
+        ex.close()
+    rep = None
+    if not args.no_replay:
+        rep = replay_decision_log(Path(args.resume) / "decision_log.jsonl", scenario=ex.scenario).to_dict()
+        (Path(args.resume) / "replay.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
+    if args.json:
+        print(json.dumps({"summary": summary, "replay": rep}, default=str))
+    else:
+        print_summary(summary, rep, Path(args.resume))
+    return 0
+
+
+def _f(v, fmt: str = "{:.3f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def print_summary(summary: dict, replay: dict | None, out: Path, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=file or sys.stdout, width=140)
+    t = Table(title=f"jigsaw deploy: {summary['scheduler'].get('name') or summary['scheduler'].get('path')} on "
+                    f"{summary['slots']} slots, {summary['rounds']} rounds, makespan {_f(summary['makespan_s'], '{:.1f}')} s")
+    for col in ("job", "model", "slots", "JCT s", "iterations", "ms/iter", "MB sent", "final loss", "held-out acc",
+                "preempt", "level chg", "levels used"):
+        t.add_column(col, justify="right" if col not in ("model", "levels used") else "left")
+    for j in summary["jobs"].values():
+        t.add_row(str(j["job_id"]), j["model"], str(j["num_gpus"]), _f(j["jct_s"], "{:.1f}"), str(j["iterations"]),
+                  _f(j["mean_iter_s"] and j["mean_iter_s"] * 1e3, "{:.2f}"), _f(j["bytes_sent"] / 1e6, "{:.1f}"),
+                  _f(j["final_loss"]), _f(j["heldout_accuracy"]), str(j["preemptions"]), str(j["level_changes"]),
+                  ", ".join(f"L{k}:{v}" for k, v in j["levels_used"].items()))
+    con.print(t)
+    if replay is not None:
+        ok = "same decisions" if replay["decisions_match"] else f"DIFFERENT decisions ({len(replay['mismatches'])})"
+        con.print(f"replay: {ok} in {replay['rounds_checked']} rounds"
+                  + (f", {replay['steps_checked']} policy steps" if replay["steps_checked"] else "")
+                  + f"; simulated vs measured (restart_s {replay['restart_s']:.2f} s):")
+        r = Table()
+        for col in ("job", "live ms/iter", "sim ms/iter", "err", "live JCT s", "sim JCT s", "err"):
+            r.add_column(col, justify="right")
+        for j in replay["jobs"]:
+            r.add_row(str(j["job_id"]), _f(j["live_iter_s"] and j["live_iter_s"] * 1e3, "{:.2f}"),
+                      _f(j["sim_iter_s"] and j["sim_iter_s"] * 1e3, "{:.2f}"), _f(j["iter_rel_err"], "{:+.0%}"),
+                      _f(j["live_jct_s"], "{:.1f}"), _f(j["sim_jct_s"], "{:.1f}"), _f(j["jct_rel_err"], "{:+.0%}"))
+        con.print(r)
+    con.print(f"logs: {out}/run_log.jsonl, decision_log.jsonl, iterations.jsonl; summary: {out}/summary.json")

@@ -1,0 +1,94 @@
+"""Schedulers for the live executor: a heuristic by name, or a learned policy (an exported ONNX
+file, or a training RUN_DIR) through the env's own observation encoder and action codec.
+
+A learned policy drives the live cluster through ``agents.rl.LearnedScheduler``, the very loop the
+simulator uses (same window, encoder, exact masks, one action per decision step until
+*advance*). :class:`RecordingAgent` sits between it and the policy and keeps every (observation,
+mask, action) of a round, for the decision log. The layout check (observation size, action count,
+window K, SPB levels and slots) runs when the scheduler is built, before any job starts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jigsaw_env.spb import SPBConfig
+
+__all__ = ["RecordingAgent", "load_policy", "build_scheduler", "scheduler_spec", "is_policy_path"]
+
+
+class RecordingAgent:
+    """Forwards ``act`` (and ``window_k``, ``config``, ``check_compatible``) to a policy and records
+    every call; :meth:`take` returns and clears the record."""
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+        self.steps: list[tuple[np.ndarray, np.ndarray, int]] = []
+
+    @property
+    def window_k(self) -> int:
+        return int(self.agent.window_k)
+
+    @property
+    def config(self) -> dict:
+        return self.agent.config
+
+    def check_compatible(self, *a, **kw):
+        return self.agent.check_compatible(*a, **kw)
+
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        a = int(self.agent.act(obs, mask))
+        self.steps.append((np.array(obs, dtype=np.float32, copy=True), np.array(mask, dtype=bool, copy=True), a))
+        return a
+
+    def take(self) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        s, self.steps = self.steps, []
+        return s
+
+
+def is_policy_path(spec: str) -> bool:
+    p = Path(spec)
+    return spec.endswith(".onnx") or p.is_file() or (p.is_dir() and (p / "config.json").is_file())
+
+
+def load_policy(path: str | Path):
+    """An :class:`~jigsaw_executor.onnx_policy.OnnxPolicy` (``*.onnx``) or a
+    :class:`~agents.rl.LearnedAgent` (RUN_DIR)."""
+    p = Path(path)
+    if p.is_dir():
+        from agents.rl import LearnedAgent
+
+        return LearnedAgent(p)
+    if not p.exists():
+        raise FileNotFoundError(f"policy not found: {p}")
+    from .onnx_policy import OnnxPolicy
+
+    return OnnxPolicy(p)
+
+
+def scheduler_spec(policy: str, kwargs: dict | None = None) -> dict:
+    if is_policy_path(policy):
+        return {"kind": "policy", "path": str(Path(policy).resolve())}
+    return {"kind": "heuristic", "name": policy, "kwargs": dict(kwargs or {})}
+
+
+def build_scheduler(spec: dict, spb: SPBConfig):
+    """(scheduler, recorder or None) from a :func:`scheduler_spec`. A policy's layout is checked
+    against ``spb`` here: a mismatch raises ValueError (one line) before anything runs."""
+    if spec["kind"] == "heuristic":
+        from agents import make_scheduler
+
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in spec.get("kwargs", {}).items()}
+        return make_scheduler(spec["name"], **kw), None
+    from agents.rl import EvalSpaces, LearnedScheduler
+
+    pol = load_policy(spec["path"])
+    pol.check_compatible(EvalSpaces(None, spb.max_level, spb.num_slots))
+    rec = RecordingAgent(pol)
+    sched = LearnedScheduler(agent=rec)
+    sched.name = "policy"
+    spec.setdefault("window_k", rec.window_k)
+    spec.setdefault("observe_remaining", bool(rec.config["env"].get("observe_remaining", True)))
+    return sched, rec

@@ -1,0 +1,214 @@
+"""`jigsaw deploy` end to end on 2 CPU slots (one Ray session for the module): the demo completes
+every job with a preemption and an SPB level change, its decision log replays through the
+simulator with the same decisions, and bad input fails clearly before any job starts (a policy
+whose layout does not fit, a job larger than the cluster) or fails the job with the worker's error
+(a worker that raises), never a hang. docs/deploy.md."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray")
+
+from jigsaw_executor.deploy import demo_jobs, deploy  # noqa: E402
+from jigsaw_executor.live import JobFailed, LiveJob  # noqa: E402
+
+SLOTS = 2
+MWPG = 1  # one worker host per slot keeps the module's start-up short on 2 cores
+
+
+@pytest.fixture(scope="module")
+def ray_pieces():
+    """One Ray session, one pool of slot hosts and one control hub for the whole module."""
+    from jigsaw_executor.cluster_ray import RaySession, SlotPool, get_or_create_hub, kill_actor
+
+    session = RaySession(SLOTS, allow_oversubscribe=True).start()
+    pool = SlotPool(SLOTS, MWPG, prefix="test-deploy", pin=False)
+    hub = get_or_create_hub("test-deploy-hub")
+    yield pool, hub
+    pool.close()
+    kill_actor(hub)
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def demo(ray_pieces, tmp_path_factory):
+    """The demo at 40 % of its iterations, 1.5-second rounds (about 25 s on 2 idle cores)."""
+    pool, hub = ray_pieces
+    out = tmp_path_factory.mktemp("demo")
+    t0 = time.time()
+    summary, replay = deploy("jigsaw", demo_jobs(SLOTS, 0.4), slots=SLOTS, out=out, demo=True, round_s=1.5,
+                             max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True)
+    return out, summary, replay, time.time() - t0
+
+
+def _rounds(out):
+    return [json.loads(line) for line in (out / "decision_log.jsonl").read_text().splitlines()
+            if json.loads(line).get("kind") == "round"]
+
+
+def test_demo_completes_every_job_with_preemption_and_level_change(demo):
+    out, summary, _, wall = demo
+    assert wall < 120
+    jobs = summary["jobs"]
+    assert len(jobs) >= 3
+    for j in jobs.values():
+        assert j["status"] == "done", j
+        assert j["iterations"] > 0 and j["progress"] >= j["work_iterations"] - 1e-6
+        assert j["jct_s"] is not None and j["jct_s"] > 0
+        assert np.isfinite(j["final_loss"])
+        assert 0.0 <= j["heldout_accuracy"] <= 1.0
+    # every model learned something (10 classes: chance is 0.1)
+    assert all(j["heldout_accuracy"] > 0.5 for j in jobs.values()), {k: j["heldout_accuracy"] for k, j in jobs.items()}
+    assert sum(j["preemptions"] for j in jobs.values()) >= 1
+    assert sum(j["level_changes"] for j in jobs.values()) >= 1
+    assert any(j["bytes_sent"] > 0 for j in jobs.values())  # the 2-slot job communicates
+    # the preemption resumed from its checkpoint: a second incarnation of the preempted job
+    pre = [j for j in jobs.values() if j["preemptions"]]
+    assert all(j["incarnations"] >= 2 for j in pre)
+    # every job ran under the control plane, and jobs competed for the slots (>= 2 active at once)
+    rounds = _rounds(out)
+    assert {int(k) for r in rounds for k in r["decision"]} == {0, 1, 2}
+    assert max(len(r["state"]["active_ids"]) for r in rounds) >= 2
+    for name in ("run_log.jsonl", "iterations.jsonl", "decision_log.jsonl", "summary.json",
+                 "scheduler_state.json", "replay.json"):
+        assert (out / name).is_file(), name
+
+
+def test_demo_decision_log_shows_preemption_and_level_change(demo):
+    out = demo[0]
+    rounds = _rounds(out)
+    prev: dict = {}
+    preempted = level_changed = False
+    for r in rounds:
+        dec = {int(k): v for k, v in r["decision"].items()}
+        for jid, jd in prev.items():
+            if jid not in dec and jid not in r.get("finished", []):
+                preempted = True
+            elif jid in dec and dec[jid]["level"] != jd["level"]:
+                level_changed = True
+        prev = dec
+    assert preempted or any(f["kind"] == "preempt" for r in rounds for f in r.get("forced", []))
+    assert level_changed
+
+
+def test_demo_replay_gives_the_same_decisions(demo):
+    from jigsaw_executor.decision_log import replay_decision_log
+
+    out, _, replay, _ = demo
+    assert replay["decisions_match"], replay["mismatches"][:3]
+    assert replay["rounds_checked"] == len(_rounds(out))
+    again = replay_decision_log(out / "decision_log.jsonl").to_dict()
+    assert again["decisions_match"] and again["rounds_checked"] == replay["rounds_checked"]
+    assert {j["job_id"] for j in again["jobs"]} == {0, 1, 2}
+    assert all(j["sim_jct_s"] is not None for j in again["jobs"])
+
+
+def test_replay_detects_a_tampered_log(demo, tmp_path):
+    """The replay really compares: change one logged decision's level and it reports a mismatch."""
+    from jigsaw_executor.decision_log import replay_decision_log
+    from jigsaw_executor.deploy import DemoScenario
+
+    out = demo[0]
+    lines = (out / "decision_log.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec.get("kind") == "round" and rec["decision"]:
+            k = next(iter(rec["decision"]))
+            rec["decision"][k]["level"] = (rec["decision"][k]["level"] + 1) % 4
+            lines[i] = json.dumps(rec)
+            break
+    bad = tmp_path / "decision_log.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    r = replay_decision_log(bad, scenario=DemoScenario())
+    assert not r.decisions_match and r.mismatches
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def _random_policy(tmp_path, spb_levels: int):
+    """A randomly initialised PPO saved as a RUN_DIR and exported to ONNX (no training)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.rl import RUN_FORMAT, spaces_signature
+    from agents.rl_env import make_env_fn
+    from jigsaw_env.cli import main
+
+    env_kw = dict(gpus=4, gpus_per_node=4, trace="synthetic:models=tiny_mlp+tiny_cnn", max_jobs=4, window_k=4,
+                  spb_levels=spb_levels)
+    venv = DummyVecEnv([make_env_fn(env_kw, split="train", rank=0, seed=0)])
+    model = PPO("MlpPolicy", venv, seed=0, device="cpu", policy_kwargs=dict(net_arch=[16]))
+    run = tmp_path / f"ppo-l{spb_levels}"
+    run.mkdir()
+    model.save(str(run / "model.zip"))
+    venv.close()
+    (run / "config.json").write_text(json.dumps({"format": RUN_FORMAT, "algo": "ppo", "env": env_kw,
+                                                  "spaces": spaces_signature(4, spb_levels, 4),
+                                                  "normalize_obs": False}))
+    assert main(["export", str(run)]) == 0
+    return run / "policy.onnx"
+
+
+def test_mismatched_onnx_policy_fails_before_any_job_starts(tmp_path, monkeypatch):
+    import jigsaw_executor.live as live
+
+    onnx = _random_policy(tmp_path, spb_levels=2)  # the deployment uses 3 SPB levels
+    started = []
+    monkeypatch.setattr(live.LiveExecutor, "start", lambda self: started.append(1))
+    with pytest.raises(ValueError) as e:
+        deploy(str(onnx), demo_jobs(SLOTS), slots=SLOTS, out=tmp_path / "out", demo=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "does not fit" in msg and "expected" in msg, msg
+    assert not started and not (tmp_path / "out" / "decision_log.jsonl").exists()
+    junk = tmp_path / "junk.onnx"  # a file that is no policy at all
+    junk.write_bytes(b"not an onnx model")
+    with pytest.raises(Exception) as e2:
+        deploy(str(junk), demo_jobs(SLOTS), slots=SLOTS, out=tmp_path / "out2", demo=True)
+    assert str(e2.value) and not started
+
+
+def test_matching_onnx_policy_is_accepted(tmp_path):
+    from jigsaw_env.spb import SPBConfig
+    from jigsaw_executor.deploy import _scheduler_for
+
+    onnx = _random_policy(tmp_path, spb_levels=3)
+    sched, rec, spec = _scheduler_for(str(onnx), True, None, SPBConfig())
+    assert spec["kind"] == "policy" and rec is not None
+
+
+def test_job_larger_than_the_slots_is_refused_before_it_starts(tmp_path):
+    jobs = [LiveJob(0, "tiny_mlp", 1, 50), LiveJob(1, "tiny_cnn", 3, 50)]
+    with pytest.raises(ValueError, match=r"job 1 \(tiny_cnn\) needs 3 slots but the live cluster has 2"):
+        deploy("fifo", jobs, slots=SLOTS, out=tmp_path / "out")
+    assert not (tmp_path / "out" / "decision_log.jsonl").exists()
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    from jigsaw_env.cli import main
+
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,model,num_gpus,iterations\n0,tiny_mlp,4,100\n")
+    rc = main(["deploy", "--policy", "fifo", "--jobs", str(jobs), "--slots", "2", "--allow-oversubscribe",
+               "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "needs 4 slots" in err
+
+
+def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
+    pool, hub = ray_pieces
+    jobs = [LiveJob(0, "tiny_mlp", 2, 400, seed=0), LiveJob(1, "tiny_mlp", 1, 200, arrival_s=0.0, seed=1)]
+    t0 = time.time()
+    with pytest.raises(JobFailed) as e:
+        deploy("fifo", jobs, slots=SLOTS, out=tmp_path / "out", round_s=1.0, pool=pool, hub=hub, pin=False,
+               max_workers_per_gpu=MWPG, allow_oversubscribe=True, fail_at={0: (1, 30, "raise")}, timeout_s=20.0,
+               replay=False)
+    assert time.time() - t0 < 60
+    assert e.value.job_id == 0 and e.value.rank == 1
+    assert "RuntimeError: injected failure on rank 1 at iteration 30" in str(e.value)
+    log = [json.loads(line) for line in (tmp_path / "out" / "run_log.jsonl").read_text().splitlines()]
+    assert any(ev.get("event") == "job_failed" and ev.get("job") == 0 for ev in log)
+    # nothing of the failed job is left holding a slot host
+    assert not pool.owned_by(0)
