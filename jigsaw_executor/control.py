@@ -29,7 +29,10 @@ fixed number of steps for this round (``-1``: until a ``hold``).
 
 **Worker loop** (:func:`run_worker`, one per rank of a job incarnation, inside a
 :class:`~jigsaw_executor.cluster_ray.SlotHost` actor on the rank's slot). At every iteration
-boundary job rank 0 reads ``ctl/{job}`` and decides what comes next; a tiny gloo broadcast of six
+boundary job rank 0 reads its decision record and decides what comes next (between rounds from
+the store; inside a round from a copy that a watcher thread keeps current by waiting on the
+store for the next publication, so a new record is seen at the first boundary after it is
+published without a store round trip per iteration); a tiny gloo broadcast of six
 integers (command, level, pattern, publication, round, spare) gives every rank the same decision,
 so level and pattern changes take effect at the next iteration on every rank together. Commands:
 STEP (one :meth:`SPBTrainer.step` at the record's level and pattern), HOLD (write this round's
@@ -298,7 +301,11 @@ class _Worker:
         self.budget = -1
         self.round = -1
         self.records: list[dict] = []
-        self.seen_ctl = False
+        self.cached: dict | None = None   # the newest decision record seen (rank 0)
+        self._watch_stop = None
+        import threading
+
+        self._lock = threading.Lock()
 
     # ----- rank 0: what comes next -----
     def _leave(self, done: bool = True) -> None:
@@ -322,15 +329,57 @@ class _Worker:
         st.wait([base + "/go"])
         return json.loads(st.get(base + "/go"))
 
+    # ----- rank 0: the decision record, kept current by a watcher thread -----
+    def _offer(self, ctl: dict) -> None:
+        with self._lock:
+            if self.cached is None or int(ctl["seq"]) > int(self.cached["seq"]):
+                self.cached = ctl
+
+    def _start_watcher(self) -> None:
+        """A thread that waits on the store for the job's next publication and reads it as soon
+        as it is set (TCPStore ``wait`` is answered by the server when the key appears, and
+        releases the GIL), so the iteration loop reads its decision from memory: a store round
+        trip per iteration costs milliseconds when the slots' cores are busy and the store's
+        process waits for CPU."""
+        import threading
+
+        self._watch_stop = threading.Event()
+        st = connect_store(self.s.store_host, self.s.store_port, self.s.run_id, self.s.timeout_s)
+        stop = self._watch_stop
+
+        def loop() -> None:
+            nxt = int(self.cached["seq"]) + 1
+            while not stop.is_set():
+                try:
+                    wait_key(st, Keys.pub(self.jid, nxt), 1.0)
+                    ctl = json.loads(st.get(Keys.ctl(self.jid)))
+                except Exception as e:  # noqa: BLE001 - a wait timeout: look again; else back off
+                    if "timeout" not in str(e).lower():
+                        time.sleep(0.2)
+                    continue
+                self._offer(ctl)
+                nxt = max(nxt, int(ctl["seq"])) + 1
+
+        threading.Thread(target=loop, daemon=True, name=f"jigsaw-ctl-{self.jid}-{self.inc}").start()
+
+    def stop_watcher(self) -> None:
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+
     def decide(self, t: int) -> tuple[int, int, int, int, int]:
-        """(command, level, pattern code, publication seq, round)."""
-        if self.seen_ctl:  # the key exists from the first publication on: one round trip
-            ctl = json.loads(self.st.get(Keys.ctl(self.jid)))
+        """(command, level, pattern code, publication seq, round). Inside a round the record
+        comes from the watcher's copy (no store round trip); between rounds it is read from the
+        store."""
+        if self.in_seg and self.cached is not None:
+            ctl = self.cached
         else:
-            ctl = read_json(self.st, Keys.ctl(self.jid))
-            if ctl is None:
+            fresh = read_json(self.st, Keys.ctl(self.jid))
+            if fresh is None:
                 return CMD_WAIT, 0, 0, 0, self.round
-            self.seen_ctl = True
+            self._offer(fresh)
+            ctl = self.cached
+            if self._watch_stop is None:
+                self._start_watcher()
         seq = int(ctl["seq"])
         if int(ctl["inc"]) > self.inc:
             self._leave()
@@ -346,8 +395,11 @@ class _Worker:
             return (CMD_STOP if act == "stop" else CMD_PAUSE), 0, 0, seq, report_round
         seg = (rnd, int(ctl["comp"]))
         if not self.in_seg:
-            if act == "hold" or rnd <= self.closed_round:
+            if rnd <= self.closed_round:
                 return CMD_WAIT, 0, 0, seq, self.round
+            # a new round: open its segment. A "hold" may come before the first step (a slow
+            # start-up): the segment is opened anyway and held at step 0, so the round gets its
+            # (empty) report and lockstep partners waiting at step 0 are released with it
             self.in_seg, self.seg, self.k = True, seg, 0
             self.size, self.budget, self.round = int(ctl["comp_size"]), int(ctl.get("steps", -1)), rnd
         done = t >= int(ctl["finish_at"])
@@ -449,13 +501,14 @@ class _Worker:
                     from .data import DigitsData
 
                     acc = DigitsData(seed=s.seed).accuracy(model)
-                self.write_report(rnd)
-                if s.rank == 0:
+                if s.rank == 0:  # before the reports: whoever sees rank 0's report sees this
                     self.st.set(Keys.fin(self.jid, self.inc),
                                 json.dumps({"status": status, "t": t, "wall": end_wall, "hash": trainer.state_hash(),
                                             "accuracy": acc, "loaded_hash": loaded, "round": rnd}))
+                self.write_report(rnd)
                 trainer.barrier()
                 break
+        self.stop_watcher()
         out = {"status": status, "t": t, "rank": s.rank, "hash": trainer.state_hash(), "loaded_hash": loaded}
         if dist.is_initialized():
             dist.destroy_process_group()

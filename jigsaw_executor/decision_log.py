@@ -35,7 +35,6 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
 
 import numpy as np
 

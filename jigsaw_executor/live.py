@@ -28,12 +28,10 @@ detached host actors for the next decision.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import math
 import os
 import pickle
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -50,9 +48,8 @@ from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
 
 from .control import Keys, WorkerSpec, connect_store, read_json
-from .decision_log import (FORMAT, DecisionLogWriter, cluster_from_dict, cluster_to_dict, decision_to_dict,
-                           encode_array, encode_mask, job_from_dict, spb_from_dict, spb_to_dict, state_from_dict,
-                           state_to_dict)
+from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_to_dict, encode_array, encode_mask,
+                           spb_from_dict, spb_to_dict, state_from_dict, state_to_dict)
 
 __all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of"]
 
@@ -687,8 +684,11 @@ class LiveExecutor:
         def done(jid: int) -> bool:
             return self.store.check([Keys.fin(jid, self.inc[jid])])
 
-        if self.cfg.steps_per_round is not None:
+        if self.cfg.steps_per_round is not None and running:
             self._wait_for(lambda: all(reported(j) for j in running), self.cfg.round_timeout_s, f"round {r}", keys)
+            return
+        if not running:  # nothing runs (the policy chose so): the round still lasts, as in the simulator
+            time.sleep(self.cfg.round_s if self.cfg.steps_per_round is None else 0.1)
             return
         end = t_pub + self.cfg.round_s
         while self.now() < end:

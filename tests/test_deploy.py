@@ -212,3 +212,102 @@ def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
     assert any(ev.get("event") == "job_failed" and ev.get("job") == 0 for ev in log)
     # nothing of the failed job is left holding a slot host
     assert not pool.owned_by(0)
+
+
+# ---------------------------------------------------------------------------------- a trained policy, --address
+def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_path):
+    """A MaskablePPO run on a 16-GPU simulated cluster (K = 4, 256 steps), exported to ONNX, drives
+    the 2-slot live cluster through the same encoder; every logged observation and mask gives the
+    same action again."""
+    pytest.importorskip("sb3_contrib")
+    from jigsaw_env.cli import main
+    from jigsaw_executor.deploy import DemoScenario
+    from jigsaw_executor.onnx_policy import OnnxPolicy
+
+    run = tmp_path / "mppo16"
+    assert main(["train", "--trace", "synthetic:models=tiny_cnn+tiny_mlp+tiny_transformer", "--gpus", "16",
+                 "--window-k", "4", "--max-jobs", "8", "--n-steps", "128", "--batch-size", "64", "--n-epochs", "2",
+                 "--eval-episodes", "1", "--no-progress", "--run-dir", str(run), "--vec", "dummy", "--n-envs", "1",
+                 "--timesteps", "256", "--no-tensorboard", "--seed", "1"]) == 0
+    onnx = run / "policy.onnx"
+    assert main(["export", str(run), "--out", str(onnx)]) == 0
+    assert OnnxPolicy(onnx).config["env"]["gpus"] == 16
+    pool, hub = ray_pieces
+    out = tmp_path / "live"
+    summary, replay = deploy(str(onnx), demo_jobs(SLOTS, 0.15), slots=SLOTS, out=out, demo=True, round_s=1.0,
+                             max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True,
+                             scenario=DemoScenario(preempt_by_round=2, level_by_round=3))
+    assert all(j["status"] == "done" for j in summary["jobs"].values())
+    assert summary["preemptions"] >= 1 and summary["level_changes"] >= 1
+    steps = [s for r in _rounds(out) for s in r.get("steps", [])]
+    assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]
+
+
+def test_address_connects_to_a_running_ray_cluster(tmp_path):
+    """`ray start --head` (loopback, its own ports and temp folder, 2 CPUs, slot_0 and slot_1) in a
+    subprocess; `jigsaw deploy --address` runs jobs on it (in a subprocess: its own Ray driver,
+    apart from this module's session); a cluster without enough slot resources is a one-line
+    error. The head is stopped by its process group."""
+    import os
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    ray_exe = Path(sys.executable).with_name("ray")
+    jig = Path(sys.executable).with_name("jigsaw")
+    if not ray_exe.exists() or not jig.exists():
+        pytest.skip("no ray / jigsaw executable next to the interpreter")
+
+    def free_port() -> int:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        return p
+
+    tmp = tempfile.mkdtemp(prefix="rjd", dir="/tmp")  # short: Ray's socket paths live under it
+    port = free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_NUM_THREADS="1")
+    cmd = [str(ray_exe), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
+           "--num-cpus", "2", "--resources", json.dumps({"slot_0": 1, "slot_1": 1}), "--include-dashboard=false",
+           "--temp-dir", tmp, "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0"]
+    for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                 "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"):
+        cmd += [flag, str(free_port())]
+    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    address = f"127.0.0.1:{port}"
+    try:
+        jobs = tmp_path / "jobs.csv"
+        jobs.write_text("job_id,model,num_gpus,iterations,arrival_s\n0,tiny_mlp,1,40,0\n1,tiny_cnn,2,20,0\n")
+        out = tmp_path / "out"
+        base = [str(jig), "deploy", "--address", address, "--slots", "2", "--max-workers-per-gpu", "1", "--no-pin"]
+        p = None
+        for _ in range(40):  # the head takes a few seconds to come up
+            p = subprocess.run(base + ["--policy", "fifo", "--jobs", str(jobs), "--steps-per-round", "20",
+                                       "--out", str(out), "--json"], env=env, capture_output=True, text=True,
+                               timeout=300)
+            if p.returncode == 0 or "has no resource" in p.stderr or head.poll() is not None:
+                break
+            time.sleep(2)
+        assert p.returncode == 0, p.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert all(j["status"] == "done" for j in summary["jobs"].values())
+        p = subprocess.run(base[:4] + ["--slots", "3", "--policy", "fifo", "--jobs", str(jobs), "--out",
+                                       str(tmp_path / "o3")], env=env, capture_output=True, text=True, timeout=120)
+        err = [line for line in p.stderr.strip().splitlines() if line.startswith("jigsaw deploy")]
+        assert p.returncode == 2 and err and "has no resource slot_2" in err[-1]
+    finally:
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):  # SIGKILL skips Ray's 30 s drain
+            try:
+                os.killpg(head.pid, sig)
+                head.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+            except ProcessLookupError:
+                break
+        shutil.rmtree(tmp, ignore_errors=True)
