@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jigsaw_env.cli_args import positive_int
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
@@ -48,21 +50,6 @@ def _loads(text: str) -> list[float]:
     if not vals or any(not v > 0 for v in vals):
         raise argparse.ArgumentTypeError(f"--load values must be > 0, got {text!r}")
     return vals
-
-
-def _pos_int(name: str):
-    def parse(v: str) -> int:
-        try:
-            f = float(v)
-            if not f.is_integer():
-                raise ValueError(v)
-            x = int(f)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {v!r}") from None
-        if x < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {x}")
-        return x
-    return parse
 
 
 def _net_arch(text: str) -> list[int]:
@@ -87,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(windows of --max-jobs consecutive jobs) (default: synthetic)")
     t.add_argument("--trace-gpu-type", default=None, metavar="TYPE",
                    help="GPU type the trace ran on, for iterations (default: per format)")
-    t.add_argument("--max-jobs", type=_pos_int("--max-jobs"), default=50, help="jobs per episode (default 50)")
+    t.add_argument("--max-jobs", type=positive_int("--max-jobs"), default=50, help="jobs per episode (default 50)")
     t.add_argument("--load", type=_loads, default=None, metavar="X[,X...]",
                    help="offered load per episode; several values are sampled uniformly per episode "
                         "(default: synthetic 1.0, a real trace's own arrivals)")
@@ -95,36 +82,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="held-out fraction of a real trace for evaluation (default 0.2: the last 20%% of jobs)")
     t.add_argument("--curriculum", action="store_true",
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
-    t.add_argument("--curriculum-steps", type=_pos_int("--curriculum-steps"), default=None,
+    t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
                    help="timesteps of the curriculum ramp (default: half of --timesteps)")
     t.add_argument("--max-time-s", type=float, default=None, help="truncate episodes after this simulated time")
     e = p.add_argument_group("environment")
-    e.add_argument("--window-k", type=_pos_int("--window-k"), default=16, help="jobs visible per round, K (default 16)")
+    e.add_argument("--window-k", type=positive_int("--window-k"), default=16, help="jobs visible per round, K (default 16)")
     e.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L (default 3)")
-    e.add_argument("--spb-slots", type=_pos_int("--spb-slots"), default=4, help="start slots per level (default 4)")
+    e.add_argument("--spb-slots", type=positive_int("--spb-slots"), default=4, help="start slots per level (default 4)")
     e.add_argument("--reward", choices=("jct", "efficiency"), default="jct", help="reward (default jct)")
     e.add_argument("--reward-scale", type=float, default=3600.0, help="reward divisor in seconds (default 3600)")
     e.add_argument("--observe-remaining", action=argparse.BooleanOptionalAction, default=True,
                    help="observe remaining work (an oracle, as SRTF has; default on)")
     a = p.add_argument_group("training")
     a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
-    a.add_argument("--timesteps", type=_pos_int("--timesteps"), default=100_000,
+    a.add_argument("--timesteps", type=positive_int("--timesteps"), default=100_000,
                    help="total env steps to train to (with --resume: the new total) (default 100000)")
-    a.add_argument("--n-envs", type=_pos_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
+    a.add_argument("--n-envs", type=positive_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
                    help="parallel environments (default min(4, CPUs))")
     a.add_argument("--vec", choices=("subproc", "dummy"), default="subproc",
                    help="SubprocVecEnv (default) or DummyVecEnv (all envs in this process)")
     a.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    a.add_argument("--eval-freq", type=_pos_int("--eval-freq"), default=10_000,
+    a.add_argument("--eval-freq", type=positive_int("--eval-freq"), default=10_000,
                    help="evaluate on the held-out split every this many timesteps (default 10000)")
-    a.add_argument("--eval-episodes", type=_pos_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
-    a.add_argument("--checkpoint-freq", type=_pos_int("--checkpoint-freq"), default=10_000,
+    a.add_argument("--eval-episodes", type=positive_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
+    a.add_argument("--checkpoint-freq", type=positive_int("--checkpoint-freq"), default=10_000,
                    help="save a checkpoint every this many timesteps (default 10000)")
     a.add_argument("--learning-rate", type=float, default=3e-4)
-    a.add_argument("--n-steps", type=_pos_int("--n-steps"), default=None,
+    a.add_argument("--n-steps", type=positive_int("--n-steps"), default=None,
                    help="rollout steps per env per update (default: 256 for (maskable) PPO, 5 for A2C)")
-    a.add_argument("--batch-size", type=_pos_int("--batch-size"), default=64, help="PPO minibatch size (default 64)")
-    a.add_argument("--n-epochs", type=_pos_int("--n-epochs"), default=10, help="PPO epochs per update (default 10)")
+    a.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="PPO minibatch size (default 64)")
+    a.add_argument("--n-epochs", type=positive_int("--n-epochs"), default=10, help="PPO epochs per update (default 10)")
     a.add_argument("--gamma", type=float, default=0.99)
     a.add_argument("--ent-coef", type=float, default=0.01)
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .cli_args import positive_int
+
 LEAD_COLUMNS = ["agent", "seed", "load", "eta", "efficiency_form"]
 EXTRA_COLUMNS = ["offered_load", "trace_digest"]
 
@@ -61,18 +63,6 @@ def _float_list(flag: str, lo: float = 0.0, hi: float = math.inf, hi_inclusive: 
     return parse
 
 
-def _pos_int(flag: str):
-    def parse(v: str) -> int:
-        try:
-            x = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {v!r}") from None
-        if x < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {x}")
-        return x
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from traces import add_trace_arguments
 
@@ -80,19 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--agents", required=True, metavar="A[,A...]",
                    help="comma-separated scheduler names and/or RUN_DIRs of trained agents")
-    p.add_argument("--seeds", type=_pos_int("--seeds"), default=3,
+    p.add_argument("--seeds", type=positive_int("--seeds"), default=3,
                    help="job sets (seeds --seed .. --seed+N-1), shared by every agent (default 3)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--load", type=_float_list("--load"), default=None, metavar="X[,X...]",
                    help="offered load(s); several values give JCT-vs-load curves (synthetic default 1.0)")
     p.add_argument("--eta-sweep", type=_float_list("--eta-sweep", 0.0, 1.0), default=None, metavar="V[,V...]",
                    help="repeat with eta = V for every SPB iteration (level 0 stays 1), e.g. 0.7,0.8,0.9,1.0")
-    p.add_argument("--workers", type=_pos_int("--workers"), default=max(1, min(2, os.cpu_count() or 1)),
+    p.add_argument("--workers", type=positive_int("--workers"), default=max(1, min(2, os.cpu_count() or 1)),
                    help="parallel processes (default min(2, CPUs))")
-    p.add_argument("--window-k", type=_pos_int("--window-k"), default=None,
+    p.add_argument("--window-k", type=positive_int("--window-k"), default=None,
                    help="window K learned agents must have (default: each RUN_DIR's own)")
     p.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L of the cluster (default 3)")
-    p.add_argument("--spb-slots", type=_pos_int("--spb-slots"), default=4, help="start slots per level (default 4)")
+    p.add_argument("--spb-slots", type=positive_int("--spb-slots"), default=4, help="start slots per level (default 4)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
     add_trace_arguments(p)
     add_cluster_arguments(p)

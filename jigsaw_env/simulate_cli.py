@@ -7,17 +7,7 @@ import math
 import sys
 import time
 
-
-def _positive_int(name: str):
-    def parse(v: str) -> int:
-        try:
-            x = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {v!r}") from None
-        if x < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {x}")
-        return x
-    return parse
+from .cli_args import positive_int
 
 
 def _round_s(v: str) -> float | None:
@@ -34,14 +24,14 @@ def _round_s(v: str) -> float | None:
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     """Cluster and simulator options shared by simulate, evaluate and train."""
-    p.add_argument("--gpus", type=_positive_int("--gpus"), default=64, help="GPUs in the cluster (default 64)")
-    p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node"), default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpus", type=positive_int("--gpus"), default=64, help="GPUs in the cluster (default 64)")
+    p.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), default=8, help="GPUs per node (default 8)")
     p.add_argument("--gpu-type", default="v100", help="GPU type of every node: k80, p100, v100 or cpu (default v100)")
     p.add_argument("--gpu-memory-gib", type=float, default=None, help="override the GPU memory (GiB)")
     p.add_argument("--round-s", type=_round_s, default=300.0,
                    help="round length in seconds, or 'iteration' for iteration granularity (default 300)")
     p.add_argument("--restart-s", type=float, default=30.0, help="resume/migration cost in seconds (default 30)")
-    p.add_argument("--max-workers-per-gpu", type=_positive_int("--max-workers-per-gpu"), default=2)
+    p.add_argument("--max-workers-per-gpu", type=positive_int("--max-workers-per-gpu"), default=2)
     p.add_argument("--backlogged", action="store_true",
                    help="submit every job at t=0 and report the backlogged efficiency form")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json) to use")

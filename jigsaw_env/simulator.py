@@ -25,7 +25,7 @@ from .cost_table import default_batch_size, get_table
 from .engine import Component, Member
 from .placement import GpuLedger, InfeasibleDecision, validate_decision
 from .spb import Pattern, SPBConfig
-from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
+from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
 
 
 @dataclass(frozen=True)
@@ -242,38 +242,7 @@ class Simulator:
         return validate_decision(self.state, decision)
 
     def _apply(self, decision: Decision) -> None:
-        st = self.state
-        now = st.time_s
-        restart = self.config.restart_s
-        changed: set[int] = set()
-        for j in st.active():
-            jd = decision.get(j.job_id)
-            was_running = j.status is JobStatus.RUNNING
-            if jd is None:
-                if was_running:
-                    j.status = JobStatus.PAUSED
-                    j.preemptions += 1
-                    j.placement = ()
-                    changed.add(j.job_id)
-                continue
-            if not was_running:
-                if j.status is JobStatus.PAUSED:
-                    j.restart_until_s = now + restart
-                else:
-                    j.first_start_s = now
-                    j.restart_until_s = now
-                j.status = JobStatus.RUNNING
-                changed.add(j.job_id)
-            elif jd.gpus != j.placement:
-                j.migrations += 1
-                j.restart_until_s = now + restart
-                changed.add(j.job_id)
-            elif jd.level != j.level or jd.pattern != j.pattern:
-                changed.add(j.job_id)
-            if was_running and (jd.level != j.level or jd.pattern != j.pattern):
-                j.level_changes += 1
-            j.placement, j.level, j.pattern = jd.gpus, jd.level, jd.pattern
-        self._rebuild(changed)
+        self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s))
 
     def _rebuild(self, changed: set[int]) -> None:
         """Recompute the co-location components touched by ``changed`` jobs."""

@@ -236,3 +236,45 @@ class ClusterState:
     def current_decision(self) -> Decision:
         """The allocation in force: every running job keeps its placement, level and pattern."""
         return Decision({j.job_id: JobDecision(j.placement, j.level, j.pattern) for j in self.running()})
+
+
+def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: float) -> set[int]:
+    """Update every active job's status, placement, level, pattern and counters for a validated
+    ``decision`` taking effect at ``state.time_s``; return the ids of jobs whose running
+    configuration changed. Shared by the simulator and the live executor, so both count
+    preemptions, migrations, level changes and restart delays the same way.
+
+    Left out while running: preempted (PAUSED). Started: first start has no delay; a resume or a
+    move to other GPUs holds the GPUs for ``restart_s`` seconds without progress. A level or
+    pattern change on the same GPUs costs nothing.
+    """
+    now = state.time_s
+    changed: set[int] = set()
+    for j in state.active():
+        jd = decision.get(j.job_id)
+        was_running = j.status is JobStatus.RUNNING
+        if jd is None:
+            if was_running:
+                j.status = JobStatus.PAUSED
+                j.preemptions += 1
+                j.placement = ()
+                changed.add(j.job_id)
+            continue
+        if not was_running:
+            if j.status is JobStatus.PAUSED:
+                j.restart_until_s = now + restart_s
+            else:
+                j.first_start_s = now
+                j.restart_until_s = now
+            j.status = JobStatus.RUNNING
+            changed.add(j.job_id)
+        elif jd.gpus != j.placement:
+            j.migrations += 1
+            j.restart_until_s = now + restart_s
+            changed.add(j.job_id)
+        elif jd.level != j.level or jd.pattern != j.pattern:
+            changed.add(j.job_id)
+        if was_running and (jd.level != j.level or jd.pattern != j.pattern):
+            j.level_changes += 1
+        j.placement, j.level, j.pattern = jd.gpus, jd.level, jd.pattern
+    return changed

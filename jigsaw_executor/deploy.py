@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jigsaw_env.cli_args import positive_float
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
 
@@ -130,18 +131,6 @@ class DemoScenario:
 # --------------------------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------------------------
-def _positive_float(name: str):
-    def parse(v: str) -> float:
-        try:
-            x = float(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {v!r}") from None
-        if not x > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {v}")
-        return x
-    return parse
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("deploy", help="run real training jobs on CPU slots under a scheduler or policy",
                               description=__doc__.split("\n\n")[0])
@@ -151,7 +140,7 @@ def register(subparsers) -> None:
     p.add_argument("--jobs", default=None, help="job list: CSV or JSON with job_id, model, num_gpus, iterations, "
                                                  "arrival_s[, batch_size, seed, lr]")
     p.add_argument("--slots", type=int, default=None, help="CPU slots (default: physical cores, at most that)")
-    p.add_argument("--round-s", type=_positive_float("--round-s"), default=None,
+    p.add_argument("--round-s", type=positive_float("--round-s"), default=None,
                    help=f"round length in wall seconds (default {DEMO_ROUND_S} for the demo, else 5)")
     p.add_argument("--steps-per-round", type=int, default=None, help="fixed lockstep steps per round instead")
     p.add_argument("--max-workers-per-gpu", type=int, default=2, help="workers (of different jobs) per slot")
@@ -161,12 +150,12 @@ def register(subparsers) -> None:
     p.add_argument("--link-alpha-us", type=float, default=None, help="slot-to-slot link latency the scheduler "
                                                                      "assumes (us; default: the simulator's intra-node)")
     p.add_argument("--link-gbps", type=float, default=None, help="slot-to-slot link bandwidth (GB/s)")
-    p.add_argument("--demo-scale", type=_positive_float("--demo-scale"), default=1.0,
+    p.add_argument("--demo-scale", type=positive_float("--demo-scale"), default=1.0,
                    help="multiply the demo jobs' iterations")
     p.add_argument("--out", default=None, help="output folder (default runs/deploy-<time>)")
     p.add_argument("--address", default=None, help="connect to a running Ray cluster (HOST:PORT) instead of "
                                                      "starting one")
-    p.add_argument("--timeout-s", type=_positive_float("--timeout-s"), default=60.0,
+    p.add_argument("--timeout-s", type=positive_float("--timeout-s"), default=60.0,
                    help="collective and store timeout: a stalled worker fails its job after it")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones")
     p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")

@@ -45,7 +45,7 @@ from jigsaw_env.cost_table import get_table
 from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.placement import validate_decision
 from jigsaw_env.spb import Pattern, SPBConfig
-from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
+from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
 
 from .control import Keys, WorkerSpec, connect_store, read_json
 from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_to_dict, encode_array, encode_mask,
@@ -456,32 +456,8 @@ class LiveExecutor:
         return {"stop": stop, "start": start}
 
     def _apply(self, decision: Decision) -> None:
-        """The state's bookkeeping, exactly as ``jigsaw_env.simulator.Simulator._apply``."""
-        st = self.state
-        now = st.time_s
-        restart = self.cfg.restart_s
-        for j in st.active():
-            jd = decision.get(j.job_id)
-            was_running = j.status is JobStatus.RUNNING
-            if jd is None:
-                if was_running:
-                    j.status = JobStatus.PAUSED
-                    j.preemptions += 1
-                    j.placement = ()
-                continue
-            if not was_running:
-                if j.status is JobStatus.PAUSED:
-                    j.restart_until_s = now + restart
-                else:
-                    j.first_start_s = now
-                    j.restart_until_s = now
-                j.status = JobStatus.RUNNING
-            elif jd.gpus != j.placement:
-                j.migrations += 1
-                j.restart_until_s = now + restart
-            if was_running and (jd.level != j.level or jd.pattern != j.pattern):
-                j.level_changes += 1
-            j.placement, j.level, j.pattern = jd.gpus, jd.level, jd.pattern
+        """The state's bookkeeping, shared with the simulator (``apply_job_bookkeeping``)."""
+        apply_job_bookkeeping(self.state, decision, self.cfg.restart_s)
 
     def _records(self, decision: Decision, r: int, starting: set[int]) -> dict:
         comps = components_of(decision)

@@ -1,0 +1,33 @@
+"""argparse value parsers shared by every ``jigsaw`` subcommand (one wording for one mistake)."""
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(flag: str):
+    """Parser for an integer >= 1; accepts integer-valued notations such as ``1e5``."""
+    def parse(v: str) -> int:
+        try:
+            f = float(v)
+            if not f.is_integer():
+                raise ValueError(v)
+            x = int(f)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {v!r}") from None
+        if x < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {x}")
+        return x
+    return parse
+
+
+def positive_float(flag: str):
+    """Parser for a finite number > 0."""
+    def parse(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number, got {v!r}") from None
+        if not x > 0 or x == float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {v}")
+        return x
+    return parse
