@@ -16,6 +16,7 @@ other) shorten steps, and in-phase ones do not: the cycle is modelled, not avera
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ class Member:
     profile: JobProfile
     gpus: tuple[int, ...]
     iteration0: int  # iteration counter of the job when the component formed
+    iso_s: float = 0.0  # the job's isolated iteration time (s), cached by the simulator
 
 
 class Component:
@@ -67,18 +69,27 @@ class Component:
         self.cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in self.phase_bytes]
         self.k = 0            # steps completed since the component formed
         self.partial = 0.0    # seconds into step k
+        # Python-float copies for the scalar fast path (advance_totals): the same numbers, read
+        # without numpy's per-call overhead, which dominates for the usual 1-4 step cycles
+        self._cum_l = self.cum.tolist()
+        self._eps = _EPS * max(1.0, self.cycle)
+        self._loads_l = loads.tolist()
+        self._cum_tot = np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist()
+        self._cum_bytes_l = [cb.tolist() for cb in self.cum_bytes]
+        self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
 
     # ----- step arithmetic -----
     def T(self, x: int) -> float:
         """Seconds from the first step's start to the end of step ``x`` (x steps done)."""
         q, r = divmod(x, self.H)
-        return q * self.cycle + float(self.cum[r])
+        return q * self.cycle + self._cum_l[r]
 
     def steps_within(self, elapsed: float) -> int:
-        """Steps fully completed ``elapsed`` seconds after the first step began."""
+        """Steps fully completed ``elapsed`` seconds after the first step began (a step that ends
+        within a relative tolerance of 1e-9 after ``elapsed`` counts as done)."""
         q = int(elapsed // self.cycle)
         r = elapsed - q * self.cycle
-        j = int(np.searchsorted(self.cum, r + _EPS * max(1.0, self.cycle), side="right")) - 1
+        j = bisect_right(self._cum_l, r + self._eps) - 1
         return q * self.H + min(j, self.H)
 
     def elapsed(self) -> float:
@@ -117,6 +128,39 @@ class Component:
                 - np.minimum(self.loads[k0 % self.H], partial0))
         bytes_ = [float(self._sum_over(cb, k0, k1)) for cb in self.cum_bytes]
         return Advance(steps=k1 - k0, run_s=run, busy=np.asarray(busy, dtype=np.float64), bytes=bytes_)
+
+    def advance_totals(self, now_s: float, dt: float) -> tuple[int, float, float, list[float]]:
+        """:meth:`advance` without the per-GPU busy vector (the simulator's hot path): returns
+        (steps, run seconds, busy GPU-seconds summed over the component's GPUs, bytes per member).
+        The per-GPU busy seconds since the component formed are :meth:`busy_vector`."""
+        wait = min(dt, max(0.0, self.ready_s - now_s))
+        run = dt - wait
+        k0, p0 = self.k, self.partial
+        H = self.H
+        if run > 0:
+            q, r = divmod(k0, H)
+            target = q * self.cycle + self._cum_l[r] + p0 + run
+            k1 = self.steps_within(target)
+            q, r = divmod(k1, H)
+            self.k = k1
+            self.partial = max(0.0, target - (q * self.cycle + self._cum_l[r]))
+        k1, p1 = self.k, self.partial
+        ct = self._cum_tot
+        q0, r0 = divmod(k0, H)
+        q1, r1 = divmod(k1, H)
+        busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0]
+        if p1 > 0:
+            busy += sum(x if x < p1 else p1 for x in self._loads_l[r1])
+        if p0 > 0:
+            busy -= sum(x if x < p0 else p0 for x in self._loads_l[r0])
+        bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
+        return k1 - k0, run, busy, bytes_
+
+    def busy_vector(self) -> np.ndarray:
+        """(len(gpus),) compute seconds per GPU since the component formed (steps 0..k-1 plus the
+        computed part of step k): the sum of every :meth:`advance`'s ``busy``."""
+        q, r = divmod(self.k, self.H)
+        return q * self.cum_loads[-1] + self.cum_loads[r] + np.minimum(self.loads[r], self.partial)
 
 
 @dataclass

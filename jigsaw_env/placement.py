@@ -36,9 +36,15 @@ class GpuLedger:
         self.state = state
         cl = state.cluster
         self.capacity = cl.memory_array()
-        self.mem = np.zeros(cl.num_gpus)
-        self.workers = np.zeros(cl.num_gpus, dtype=np.int64)
-        self.owners: list[list[int]] = [[] for _ in range(cl.num_gpus)]
+        G = self.capacity.shape[0]
+        self.mem = np.zeros(G)
+        self.workers = np.zeros(G, dtype=np.int64)
+        # Python-list mirrors of mem / workers / capacity for scalar reads and writes (numpy
+        # scalar indexing is slow); every update writes both, so they always hold equal values
+        self._ml = [0.0] * G
+        self._wl = [0] * G
+        self._cl = self.capacity.tolist()
+        self.owners: list[list[int]] = [[] for _ in range(G)]
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -50,7 +56,10 @@ class GpuLedger:
         new.capacity = self.capacity
         new.mem = self.mem.copy()
         new.workers = self.workers.copy()
-        new.owners = [list(o) for o in self.owners]
+        new._ml = self._ml.copy()
+        new._wl = self._wl.copy()
+        new._cl = self._cl
+        new.owners = [o.copy() if o else [] for o in self.owners]
         new.decision = Decision(self.decision)
         return new
 
@@ -58,32 +67,43 @@ class GpuLedger:
     def peaks(self, job: JobState, jd: JobDecision) -> np.ndarray:
         return self.state.costs.profile(job, jd.level, jd.pattern, jd.gpus).peak_bytes
 
+    def _peak_list(self, job: JobState, jd: JobDecision) -> list[float]:
+        """The worker peaks as Python floats (the scalar fast path below; same values)."""
+        return self.state.costs.peak_list(job, jd.level, jd.pattern, jd.gpus)
+
     def check(self, job_id: int, jd: JobDecision) -> str | None:
-        """Why ``jd`` cannot be added (a sentence), or None when it can."""
+        """Why ``jd`` cannot be added (a sentence), or None when it can.
+
+        Scalar loops over the job's few workers: the same comparisons as the vector form
+        (``workers[g] + 1 > cap``, ``mem[g] + peak[w] > capacity[g]``), element by element.
+        """
         st = self.state
         job = st.jobs.get(job_id)
         if job is None or not job.active:
             return f"job {job_id} is not an arrived, unfinished job"
         if job_id in self.decision:
             return f"job {job_id} is already placed in this decision"
-        G = st.cluster.num_gpus
-        if len(jd.gpus) != job.num_gpus:
-            return f"job {job_id} needs {job.num_gpus} GPUs, decision gives {len(jd.gpus)}"
-        if len(set(jd.gpus)) != len(jd.gpus):
-            return f"job {job_id}: workers of one job must be on distinct GPUs, got {list(jd.gpus)}"
-        if min(jd.gpus) < 0 or max(jd.gpus) >= G:
-            return f"job {job_id}: GPU index out of range 0..{G - 1}: {list(jd.gpus)}"
+        G = self.capacity.shape[0]
+        gpus = jd.gpus
+        n = len(gpus)
+        if n != job.num_gpus:
+            return f"job {job_id} needs {job.num_gpus} GPUs, decision gives {n}"
+        if len(set(gpus)) != n:
+            return f"job {job_id}: workers of one job must be on distinct GPUs, got {list(gpus)}"
+        if min(gpus) < 0 or max(gpus) >= G:
+            return f"job {job_id}: GPU index out of range 0..{G - 1}: {list(gpus)}"
         if not 0 <= jd.level <= st.spb.max_level:
             return f"job {job_id}: SPB level must be in 0..{st.spb.max_level}, got {jd.level}"
-        g = np.asarray(jd.gpus)
-        if np.any(self.workers[g] + 1 > st.max_workers_per_gpu):
-            return f"job {job_id}: a GPU would hold more than {st.max_workers_per_gpu} workers"
-        need = self.mem[g] + self.peaks(job, jd)
-        over = need > self.capacity[g]
-        if np.any(over):
-            k = int(np.argmax(over))
-            return (f"job {job_id}: GPU {int(g[k])} memory exceeded "
-                    f"({need[k] / 2**30:.2f} GiB > {self.capacity[g[k]] / 2**30:.2f} GiB)")
+        cap_w = st.max_workers_per_gpu
+        workers, mem, capacity = self._wl, self._ml, self._cl
+        for g in gpus:
+            if workers[g] + 1 > cap_w:
+                return f"job {job_id}: a GPU would hold more than {cap_w} workers"
+        for g, p in zip(gpus, self._peak_list(job, jd)):
+            need = mem[g] + p
+            if need > capacity[g]:
+                return (f"job {job_id}: GPU {g} memory exceeded "
+                        f"({need / 2**30:.2f} GiB > {capacity[g] / 2**30:.2f} GiB)")
         return None
 
     def fits(self, job_id: int, jd: JobDecision) -> bool:
@@ -96,22 +116,29 @@ class GpuLedger:
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
-        g = np.asarray(jd.gpus)
-        self.mem[g] += self.peaks(job, jd)
-        self.workers[g] += 1
-        for x in jd.gpus:
-            self.owners[x].append(job_id)
+        mem, workers, wl, ml = self.mem, self.workers, self._wl, self._ml
+        for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+            m = ml[g] + p
+            ml[g] = m
+            mem[g] = m
+            w = wl[g] + 1
+            wl[g] = w
+            workers[g] = w
+            self.owners[g].append(job_id)
         self.decision[job_id] = jd
 
     def remove(self, job_id: int) -> None:
         jd = self.decision.pop(job_id)
         job = self.state.jobs[job_id]
-        g = np.asarray(jd.gpus)
-        self.mem[g] -= self.peaks(job, jd)
-        self.workers[g] -= 1
-        self.mem[g] = np.where(self.workers[g] == 0, 0.0, np.maximum(self.mem[g], 0.0))
-        for x in jd.gpus:
-            self.owners[x].remove(job_id)
+        mem, workers, wl, ml = self.mem, self.workers, self._wl, self._ml
+        for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+            w = wl[g] - 1
+            wl[g] = w
+            workers[g] = w
+            m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
+            ml[g] = m
+            mem[g] = m
+            self.owners[g].remove(job_id)
 
     # ----- placement menu -----
     def free_gpus(self) -> np.ndarray:

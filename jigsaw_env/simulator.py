@@ -207,11 +207,26 @@ class Simulator:
         self._useful_total = 0.0
         self._busy_total = 0.0
         self._alloc_total = 0.0
-        self._busy_per_gpu = np.zeros(self.cluster.num_gpus)
+        self._busy_flushed = np.zeros(self.cluster.num_gpus)  # of components already dissolved
+        # the allocation in force, validated when applied: decisions are validated against it
+        # incrementally (only jobs whose configuration changes are re-checked)
+        self._in_force = GpuLedger(self.state)
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
         self._wall0 = _time.perf_counter()
         return self.state
+
+    @property
+    def _busy_per_gpu(self) -> np.ndarray:
+        """(G,) compute seconds per GPU so far."""
+        out = self._busy_flushed.copy()
+        for comp in self._components.values():
+            out[comp.gpus] += comp.busy_vector()
+        return out
+
+    def in_force_ledger(self) -> GpuLedger:
+        """A copy of the ledger of the allocation in force (what ``step(None)`` would keep)."""
+        return self._in_force.copy()
 
     @property
     def done(self) -> bool:
@@ -241,6 +256,26 @@ class Simulator:
         """Raise InfeasibleDecision (a ValueError) if ``decision`` breaks a constraint."""
         return validate_decision(self.state, decision)
 
+    def _validate_incremental(self, decision: Decision) -> GpuLedger:
+        """The ledger of ``decision``, or InfeasibleDecision. Starts from the allocation in force
+        (valid), takes out the jobs that leave or change, then adds the changed and new ones with
+        checks. Adds only raise sums, so checking each add against the running sums is the same
+        as checking the final sums: the result equals :func:`validate_decision`'s."""
+        cur = self._in_force
+        led = cur.copy()
+        for jid, jd in cur.decision.items():
+            if decision.get(jid) != jd:
+                led.remove(jid)
+        for jid, jd in decision.items():
+            if not isinstance(jd, JobDecision):
+                raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
+            if jid not in led.decision:
+                led.add(jid, jd)
+        return led
+
+    def _flush(self, comp: Component) -> None:
+        self._busy_flushed[comp.gpus] += comp.busy_vector()
+
     def _apply(self, decision: Decision) -> None:
         self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s))
 
@@ -253,6 +288,7 @@ class Simulator:
             key = self._comp_of.get(jid)
             if key is not None and key in self._components:
                 comp = self._components.pop(key)
+                self._flush(comp)
                 dirty.update(m.job_id for m in comp.members)
         # GPUs of dirty running jobs may touch clean components: dissolve those too
         gpu_owner: dict[int, tuple] = {}
@@ -266,6 +302,7 @@ class Simulator:
                 key = gpu_owner.get(g)
                 if key is not None and key in self._components:
                     comp = self._components.pop(key)
+                    self._flush(comp)
                     for m in comp.members:
                         if m.job_id not in dirty:
                             dirty.add(m.job_id)
@@ -299,7 +336,7 @@ class Simulator:
             for jid in jids:
                 j = st.jobs[jid]
                 prof = self.costs.profile(j, j.level, j.pattern, j.placement)
-                members.append(Member(jid, prof, j.placement, j.iteration))
+                members.append(Member(jid, prof, j.placement, j.iteration, self.costs.isolated_iteration_s(j)))
                 ready = max(ready, j.restart_until_s)
             key = tuple((jid, st.jobs[jid].placement, st.jobs[jid].level, st.jobs[jid].pattern.value) for jid in jids)
             self._components[key] = Component(members, ready)
@@ -308,7 +345,10 @@ class Simulator:
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
-        """Earliest absolute time a member finishes, and who finishes then."""
+        """Earliest absolute time a member finishes, and who finishes then. Cached on the
+        component: advancing it does not move that time, and any change rebuilds the component."""
+        if comp.finish is not None:
+            return comp.finish
         st = self.state
         best, who = float("inf"), []
         for i, m in enumerate(comp.members):
@@ -322,30 +362,43 @@ class Simulator:
                 best, who = t, [m.job_id]
             elif abs(t - best) <= 1e-9:
                 who.append(m.job_id)
+        comp.finish = (best, who)
         return best, who
 
     def _advance_components(self, now: float, dt: float, acc: dict) -> None:
-        st = self.state
+        jobs = self.state.jobs
+        log = self.config.log_rounds
+        per_job = acc["jobs"]
+        busy_sum = useful_sum = 0.0
+        n_gpus = 0
         for comp in self._components.values():
-            adv = comp.advance(now, dt)
-            self._busy_per_gpu[comp.gpus] += adv.busy
-            acc["busy"] += float(adv.busy.sum())
+            steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
+            busy_sum += busy
             # GPU-seconds held: each GPU of the component once, however many jobs share it
-            acc["alloc"] += dt * len(comp.gpus)
-            for m, by in zip(comp.members, adv.bytes):
-                j = st.jobs[m.job_id]
-                gain = min(j.remaining, adv.steps * m.profile.eta)
+            n_gpus += len(comp.gpus)
+            for m, by in zip(comp.members, bytes_):
+                j = jobs[m.job_id]
+                rem = j.iterations - j.progress
+                gain = steps * m.profile.eta
+                if gain > rem:
+                    gain = rem if rem > 0.0 else 0.0
                 j.progress += gain
-                j.iteration += adv.steps
-                j.run_s += adv.run_s
+                j.iteration += steps
+                j.run_s += run_s
                 j.attained_gpu_s += dt * j.num_gpus
-                useful = gain * self.costs.isolated_iteration_s(j) * j.num_gpus
-                acc["useful"] += useful
-                r = acc["jobs"].setdefault(m.job_id, [0.0, 0, 0.0, 0.0])
-                r[0] += adv.run_s
-                r[1] += adv.steps
-                r[2] += gain
-                r[3] += by
+                useful_sum += gain * m.iso_s * j.num_gpus
+                if log:
+                    r = per_job.get(m.job_id)
+                    if r is None:
+                        per_job[m.job_id] = [run_s, steps, gain, by]
+                    else:
+                        r[0] += run_s
+                        r[1] += steps
+                        r[2] += gain
+                        r[3] += by
+        acc["busy"] += busy_sum
+        acc["useful"] += useful_sum
+        acc["alloc"] += dt * n_gpus
 
     def _snap_window(self, t: float) -> None:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
@@ -364,9 +417,12 @@ class Simulator:
             decision = Decision({int(k): v for k, v in decision.items()})
         except (TypeError, ValueError):
             raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
-        self.validate(decision)  # raises before anything changes
+        ledger = self._validate_incremental(decision)  # raises before anything changes
         self._snap_window(st.time_s)
         self._apply(decision)
+        self._in_force = ledger
+        n_alloc_gpus = ledger.workers.size - ledger._wl.count(0)
+        n_shared_gpus = int(np.count_nonzero(ledger.workers > 1))
         t0 = st.time_s
         cfg = self.config
         # ---- round end
@@ -411,6 +467,8 @@ class Simulator:
                     j.status = JobStatus.DONE
                     j.finish_s = now
                     j.placement = ()
+                    if jid in ledger.decision:
+                        ledger.remove(jid)
                     finished.append(jid)
                     self.num_finished += 1
                     n_active -= 1
@@ -444,12 +502,10 @@ class Simulator:
                                          jd.level if jd else 0, jd.pattern.value if jd else "",
                                          run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
         levels = [0] * 8
-        workers = np.zeros(self.cluster.num_gpus, dtype=np.int64)
-        for jid, jd in decision.items():
+        for jd in decision.values():
             levels[min(jd.level, 7)] += 1
-            workers[list(jd.gpus)] += 1
         self._cluster_rows.append((st.round, t0, t_end, active_at_start, active_at_start - len(decision),
-                                   len(decision), int((workers > 0).sum()), int((workers > 1).sum()),
+                                   len(decision), n_alloc_gpus, n_shared_gpus,
                                    busy, acc["alloc"], job_seconds, acc["useful"], len(finished), *levels))
         st.round += 1
         if cfg.max_time_s is not None and not self.done and st.time_s >= self.first_arrival_s + cfg.max_time_s - 1e-9:

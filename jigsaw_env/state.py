@@ -118,6 +118,7 @@ class CostModel:
         self._profiles: dict = {}
         self._iso: dict = {}
         self._peaks: dict = {}
+        self._peak_lists: dict = {}
         self.homogeneous = len(set(cluster.gpu_types)) == 1
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
@@ -130,19 +131,31 @@ class CostModel:
             return float(self.eta_override)
         return float(min(1.0, eta * self.eta_scale))
 
+    def _key(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> tuple:
+        gpn = self.cluster.gpus_per_node
+        cross = max(gpus) // gpn != min(gpus) // gpn
+        if self.homogeneous:
+            return (job.model, job.batch_size, level, pattern, len(gpus), cross)
+        types = tuple(self.cluster.gpu_type(g) for g in gpus)
+        return (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
+
+    def peak_list(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> list[float]:
+        """``profile(...).peak_bytes`` as a list of Python floats (cached; same values)."""
+        key = self._key(job, level, pattern, gpus)
+        v = self._peak_lists.get(key)
+        if v is None:
+            v = self._peak_lists[key] = self.profile(job, level, pattern, gpus).peak_bytes.tolist()
+        return v
+
     def profile(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> JobProfile:
         """The job's per-phase costs at this level/pattern on these GPUs (cached)."""
         cl = self.cluster
-        gpn = cl.gpus_per_node
-        cross = max(gpus) // gpn != min(gpus) // gpn
-        if self.homogeneous:
-            types = None
-            key = (job.model, job.batch_size, level, pattern, len(gpus), cross)
-        else:
-            types = tuple(cl.gpu_type(g) for g in gpus)
-            key = (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
+        key = self._key(job, level, pattern, gpus)
         prof = self._profiles.get(key)
         if prof is None:
+            gpn = cl.gpus_per_node
+            cross = max(gpus) // gpn != min(gpus) // gpn
+            types = None if self.homogeneous else tuple(cl.gpu_type(g) for g in gpus)
             if types is None:
                 types = (cl.gpu_types[0],) * len(gpus)
             link = cl.cross if cross else cl.intra
