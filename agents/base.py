@@ -29,6 +29,14 @@ class Scheduler:
     def __call__(self, state: ClusterState) -> Decision:
         return self.schedule(state)
 
+    def quiet_until(self, state: ClusterState) -> float:
+        """Simulated time (s) before which :meth:`schedule` is guaranteed to return the same
+        decision as now, as long as no job arrives or finishes (time alone changes nothing the
+        scheduler reads). The simulator's :meth:`~jigsaw_env.simulator.Simulator.run` uses it to
+        skip calling the scheduler in quiet rounds once it has returned the allocation in force.
+        The default, ``state.time_s``, promises nothing: the scheduler is asked every round."""
+        return state.time_s
+
     @staticmethod
     def ledger(state: ClusterState, keep_running: bool = True) -> GpuLedger:
         """A GPU ledger that starts from the allocation in force (or empty)."""

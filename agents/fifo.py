@@ -12,6 +12,10 @@ class FIFO(Scheduler):
     GPUs. Strict FIFO: the first waiting job that does not fit blocks the ones behind it
     (head-of-line blocking, as a plain FIFO queue does)."""
 
+    def quiet_until(self, state: ClusterState) -> float:
+        # the decision depends only on which jobs are running or waiting, and their order
+        return float("inf")
+
     def schedule(self, state: ClusterState) -> Decision:
         ledger = self.ledger(state)
         for job in state.active():

@@ -70,6 +70,11 @@ class Jigsaw(Scheduler):
         self.las.reset()
         self._host_of = {}
 
+    def quiet_until(self, state: ClusterState) -> float:
+        # every rule reads the LAS order, statuses, placements and static costs: only the order
+        # changes with time alone
+        return self.las.quiet_until(state)
+
     # ----------------------------------------------------------------------------------------
     def schedule(self, state: ClusterState) -> Decision:
         self.las.observe(state)

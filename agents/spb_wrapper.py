@@ -29,6 +29,10 @@ class SPBLevels(Scheduler):
         self.base.reset()
         self.last_base_decision = None
 
+    def quiet_until(self, state: ClusterState) -> float:
+        # the level rule reads placements, statuses and static costs only
+        return self.base.quiet_until(state)
+
     def schedule(self, state: ClusterState) -> Decision:
         base = self.base.schedule(state)
         self.last_base_decision = Decision(base)

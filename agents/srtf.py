@@ -27,6 +27,11 @@ class SRTF(Scheduler):
         t = job.remaining * state.costs.isolated_iteration_s(job)
         return t * job.num_gpus if self.gpu_time else t
 
+    def quiet_until(self, state: ClusterState) -> float:
+        # between arrivals and completions only running jobs' remaining times fall: they can only
+        # move up past waiting jobs, which therefore still do not get GPUs; nothing else changes
+        return float("inf")
+
     def schedule(self, state: ClusterState) -> Decision:
         order = sorted(state.active(), key=lambda j: (self.remaining_s(state, j), j.arrival_s, j.job_id))
         return exclusive_by_priority(state, order).decision

@@ -25,6 +25,9 @@ class Tiresias(Scheduler):
     def reset(self) -> None:
         self.las.reset()
 
+    def quiet_until(self, state: ClusterState) -> float:
+        return self.las.quiet_until(state)
+
     def schedule(self, state: ClusterState) -> Decision:
         self.las.observe(state)
         return exclusive_by_priority(state, self.las.order(state.active())).decision

@@ -150,9 +150,11 @@ class Component:
         q1, r1 = divmod(k1, H)
         busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0]
         if p1 > 0:
-            busy += sum(x if x < p1 else p1 for x in self._loads_l[r1])
+            row = self._loads_l[r1]
+            busy += (row[0] if row[0] < p1 else p1) if len(row) == 1 else sum(x if x < p1 else p1 for x in row)
         if p0 > 0:
-            busy -= sum(x if x < p0 else p0 for x in self._loads_l[r0])
+            row = self._loads_l[r0]
+            busy -= (row[0] if row[0] < p0 else p0) if len(row) == 1 else sum(x if x < p0 else p0 for x in row)
         bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
         return k1 - k0, run, busy, bytes_
 

@@ -245,7 +245,7 @@ def run_task(task: Task) -> dict:
         sched = make_scheduler(task.agent.ref)
         sched.reset()
         sim = Simulator(cluster, task.jobs, task.sim_config)
-        sim.run(sched.schedule)
+        sim.run(sched)
     else:
         from agents.rl import LearnedAgent
         agent = _WORKER_CACHE.get(("learned", task.agent.ref))
@@ -380,10 +380,11 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     from agents.rl import EvalSpaces, LearnedAgent, describe
 
     from .cost_table import register_tables_dir
-    from .simulate_cli import build_cluster_and_config
+    from .simulate_cli import build_cluster_and_config, check_out_dir
     from .spb import SPBConfig
 
     t_start = time.perf_counter()
+    check_out_dir(args.out)
     tables = str(Path(args.tables).resolve()) if args.tables else None
     if tables:
         register_tables_dir(tables)

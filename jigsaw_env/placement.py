@@ -44,7 +44,6 @@ class GpuLedger:
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
-        self.owners: list[list[int]] = [[] for _ in range(G)]
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -59,11 +58,19 @@ class GpuLedger:
         new._ml = self._ml.copy()
         new._wl = self._wl.copy()
         new._cl = self._cl
-        new.owners = [o.copy() if o else [] for o in self.owners]
         new.decision = Decision(self.decision)
         return new
 
     # ----- queries -----
+    @property
+    def owners(self) -> list[list[int]]:
+        """Job ids on each GPU, in the order they were added (derived from the decision)."""
+        out: list[list[int]] = [[] for _ in range(len(self._wl))]
+        for jid, jd in self.decision.items():
+            for g in jd.gpus:
+                out[g].append(jid)
+        return out
+
     def peaks(self, job: JobState, jd: JobDecision) -> np.ndarray:
         return self.state.costs.profile(job, jd.level, jd.pattern, jd.gpus).peak_bytes
 
@@ -124,7 +131,6 @@ class GpuLedger:
             w = wl[g] + 1
             wl[g] = w
             workers[g] = w
-            self.owners[g].append(job_id)
         self.decision[job_id] = jd
 
     def remove(self, job_id: int) -> None:
@@ -138,7 +144,6 @@ class GpuLedger:
             m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
             ml[g] = m
             mem[g] = m
-            self.owners[g].remove(job_id)
 
     # ----- placement menu -----
     def free_gpus(self) -> np.ndarray:

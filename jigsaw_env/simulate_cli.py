@@ -7,7 +7,7 @@ import math
 import sys
 import time
 
-from .cli_args import positive_int
+from .cli_args import non_negative_float, positive_float, positive_int
 
 
 def _round_s(v: str) -> float | None:
@@ -19,6 +19,8 @@ def _round_s(v: str) -> float | None:
         raise argparse.ArgumentTypeError(f"--round-s must be seconds > 0 or 'iteration', got {v!r}") from None
     if not x > 0:
         raise argparse.ArgumentTypeError(f"--round-s must be > 0, got {v}")
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"--round-s must be a finite number of seconds or 'iteration', got {v}")
     return x
 
 
@@ -27,14 +29,44 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=positive_int("--gpus"), default=64, help="GPUs in the cluster (default 64)")
     p.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), default=8, help="GPUs per node (default 8)")
     p.add_argument("--gpu-type", default="v100", help="GPU type of every node: k80, p100, v100 or cpu (default v100)")
-    p.add_argument("--gpu-memory-gib", type=float, default=None, help="override the GPU memory (GiB)")
+    p.add_argument("--gpu-memory-gib", type=positive_float("--gpu-memory-gib"), default=None,
+                   help="override the GPU memory (GiB)")
     p.add_argument("--round-s", type=_round_s, default=300.0,
                    help="round length in seconds, or 'iteration' for iteration granularity (default 300)")
-    p.add_argument("--restart-s", type=float, default=30.0, help="resume/migration cost in seconds (default 30)")
+    p.add_argument("--restart-s", type=non_negative_float("--restart-s"), default=30.0,
+                   help="resume/migration cost in seconds (default 30)")
     p.add_argument("--max-workers-per-gpu", type=positive_int("--max-workers-per-gpu"), default=2)
     p.add_argument("--backlogged", action="store_true",
                    help="submit every job at t=0 and report the backlogged efficiency form")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json) to use")
+
+
+def check_out_dir(path, what: str = "--out") -> None:
+    """Fail before any work when an output folder cannot be one (it is a file, or lies under one)."""
+    from pathlib import Path
+
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {p} is a file; expected a folder (it is created if missing)")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what} {p}: {parent} is a file, not a folder")
+            break
+
+
+def require_jobs(trace, purpose: str = "to simulate") -> None:
+    """ValueError naming the trace and what was dropped when no job is left to run."""
+    if len(trace.jobs):
+        return
+    s = trace.summary
+    dropped = {**{f"bad row: {k}": v for k, v in s.get("bad_rows_skipped", {}).items()}, **s.get("filtered", {})}
+    why = f"{s.get('rows_read', 0)} rows read"
+    if dropped:
+        why += "; dropped: " + ", ".join(f"{k} {v}" for k, v in dropped.items())
+    raise ValueError(f"trace {trace.source!r} has no jobs {purpose} ({why})")
 
 
 def build_cluster_and_config(args):
@@ -77,11 +109,13 @@ def run(args) -> int:
         return 0
     t0 = time.perf_counter()
     agent = make_scheduler(args.agent)
+    check_out_dir(args.out)
     cluster, config = build_cluster_and_config(args)
     trace = trace_from_args(args, cluster.num_gpus)
+    require_jobs(trace)
     sim = Simulator(cluster, trace.jobs, config)
     agent.reset()
-    metrics = sim.run(agent.schedule, progress=args.progress)
+    metrics = sim.run(agent, progress=args.progress)
     metrics["wall_s"] = time.perf_counter() - t0
     metrics.update(agent=args.agent, trace=trace.source, gpus=cluster.num_gpus)
     if args.out:
