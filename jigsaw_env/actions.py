@@ -106,11 +106,13 @@ def select_window(state: ClusterState, k: int) -> list[int]:
 class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
-    def __init__(self, state: ClusterState, codec: ActionCodec):
+    def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None):
+        """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
+        otherwise it is built from the running jobs. The builder owns and changes it."""
         self.state = state
         self.codec = codec
         self.window = select_window(state, codec.window_k)
-        self.ledger = GpuLedger(state, state.current_decision(), checked=True)
+        self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
 
     # ----- applying
@@ -170,46 +172,72 @@ class RoundBuilder:
         mask = np.zeros(c.n, dtype=bool)
         mask[c.advance] = True
         st = self.state
-        cl = st.cluster
-        if len(set(cl.gpu_types)) > 1:
+        if not st.costs.homogeneous:
             return self._masks_exhaustive(mask)
+        slots = [(slot, jid) for slot, jid in enumerate(self.window) if jid not in self.acted]
+        if not slots:
+            return mask
         cap_w = st.max_workers_per_gpu
         combos = c.combos
         n_lp = c.n_lp
         base = self.ledger
         capacity = base.capacity
         cap0 = float(capacity[0])
-        base_free = int(np.count_nonzero(base.workers == 0))
-        base_open = base.workers < cap_w
-        pause = c.n_opt * n_lp
-        for slot, jid in enumerate(self.window):
-            if jid in self.acted:
+        base_free = base._wl.count(0)
+        jobs = [st.jobs[jid] for _, jid in slots]
+        need = np.stack([st.costs.need_vector(job, combos) for job in jobs])  # (S, n_lp)
+        n = np.array([job.num_gpus for job in jobs])                        # (S,)
+        # packed: ``mem + need <= capacity`` is monotone in mem, so at least n GPUs under the
+        # worker cap fit iff the n-th smallest memory among them does (same float comparison)
+        open_mem = np.sort(base.mem[base.workers < cap_w])
+        nth = np.full(len(slots), np.inf)
+        ok_n = n <= open_mem.size
+        nth[ok_n] = open_mem[n[ok_n] - 1]
+        packed_ok = nth[:, None] + need <= cap0                             # (S, n_lp)
+        free_excl = np.full(len(slots), base_free)
+        keep_rows = []
+        wl, ml, cl = base._wl, base._ml, base._cl
+        for i, job in enumerate(jobs):
+            jd = base.decision.get(job.job_id)
+            if jd is None:
                 continue
-            job = st.jobs[jid]
-            off = slot * c.per_job
-            peaks = st.costs.peak_matrix(job, combos)  # (n_lp, W)
-            need = peaks.max(axis=1)                   # (n_lp,)
-            n = job.num_gpus
-            jd = base.decision.get(jid)
-            if jd is not None:
-                mask[off + pause] = True
-                g = np.asarray(jd.gpus)
-                mem = base.mem.copy()
-                workers = base.workers.copy()
-                mem[g] -= base.peaks(job, jd)
-                workers[g] -= 1
-                mem[g] = np.where(workers[g] == 0, 0.0, np.maximum(mem[g], 0.0))
-                free_excl = int(np.count_nonzero(workers == 0))
-                open_gpus = workers < cap_w
-            else:
-                mem, free_excl, open_gpus = base.mem, base_free, base_open
-            excl_ok = (free_excl >= n) & (need <= cap0)
-            mask[off + n_lp: off + 2 * n_lp] = excl_ok           # consolidated
-            mask[off + 2 * n_lp: off + 3 * n_lp] = excl_ok       # spread
-            fits = open_gpus[None, :] & (mem[None, :] + need[:, None] <= capacity[None, :])
-            mask[off + 3 * n_lp: off + 4 * n_lp] = fits.sum(axis=1) >= n  # packed
-            if jd is not None and job.status is JobStatus.RUNNING:
-                mask[off: off + n_lp] = np.all(mem[g][None, :] + peaks <= capacity[g][None, :], axis=1)  # keep
+            # the job's GPUs as they would be with it taken out (GpuLedger.remove's arithmetic),
+            # in scalar Python: a running job has few workers
+            m_new, w_new = [], []
+            for g, p in zip(jd.gpus, base._peak_list(job, jd)):
+                w = wl[g] - 1
+                w_new.append(w)
+                m_new.append(0.0 if w == 0 else max(ml[g] - p, 0.0))
+            free_excl[i] += w_new.count(0)
+            # n-th smallest memory among GPUs under the worker cap, with its GPUs changed: only the
+            # n + W smallest of the unchanged sorted list can matter
+            nj = job.num_gpus
+            pref = open_mem[: nj + len(m_new)].tolist()
+            for g in jd.gpus:
+                if wl[g] < cap_w:
+                    try:
+                        pref.remove(ml[g])
+                    except ValueError:
+                        pass  # beyond the prefix: larger than everything kept
+            pref.extend(m for m, w in zip(m_new, w_new) if w < cap_w)
+            pref.sort()
+            packed_ok[i] = (pref[nj - 1] + need[i] <= cap0) if nj <= len(pref) else False
+            if job.status is JobStatus.RUNNING:
+                caps = [cl[g] for g in jd.gpus]
+                keep_rows.append((i, [all(m + p <= c for m, p, c in zip(m_new, row, caps))
+                                      for row in st.costs.peak_rows(job, combos)]))
+        excl_ok = (free_excl[:, None] >= n[:, None]) & (need <= cap0)          # (S, n_lp)
+        rows = mask[: c.advance].reshape(c.window_k, c.per_job)             # a view into mask
+        idx = np.array([slot for slot, _ in slots])
+        rows[idx, n_lp: 2 * n_lp] = excl_ok                                  # consolidated
+        rows[idx, 2 * n_lp: 3 * n_lp] = excl_ok                              # spread
+        rows[idx, 3 * n_lp: 4 * n_lp] = packed_ok
+        pause = c.n_opt * n_lp
+        for i, (slot, jid) in enumerate(slots):
+            if jid in base.decision:
+                rows[slot, pause] = True
+        for i, keep in keep_rows:
+            rows[slots[i][0], :n_lp] = keep
         return mask
 
     def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:

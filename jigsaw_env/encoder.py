@@ -45,6 +45,9 @@ class ObservationEncoder:
         self.window_k = window_k
         self.observe_remaining = observe_remaining
         self._static_cache: dict = {}
+        self._round_key: tuple | None = None
+        self._round_state = None
+        self._round_val = None
 
     @property
     def size(self) -> int:
@@ -68,41 +71,65 @@ class ObservationEncoder:
             self._static_cache[key] = v
         return v
 
-    def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
+    def _round_part(self, state: ClusterState, window: list[int]) -> tuple[np.ndarray, tuple[float, float, float]]:
+        """The features that do not change within a round (per-job block, waiting/running
+        counts), cached for the round: the state changes only between rounds."""
+        key = (state.round, state.time_s, len(state.active_ids), tuple(window))
+        # the state object itself is held (not its id, which a new episode's state may reuse)
+        if self._round_state is state and self._round_key == key:
+            return self._round_val
         k = self.window_k
-        obs = np.zeros(self.size, dtype=np.float32)
+        block = np.zeros(k * JOB_FEATURES, dtype=np.float32)
         G = state.cluster.num_gpus
         now = state.time_s
         L = max(1, state.spb.max_level)
+        log1p, log2 = math.log1p, math.log2
+        running = JobStatus.RUNNING
         for slot, jid in enumerate(window[:k]):
             j = state.jobs[jid]
-            f = obs[slot * JOB_FEATURES:(slot + 1) * JOB_FEATURES]
-            f[0] = 1.0
-            f[1] = j.status is JobStatus.RUNNING
-            f[2] = jid in ledger.decision
-            f[3] = jid in acted
-            f[4] = math.log2(1 + j.num_gpus) / 8
-            f[5] = min(1.0, j.num_gpus / G)
-            f[6] = math.log1p(max(0.0, now - j.arrival_s)) / 16
-            f[7] = math.log1p(j.attained_gpu_s) / 20
             if self.observe_remaining:
-                f[8] = math.log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
-                f[9] = j.progress / j.iterations if j.iterations > 0 else 0.0
-            f[10] = j.level / L
-            f[11] = j.pattern is Pattern.STATIC
-            f[12:16] = self._job_static(state, j)
-        c = obs[k * JOB_FEATURES:]
-        workers = ledger.workers
-        c[0] = float((workers == 0).sum()) / G
-        c[1] = float((workers < state.max_workers_per_gpu).sum()) / G
-        c[2] = float((workers > 1).sum()) / G
-        occ = workers > 0
-        c[3] = float((ledger.mem[occ] / ledger.capacity[occ]).mean()) if occ.any() else 0.0
-        waiting = [state.jobs[j] for j in state.active_ids if state.jobs[j].status is not JobStatus.RUNNING]
-        c[4] = math.log1p(len(waiting)) / 8
-        c[5] = math.log1p(len(state.active_ids) - len(waiting)) / 8
-        c[6] = min(4.0, sum(j.num_gpus for j in waiting) / G) / 4
-        c[7] = len(acted) / k
-        c[8] = min(1.0, steps_in_round / (2 * k + 2))
-        c[9] = min(len(window), k) / k
+                rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
+                frac = j.progress / j.iterations if j.iterations > 0 else 0.0
+            else:
+                rem = frac = 0.0
+            o = slot * JOB_FEATURES
+            block[o:o + JOB_FEATURES] = (
+                1.0, j.status is running, 0.0, 0.0, log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
+                log1p(max(0.0, now - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
+                j.level / L, j.pattern is Pattern.STATIC, *self._job_static(state, j))
+        n_wait = gpus_wait = 0
+        jobs = state.jobs
+        for x in state.active_ids:
+            j = jobs[x]
+            if j.status is not running:
+                n_wait += 1
+                gpus_wait += j.num_gpus
+        stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8,
+                 min(4.0, gpus_wait / G) / 4)
+        self._round_state, self._round_key, self._round_val = state, key, (block, stats)
+        return block, stats
+
+    def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
+        k = self.window_k
+        block, stats = self._round_part(state, window)
+        obs = np.empty(self.size, dtype=np.float32)
+        obs[:k * JOB_FEATURES] = block
+        in_dec = ledger.decision
+        for slot, jid in enumerate(window[:k]):
+            o = slot * JOB_FEATURES
+            obs[o + 2] = jid in in_dec
+            obs[o + 3] = jid in acted
+        G = state.cluster.num_gpus
+        wl = ledger._wl
+        n_free = wl.count(0)
+        cap_w = state.max_workers_per_gpu
+        n_open = G if cap_w > max(wl) else sum(1 for w in wl if w < cap_w)
+        n_shared = G - n_free - wl.count(1)
+        if n_free < G:
+            occ = ledger.workers > 0
+            mem_use = float((ledger.mem[occ] / ledger.capacity[occ]).mean())
+        else:
+            mem_use = 0.0
+        obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
+                                  len(acted) / k, min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
         return obs

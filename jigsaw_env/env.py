@@ -133,7 +133,7 @@ class JigsawClusterEnv(gym.Env):
         return self._obs(), {"time_s": self.sim.state.time_s}
 
     def _new_round(self) -> None:
-        self.builder = RoundBuilder(self.sim.state, self.codec)
+        self.builder = RoundBuilder(self.sim.state, self.codec, self.sim.in_force_ledger())
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:

@@ -191,6 +191,24 @@ class CostModel:
             self._peaks[key] = m
         return m
 
+    def peak_rows(self, job: JobState, combos) -> list[list[float]]:
+        """``peak_matrix(job, combos)`` as nested Python lists (cached)."""
+        key = ("rows", job.model, job.batch_size, job.num_gpus, len(combos))
+        v = self._peaks.get(key)
+        if v is None:
+            v = self._peaks[key] = self.peak_matrix(job, combos).tolist()
+        return v
+
+    def need_vector(self, job: JobState, combos) -> np.ndarray:
+        """(len(combos),) the largest worker peak (bytes) at each combo: ``peak_matrix(...).max(1)``."""
+        key = ("need", job.model, job.batch_size, job.num_gpus, len(combos))
+        v = self._peaks.get(key)
+        if v is None:
+            v = self.peak_matrix(job, combos).max(axis=1)
+            v.setflags(write=False)
+            self._peaks[key] = v
+        return v
+
     def _reference_gpus(self, n: int, gpu_type: str) -> tuple[int, ...]:
         cl = self.cluster
         node = cl.gpu_types.index(gpu_type)
