@@ -1,0 +1,171 @@
+"""bench.eta (measured statistical efficiency of SPB) and how the simulator reads a measured eta.
+
+* ``python -m bench.eta --quick`` (2 gloo workers, 1 seed, a few iterations of tiny_cnn): the output
+  structure, and ``--write-tables`` on a temporary copy of the shipped tables changes exactly
+  ``meta["eta"]`` / ``meta["eta_source"]`` of the measured model's tables and nothing else;
+* the simulator uses a table's ``meta["eta"]["<level>/<pattern>"]`` instead of the eq. E1 prior;
+* the shipped tables carry what ``bench/results/eta/eta.json`` says (measured models only).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BS, make_toy4, toy_cluster
+from jigsaw_env.cost_table import CostTable, register_table, unregister_table
+from jigsaw_env.network import INTRA_NODE
+from jigsaw_env.simulator import SimConfig, Simulator
+from jigsaw_env.spb import Pattern, SPBConfig, job_profile
+from jigsaw_env.state import Decision, JobDecision, JobState
+
+bench_eta = pytest.importorskip("bench.eta")
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ROOT / "jigsaw_env" / "tables"
+RESULTS = ROOT / "bench" / "results" / "eta" / "eta.json"
+ETA_KEYS = ("eta", "eta_source")
+
+
+def _strip(d: dict) -> dict:
+    d = json.loads(json.dumps(d))
+    for k in ETA_KEYS:
+        d.get("meta", {}).pop(k, None)
+    return d
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    pytest.importorskip("sklearn")
+    root = tmp_path_factory.mktemp("eta")
+    tables = root / "tables"
+    shutil.copytree(TABLES, tables)
+    before = {p.name: p.read_text() for p in sorted(tables.glob("*.json"))}
+    t0 = time.perf_counter()
+    rc = bench_eta.main(["--quick", "--out", str(root / "out"), "--write-tables", "--tables-dir", str(tables),
+                         "--no-progress"])
+    wall = time.perf_counter() - t0
+    doc = json.loads((root / "out" / "eta.json").read_text())
+    return {"rc": rc, "wall": wall, "doc": doc, "root": root, "tables": tables, "before": before}
+
+
+def test_quick_run_output_structure(quick):
+    assert quick["rc"] == 0
+    assert quick["wall"] < 60, f"quick mode took {quick['wall']:.0f} s"
+    doc = quick["doc"]
+    for k in ("command", "date_utc", "wall_s", "setup", "summary", "runs"):
+        assert k in doc
+    s = doc["setup"]
+    assert (s["world"], s["seeds"], s["models"], s["configs"]) == (2, [0], ["tiny_cnn"], ["2/rotating"])
+    assert s["lr"] == {"tiny_cnn": bench_eta.DEFAULT_LR["tiny_cnn"]}
+    assert [(r["config"], r["seed"]) for r in doc["runs"]] == [("0/rotating", 0), ("2/rotating", 0)]
+    for r in doc["runs"]:
+        assert 1 <= r["iterations"] <= s["max_iterations"]
+        assert r["curve"] and all(0.0 <= acc <= 1.0 for _, acc, _ in r["curve"])
+        assert r["curve"][-1][0] == r["iterations"]
+        assert r["reached"] == (r["curve"][-1][1] >= s["target"])
+    m = doc["summary"]["tiny_cnn"]
+    assert m["num_groups"] == 4 and m["full_backprop"]["iterations"] == [doc["runs"][0]["iterations"]]
+    c = m["configs"]["2/rotating"]
+    assert (c["level"], c["pattern"], c["slots"]) == (2, "rotating", [0, 1, 2])
+    # eq. E1 prior at W = 2: starts (0,1), (1,2), (2,0): mean 1 of B = 4 -> 1 - 0.5 / 4
+    assert c["prior_eta"] == pytest.approx(0.875)
+    (e,) = c["per_seed"]
+    assert e["kind"] in ("exact", "upper_bound", "lower_bound", "undefined")
+    if e["kind"] == "exact":
+        assert e["eta"] == pytest.approx(e["iterations_full"] / e["iterations_spb"])
+        assert c["mean"] == pytest.approx(e["eta"]) and c["n"] == 1
+    assert c["ci95_t"] is None  # one seed: no interval
+    md = (quick["root"] / "out" / "eta.md").read_text()
+    assert "| tiny_cnn |" in md and "2/rotating" in md
+
+
+def test_write_tables_changes_only_the_measured_models_eta(quick):
+    doc = quick["doc"]
+    expected = bench_eta.table_eta_values(doc, "tiny_cnn")
+    changed = []
+    for name, old_text in quick["before"].items():
+        new_text = (quick["tables"] / name).read_text()
+        old, new = json.loads(old_text), json.loads(new_text)
+        if old["model"] != "tiny_cnn":
+            assert new_text == old_text, f"{name}: a table of another model changed"
+            continue
+        changed.append(name)
+        assert _strip(new) == _strip(old), f"{name}: more than meta['eta'] / meta['eta_source'] changed"
+        assert new["meta"]["eta"] == expected
+        src = new["meta"]["eta_source"]
+        assert src["seeds"] == [0] and src["workers"] == 2 and "bench.eta" in src["command"]
+        assert "accuracy" in src["target"]
+        # the simulator's reader picks the written value up
+        t = CostTable.load(quick["tables"] / name)
+        for key, val in expected.items():
+            lvl, pat = key.split("/")
+            assert job_profile(t, int(lvl), pat, 4, INTRA_NODE).eta == pytest.approx(val)
+    assert sorted(changed) == sorted(f"tiny_cnn-bs32-{d}.json" for d in ("cpu", "k80", "p100", "v100"))
+
+
+def test_write_tables_from_json_is_idempotent(quick, tmp_path):
+    tables = tmp_path / "t"
+    shutil.copytree(quick["tables"], tables)
+    before = {p.name: p.read_text() for p in tables.glob("*.json")}
+    assert bench_eta.main(["--from-json", str(quick["root"] / "out" / "eta.json"), "--write-tables",
+                           "--tables-dir", str(tables)]) == 0
+    assert {p.name: p.read_text() for p in tables.glob("*.json")} == before
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="level"):
+        bench_eta.parse_config("7/rotating")
+    with pytest.raises(ValueError, match="baseline"):
+        bench_eta.parse_config("0/static")
+    with pytest.raises(ValueError, match="pattern"):
+        bench_eta.parse_config("2/diagonal")
+
+
+def test_simulator_uses_measured_eta_from_table_meta():
+    """TOY4 (compute by start 11, 9, 7, 5 s), one worker at level 3 rotating, 6.5 iterations to go.
+    Prior (eq. E1): eta = 1 - 0.5 * 1.5 / 4 = 0.8125 -> 8 raw iterations. With meta['eta']['3/rotating']
+    = 0.5 the job needs 13 raw iterations: 3 cycles (96 s) + 11 s = 107 s."""
+    def finish(table: CostTable):
+        register_table(table)
+        try:
+            job = JobState(1, 0.0, 1, table.model, BS, 6.5)
+            sim = Simulator(toy_cluster(), [job], SimConfig(round_s=1000.0))
+            while not sim.done:
+                sim.step(Decision({j: JobDecision((0,), 3, Pattern.ROTATING) for j in sim.state.active_ids}))
+            return sim.jobs_frame().set_index("job_id").loc[1]
+        finally:
+            unregister_table(table.model, table.batch_size, table.device)
+
+    prior = finish(make_toy4("_t_eta_prior"))
+    assert prior["raw_iterations"] == 8
+    measured = dataclasses.replace(make_toy4("_t_eta_measured"), meta={"eta": {"3/rotating": 0.5, "2/static": 0.9}})
+    assert job_profile(measured, 3, "rotating", 1, INTRA_NODE).eta == 0.5
+    assert job_profile(measured, 3, "static", 1, INTRA_NODE).eta == 1.0  # no key: prior (W = 1 static = full)
+    assert job_profile(measured, 0, "rotating", 1, INTRA_NODE).eta == 1.0  # level 0 is always 1
+    row = finish(measured)
+    assert row["raw_iterations"] == 13 and row["finish_s"] == pytest.approx(107.0)
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="no bench/results/eta/eta.json")
+def test_shipped_tables_carry_the_measured_eta():
+    doc = json.loads(RESULTS.read_text())
+    measured = set(doc["summary"])
+    seen = set()
+    for path in sorted(TABLES.glob("*.json")):
+        t = CostTable.load(path)
+        if t.model in measured:
+            seen.add(t.model)
+            assert t.meta.get("eta") == bench_eta.table_eta_values(doc, t.model), path.name
+            assert t.meta["eta_source"]["seeds"] == doc["setup"]["seeds"]
+            for key, val in t.meta["eta"].items():
+                lvl, pat = key.split("/")
+                assert 0 < val <= 1
+                assert job_profile(t, int(lvl), pat, doc["setup"]["world"], INTRA_NODE, SPBConfig()).eta == val
+        else:
+            assert "eta" not in t.meta and "eta_source" not in t.meta, f"{path.name}: eta written for an unmeasured model"
+    assert seen == measured
