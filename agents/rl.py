@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,13 +115,18 @@ class LearnedAgent:
         model_path = self.run_dir / model_file
         if not model_path.is_file():
             raise ValueError(f"{self.run_dir}: expected the trained model {model_file} (is training finished?)")
+        cls = algo_class(self.algo)
+        if not zipfile.is_zipfile(model_path):
+            raise ValueError(f"{model_path}: not a stable-baselines3 model (not a zip archive; corrupted?)")
         import torch
         torch.set_num_threads(1)
-        cls = algo_class(self.algo)
         try:
-            self.model = cls.load(str(model_path), device="cpu")
-        except Exception as e:  # a corrupted or foreign zip: one line for the user
-            raise ValueError(f"{model_path}: cannot load a {self.algo} model ({type(e).__name__}: {e})") from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.model = cls.load(str(model_path), device="cpu")
+        except Exception as e:  # noqa: BLE001 - a corrupted or foreign zip: one line for the user
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ValueError(f"{model_path}: cannot load it as a {self.algo} model ({type(e).__name__}: {first})") from None
         self.obs_rms = None
         self.clip_obs = 10.0
         self.epsilon = 1e-8
@@ -129,7 +136,7 @@ class LearnedAgent:
                 with open(vn, "rb") as f:
                     v = pickle.load(f)
             except Exception as e:  # truncated or corrupted pickle
-                raise ValueError(f"{vn}: cannot read the normalization statistics ({type(e).__name__}: {e})") from None
+                raise ValueError(f"{vn}: cannot read the VecNormalize statistics ({type(e).__name__}: {e})") from None
             if getattr(v, "norm_obs", False):
                 self.obs_rms, self.clip_obs, self.epsilon = v.obs_rms, float(v.clip_obs), float(v.epsilon)
         elif self.config.get("normalize_obs", True):
@@ -146,25 +153,23 @@ class LearnedAgent:
         run = self.config["spaces"]
         k = spaces.window_k if spaces.window_k is not None else run.get("window_k")
         want = spaces_signature(int(k), spaces.spb_levels, spaces.spb_slots)
-        where = f"RUN_DIR {self.run_dir}"
+        where = f"RUN_DIR {self.run_dir} does not fit:"
         for key, label in (("window_k", "window K"), ("spb_levels", "SPB levels"), ("spb_slots", "SPB slots"),
                            ("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
                            ("job_features", "per-job features"), ("cluster_features", "cluster features"),
                            ("observation_size", "observation size"), ("n_actions", "action count")):
             if run.get(key) != want[key]:
-                raise ValueError(f"{where} does not fit the evaluation: {label} expected {want[key]}, "
-                                 f"found {run.get(key)} in config.json")
+                raise ValueError(f"{where} {label} expected {want[key]}, found {run.get(key)} in config.json")
         obs_shape = tuple(self.model.observation_space.shape or ())
         if obs_shape != (want["observation_size"],):
-            raise ValueError(f"{where} does not fit the evaluation: observation size expected "
-                             f"{want['observation_size']}, found {obs_shape} in model.zip")
+            raise ValueError(f"{where} observation size expected {want['observation_size']}, found {obs_shape} "
+                             f"in model.zip")
         n = getattr(self.model.action_space, "n", None)
         if n is None or int(n) != want["n_actions"]:
-            raise ValueError(f"{where} does not fit the evaluation: action count expected {want['n_actions']}, "
-                             f"found {n} in model.zip")
+            raise ValueError(f"{where} action count expected {want['n_actions']}, found {n} in model.zip")
         if self.obs_rms is not None and tuple(self.obs_rms.mean.shape) != (want["observation_size"],):
-            raise ValueError(f"{where} does not fit the evaluation: observation size expected "
-                             f"{want['observation_size']}, found {tuple(self.obs_rms.mean.shape)} in vecnormalize.pkl")
+            raise ValueError(f"{where} observation size expected {want['observation_size']}, "
+                             f"found {tuple(self.obs_rms.mean.shape)} in vecnormalize.pkl")
 
     # ------------------------------------------------------------------ acting
     def normalize(self, obs: np.ndarray) -> np.ndarray:

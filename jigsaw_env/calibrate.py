@@ -191,6 +191,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --ship: reuse the shipped CPU tables, only re-derive the GPU tables")
 
 
+def _check_out_file(out: Path, example: str) -> None:
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory; give a file name such as {out / example}")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder does not exist: {out.parent}")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
@@ -207,11 +214,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--model is required; allowed: {_allowed_models()}")
     if args.batch_size is None:
         raise ValueError("--batch-size is required (a positive integer)")
+    # every argument is checked before the (possibly long) measurement starts
+    _validate(args.model, args.batch_size, args.device, args.repeats, args.anchor_device)
+    if args.out:
+        _check_out_file(Path(args.out), table_filename(args.model, args.batch_size, args.device))
     table = calibrate(args.model, args.batch_size, args.device, repeats=args.repeats,
                       anchor_device=args.anchor_device, warmup=args.warmup, seed=args.seed, progress=progress)
     out = Path(args.out) if args.out else Path(table_filename(table.model, table.batch_size, table.device))
-    if out.parent and not out.parent.exists():
-        raise FileNotFoundError(f"output folder does not exist: {out.parent}")
     table.save(out)
     print(f"{_summary(table)} -> {out}")
     return 0

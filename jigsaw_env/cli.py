@@ -2,8 +2,10 @@
 
 Each subcommand lives in the module that owns its work and exposes ``register(subparsers)``, which
 adds its parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning
-an exit code). User errors (``ValueError``, ``FileNotFoundError``, ``KeyError`` raised with a
-message for the user) print one line on stderr and exit with status 2, with no traceback.
+an exit code). User errors (``ValueError``, which includes ``InfeasibleDecision`` and
+``TraceFormatError``, and ``OSError``: a missing file, a folder where a file is expected, no
+permission) print one line on stderr and exit with status 2, with no traceback. docs/bad_inputs.md
+lists every bad input and its message.
 """
 from __future__ import annotations
 
@@ -54,15 +56,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(e: BaseException) -> str:
+    """One line for the user: the message's first line; for an OSError raised by the operating
+    system (errno set), "PATH: reason" (e.g. "runs/x: File exists", "out.csv: Is a directory")."""
+    if isinstance(e, OSError) and e.errno is not None and e.strerror:
+        where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+        return f"{where}: {e.strerror}" if where else e.strerror
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)
-    except (UserError, ValueError, FileNotFoundError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"jigsaw {args.command}: error: {msg}", file=sys.stderr)
+    except (UserError, ValueError, OSError) as e:
+        print(f"jigsaw {args.command}: error: {error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"jigsaw {args.command}: interrupted", file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def positive_int(flag: str):
@@ -29,5 +30,18 @@ def positive_float(flag: str):
             raise argparse.ArgumentTypeError(f"{flag} must be a number, got {v!r}") from None
         if not x > 0 or x == float("inf"):
             raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {v}")
+        return x
+    return parse
+
+
+def non_negative_float(flag: str):
+    """Parser for a finite number >= 0."""
+    def parse(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a number, got {v!r}") from None
+        if not (x >= 0 and math.isfinite(x)):
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number >= 0, got {v}")
         return x
     return parse

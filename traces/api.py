@@ -266,8 +266,11 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     mapped = computed = 0
     if map_models and len(jobs):
         choices = model_choices(len(res.jobs), seed, models)[pos]
-        jobs, mapped = fill_models(jobs, choices, batch_size_fn)
-        jobs, computed = fill_iterations(jobs, throughput_fn)
+        try:
+            jobs, mapped = fill_models(jobs, choices, batch_size_fn)
+            jobs, computed = fill_iterations(jobs, throughput_fn)
+        except ValueError as e:  # name the trace: which file the job came from
+            raise ValueError(f"{kind}:{path_shown}: {e}" if path_shown else f"{kind}: {e}") from None
 
     offset = float(jobs["arrival_s"].min()) if len(jobs) else 0.0
     jobs["arrival_s"] = jobs["arrival_s"].to_numpy() - offset
@@ -334,6 +337,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     ``--gpu-type`` (dest ``trace_gpu_type``) is the GPU type the *trace* ran on. A command whose
     own ``--gpu-type`` means the simulated cluster's GPUs may add it after this call: it then owns
     ``--gpu-type`` and the trace's type stays reachable as ``--trace-gpu-type``."""
+    from jigsaw_env.cli_args import positive_float, positive_int  # one wording for every command
+
     have = set(getattr(parser, "_option_string_actions", {}))
     g = parser.add_argument_group("trace options")
 
@@ -344,17 +349,20 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     addg("--trace", default="synthetic", metavar="KIND:PATH",
          help=f"job trace: KIND:PATH with KIND one of {', '.join(k for k in KINDS if k != 'synthetic')}, "
               "or synthetic[:jobs=N,load=X,seed=S,diurnal=1] (default: synthetic)")
-    addg("--max-jobs", type=int, default=None, metavar="N", help="keep the first N jobs by arrival")
-    addg("--sample", type=int, default=None, metavar="N", help="keep a seeded random sample of N jobs")
+    addg("--max-jobs", type=positive_int("--max-jobs"), default=None, metavar="N",
+         help="keep the first N jobs by arrival")
+    addg("--sample", type=positive_int("--sample"), default=None, metavar="N",
+         help="keep a seeded random sample of N jobs")
     addg("--seed", type=int, default=0, help="seed for sampling, model mapping and synthetic traces (default 0)")
-    addg("--load", type=float, default=None, metavar="X",
+    addg("--load", type=positive_float("--load"), default=None, metavar="X",
          help="offered load: synthetic target; real traces: scale inter-arrival times so "
               "sum(num_gpus*duration)/(GPUs*arrival span) = X")
     addg("--window", type=_window_arg, default=None, metavar="START:END",
          help="keep jobs arriving in [START, END) seconds from the trace start (units s/m/h/d, e.g. 0:7d)")
     addg("--vc", default=None, metavar="VC[,VC...]", help="keep these virtual clusters")
     addg("--status", default=None, metavar="S[,S...]", help=f"keep jobs with these final statuses ({', '.join(STATUSES)})")
-    addg("--max-gpus-per-job", type=int, default=None, metavar="N", help="cap each job's GPUs (always capped to the cluster)")
+    addg("--max-gpus-per-job", type=positive_int("--max-gpus-per-job"), default=None, metavar="N",
+         help="cap each job's GPUs (always capped to the cluster)")
     addg("--skip-bad-rows", action="store_true", help="skip malformed rows (counted by reason) instead of failing")
     flags = ["--trace-gpu-type"] + (["--gpu-type"] if "--gpu-type" not in have else [])
     if "--trace-gpu-type" not in have:

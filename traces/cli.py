@@ -43,8 +43,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     _spec(args)
-    trace = trace_from_args(args, args.gpus, map_models=not args.no_models)
     out = Path(args.out)
+    if out.is_dir():
+        raise ValueError(f"{out} is a directory; give the output file name, e.g. {out / 'jobs.csv'}")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder does not exist: {out.parent}")
+    trace = trace_from_args(args, args.gpus, map_models=not args.no_models)
     trace.to_csv(out)
     s = trace.summary
     print(f"wrote {out}: {len(trace):,} jobs (read {s['jobs_read']:,}; filtered {sum(s['filtered'].values()):,}"
@@ -54,6 +58,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from jigsaw_env.cli_args import positive_int
+
     p = subparsers.add_parser("traces", help="inspect and convert job traces",
                               description="Inspect and convert job traces (docs/traces.md).")
     sub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
@@ -64,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "arrival span, offered load against --gpus, and what was filtered.")
     d.add_argument("spec", nargs="?", default=None, metavar="KIND:PATH",
                    help="trace to describe (overrides --trace), e.g. philly:../shared/data/philly/philly.csv")
-    d.add_argument("--gpus", type=int, default=DEFAULT_DESCRIBE_GPUS,
+    d.add_argument("--gpus", type=positive_int("--gpus"), default=DEFAULT_DESCRIBE_GPUS,
                    help=f"cluster size for the offered load (default {DEFAULT_DESCRIBE_GPUS})")
     d.add_argument("--json", action="store_true", help="print JSON instead of text")
     d.add_argument("--map-models", action="store_true",
@@ -75,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser("convert", help="write a trace as canonical CSV (readable with csv:PATH)")
     c.add_argument("spec", nargs="?", default=None, metavar="KIND:PATH", help="trace to convert (overrides --trace)")
     c.add_argument("out", metavar="OUT.csv", help="output file")
-    c.add_argument("--gpus", type=int, default=None, help="cluster size (GPU cap and --load); default: none")
+    c.add_argument("--gpus", type=positive_int("--gpus"), default=None,
+                   help="cluster size (GPU cap and --load); default: none")
     c.add_argument("--no-models", action="store_true", help="do not map models or compute iterations")
     add_trace_arguments(c)
     c.set_defaults(func=cmd_convert)

@@ -79,16 +79,19 @@ def fill_models(df: pd.DataFrame, choices: np.ndarray, batch_size_fn: BatchSizeF
 def _throughputs(df: pd.DataFrame, rows: np.ndarray, fn: ThroughputFn) -> np.ndarray:
     """Isolated throughput of each row in ``rows``: one call of ``fn`` per distinct job shape."""
     sub = df.loc[rows, ["model", "batch_size", "num_gpus", "gpu_type"]].reset_index(drop=True)
+    ids = df.loc[rows, "job_id"].to_numpy() if "job_id" in df.columns else np.arange(len(sub))
     group = sub.groupby(["model", "batch_size", "num_gpus", "gpu_type"], sort=False, dropna=False).ngroup().to_numpy()
     first = sub.drop_duplicates(["model", "batch_size", "num_gpus", "gpu_type"])
     uniq = np.empty(len(first))
-    for gi, (m, bs, g, gt) in zip(group[first.index.to_numpy()], first.itertuples(index=False, name=None)):
+    for gi, pos, (m, bs, g, gt) in zip(group[first.index.to_numpy()], first.index.to_numpy(),
+                                       first.itertuples(index=False, name=None)):
+        who = f"job_id {ids[pos]}: "  # the first job of this shape
         try:
             tp = float(fn(m, int(bs), int(g), gt))
         except Exception as e:  # noqa: BLE001 -- say which job shape
-            raise ValueError(f"throughput of model {m!r} (batch {bs}, {g} GPUs, {gt}) unavailable: {e}") from None
+            raise ValueError(f"{who}throughput of model {m!r} (batch {bs}, {g} GPUs, {gt}) unavailable: {e}") from None
         if not np.isfinite(tp) or tp <= 0:
-            raise ValueError(f"throughput of model {m!r} (batch {bs}, {g} GPUs, {gt}) must be > 0, got {tp}")
+            raise ValueError(f"{who}throughput of model {m!r} (batch {bs}, {g} GPUs, {gt}) must be > 0, got {tp}")
         uniq[gi] = tp
     return uniq[group]
 
