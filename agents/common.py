@@ -110,6 +110,23 @@ class LASQueues:
                 for k in [k for k in d if k not in live]:
                     del d[k]
 
+    def quiet_until(self, state: ClusterState) -> float:
+        """The earliest time the priority order can change without arrivals or completions: a
+        running job's service reaching its next threshold (service grows GPUs x seconds), or a
+        waiting job's starvation promotion."""
+        now = state.time_s
+        t = float("inf")
+        th = self.thresholds
+        for j in state.active():
+            if j.status is JobStatus.RUNNING:
+                s = self.service(j)
+                k = bisect.bisect_right(th, s)
+                if k < len(th):
+                    t = min(t, now + (th[k] - s) / j.num_gpus)
+            elif self.starve_factor is not None and j.job_id in self._wait_since:
+                t = min(t, self._wait_since[j.job_id] + self.starve_factor * self._last_run[j.job_id])
+        return t
+
     def service(self, job: JobState) -> float:
         return job.attained_gpu_s - self._base.get(job.job_id, 0.0)
 
