@@ -152,6 +152,8 @@ class JigsawClusterEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset()")
         info: dict[str, Any] = {}
         kind = self.codec.decode(action)[0] if 0 <= int(action) < self.codec.n else "invalid"
+        if kind == "invalid" and self.invalid_action == "raise":
+            raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")  # nothing changed
         self._steps_in_round += 1
         advance = kind == "advance" or self._steps_in_round > 2 * self.codec.window_k + 2
         if kind not in ("advance", "invalid"):

@@ -540,10 +540,6 @@ def test_env_invariants_under_masked_and_unmasked_actions(data):
     assert counts["masked"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="jigsaw_env/env.py JigsawClusterEnv.step increments _steps_in_round "
-                                       "before raising InvalidAction for an out-of-range action in "
-                                       "invalid_action='raise' mode (the in-range path undoes it); see "
-                                       "docs/bad_inputs.md, known gaps")
 def test_env_out_of_range_action_in_raise_mode_changes_nothing():
     cluster = ClusterSpec.from_gpus(4, gpus_per_node=4)
     jobs = [JobState(0, 0.0, 1, "tiny_mlp", 32, 5.0), JobState(1, 0.0, 2, "tiny_cnn", 32, 5.0)]
