@@ -1,0 +1,275 @@
+"""The benchmark runner: measures everything of the performance issue and writes bench/results.md.
+
+    python -m bench                      # full sizes (tens of minutes on 2 cores)
+    python -m bench --quick --out DIR    # tiny sizes: checks that every part works (CI)
+    python -m bench --only env,onnx      # some parts
+
+Parts (each a median over ``--repeats`` runs unless said otherwise, with the command beside it):
+  env      env steps/s with K=16 at 64, 512 and 2,048 GPUs over whole episodes under a random masked
+           policy (masks included); decisions applied per second; simulated seconds per wall second
+  train    MaskablePPO training frames per second (``jigsaw train``, evaluation off)
+  onnx     decision latency of the exported ONNX policy (onnxruntime, one thread)
+  replay   the whole Philly trace on 512 GPUs with fifo, tiresias and jigsaw: wall time and peak
+           memory, each replay in its own process
+  scaling  replay time at 1k, 10k and all 82k Philly jobs at a fixed offered load, and the
+           exponent b of a least-squares fit time = a * jobs^b
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("env", "train", "onnx", "replay", "scaling")
+
+
+def _philly() -> Path | None:
+    p = Path(os.environ.get("JIGSAW_DATA", ROOT.parent / "shared" / "data")) / "philly" / "philly.csv"
+    return p if p.is_file() else None
+
+
+def _py() -> list[str]:
+    return [sys.executable]
+
+
+def _run_json(cmd: list[str], timeout: float | None = None) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _cmd_str(cmd: list[str]) -> str:
+    return " ".join(["python" if c == sys.executable else c for c in cmd])
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = float("nan")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1), "python": platform.python_version(),
+            "numpy": np.__version__, "commit": commit, "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "load_avg_at_start": round(load, 2)}
+
+
+# --------------------------------------------------------------------------------------------- parts
+def part_env(quick: bool, repeats: int) -> list[dict]:
+    from bench.env_speed import measure
+
+    sizes = [(16, 20)] if quick else [(64, 200), (512, 200), (2048, 200)]
+    rows = []
+    for gpus, jobs in sizes:
+        runs = [measure(gpus, 16, 1, jobs, 1.0, seed=r) for r in range(repeats)]
+        med = {k: statistics.median(r[k] for r in runs) for k in ("steps_per_s", "decisions_per_s", "rounds_per_s",
+                                                                 "sim_s_per_wall_s", "wall_s", "steps")}
+        rows.append({"gpus": gpus, "window_k": 16, "jobs": jobs, "repeats": repeats, **med,
+                     "command": f"python -m bench.env_speed --gpus {gpus} --window-k 16 --episodes 1 --max-jobs {jobs} --load 1.0 --seed R"})
+    return rows
+
+
+def part_train(quick: bool, workdir: Path) -> dict:
+    steps = 256 if quick else 8192
+    run_dir = workdir / "ppo"
+    cmd = _py() + ["-m", "jigsaw_env.cli", "train", "--run-dir", str(run_dir), "--timesteps", str(steps),
+                   "--gpus", "16" if quick else "64", "--max-jobs", "10" if quick else "50", "--n-envs", "2",
+                   "--n-steps", "64" if quick else "256", "--batch-size", "64", "--eval-freq", str(10 * steps),
+                   "--checkpoint-freq", str(10 * steps), "--seed", "0"]
+    t0 = time.perf_counter()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"{_cmd_str(cmd)} failed: {r.stderr.strip()[-2000:]}")
+    wall = time.perf_counter() - t0
+    cfg = json.loads((run_dir / "config.json").read_text())
+    learn_s = float(cfg.get("train_wall_s", wall))
+    return {"timesteps": int(cfg.get("trained_timesteps", steps)), "learn_s": round(learn_s, 2),
+            "frames_per_s": cfg.get("trained_timesteps", steps) / learn_s, "process_wall_s": round(wall, 2),
+            "n_envs": 2, "run_dir": str(run_dir), "command": _cmd_str(cmd).replace(str(workdir), "TMP")}
+
+
+def part_onnx(run_dir: Path, workdir: Path, repeats: int, quick: bool) -> dict:
+    from jigsaw_executor.export import export_policy
+    from jigsaw_executor.onnx_policy import OnnxPolicy
+
+    out = workdir / "policy.onnx"
+    export_policy(run_dir, out)
+    pol = OnnxPolicy(out)
+    n = 300 if quick else 2000
+    runs = [pol.benchmark(n, seed=r) for r in range(repeats)]
+    return {"observation": pol.observation_size, "actions": pol.n_actions, "calls_per_repeat": n, "repeats": repeats,
+            "median_ms": statistics.median(r["median_ms"] for r in runs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
+            "command": "jigsaw export RUN_DIR --out policy.onnx --bench 2000"}
+
+
+def part_replay(quick: bool, repeats: int) -> list[dict]:
+    philly = _philly()
+    if quick or philly is None:
+        trace, gpus = "synthetic:jobs=60,load=1.2,seed=3", 16
+    else:
+        trace, gpus = f"philly:{philly}", 512
+    rows = []
+    for agent in ("fifo", "tiresias", "jigsaw"):
+        cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent]
+        runs = [_run_json(cmd) for _ in range(repeats)]
+        best = runs[0]
+        rows.append({**best, "repeats": repeats, "wall_s": statistics.median(r["wall_s"] for r in runs),
+                     "run_s": statistics.median(r["run_s"] for r in runs),
+                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+                     "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
+    return rows
+
+
+def part_scaling(quick: bool, repeats: int, agent: str = "jigsaw") -> dict:
+    philly = _philly()
+    if quick or philly is None:
+        trace, gpus, sizes, load = "synthetic:jobs=200,load=1.0,seed=3", 16, (50, 100, 200), None
+    else:
+        trace, gpus, sizes, load = f"philly:{philly}", 512, (1000, 10000, 82247), 0.7
+    rows = []
+    for n in sizes:
+        cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent,
+                       "--max-jobs", str(n)] + (["--load", str(load)] if load else [])
+        runs = [_run_json(cmd) for _ in range(repeats)]
+        rows.append({"jobs": runs[0]["jobs"], "run_s": statistics.median(r["run_s"] for r in runs),
+                     "rounds": runs[0]["rounds"], "quiet_rounds": runs[0]["quiet_rounds"],
+                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+                     "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
+    x = np.log([r["jobs"] for r in rows])
+    y = np.log([max(r["run_s"], 1e-6) for r in rows])
+    b, a = np.polyfit(x, y, 1)
+    rx = np.log([r["rounds"] for r in rows])
+    return {"agent": agent, "gpus": gpus, "load": load, "rows": rows, "exponent": float(b), "coef": float(np.exp(a)),
+            "per_round_exponent": float(np.polyfit(x, y - rx, 1)[0])}
+
+
+# --------------------------------------------------------------------------------------------- report
+def write_markdown(res: dict, path: Path, quick: bool) -> None:
+    m = res["machine"]
+    L = ["# Benchmark results", "",
+         f"Written by `python -m bench{' --quick' if quick else ''}` on {m['date']} (commit {m['commit']}).",
+         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, numpy {m['numpy']}; "
+         f"load average at start {m['load_avg_at_start']}. One thread per process. Timings on a shared machine are "
+         f"noisy: compare ratios taken in one run.", ""]
+    if "env" in res:
+        L += ["## Env steps per second (K=16, random masked policy, masks included, whole episodes)", "",
+              "| GPUs | jobs/episode | steps/s | decisions/s | rounds/s | simulated s per wall s | repeats | command |",
+              "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in res["env"]:
+            L.append(f"| {r['gpus']} | {r['jobs']} | {r['steps_per_s']:,.0f} | {r['decisions_per_s']:,.0f} | "
+                     f"{r['rounds_per_s']:,.0f} | {r['sim_s_per_wall_s']:,.0f} | {r['repeats']} | `{r['command']}` |")
+        L += ["", "Target: 10,000 steps/s at 64 GPUs (decisions/s counts only actions that change the decision).", ""]
+    if "train" in res:
+        t = res["train"]
+        L += ["## MaskablePPO training throughput", "",
+              f"{t['frames_per_s']:,.0f} env frames/s over {t['timesteps']:,} timesteps with {t['n_envs']} SubprocVecEnv "
+              f"workers ({t['learn_s']} s of learning, VecNormalize on, evaluation off).", "",
+              f"`{t['command']}`", ""]
+    if "onnx" in res:
+        o = res["onnx"]
+        L += ["## Exported-policy decision latency", "",
+              f"Median {o['median_ms']:.4f} ms, p99 {o['p99_ms']:.4f} ms per decision (observation {o['observation']}, "
+              f"{o['actions']} actions; {o['calls_per_repeat']} calls x {o['repeats']} repeats, medians of the "
+              f"per-repeat values; onnxruntime, one thread, input checks included). Target: at most 1 ms median.", "",
+              f"`{o['command']}`", ""]
+    if "replay" in res:
+        L += ["## Whole-trace replay", "",
+              "| trace | GPUs | agent | jobs | rounds | rounds without a scheduler call | replay s | total wall s | peak memory MiB | mean JCT h | command |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in res["replay"]:
+            L.append(f"| {r['trace'].split(':')[0]} | {r['gpus']} | {r['agent']} | {r['jobs']:,} | {r['rounds']:,} | "
+                     f"{r['quiet_rounds']:,} | {r['run_s']:.1f} | {r['wall_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+                     f"{r['avg_jct_s'] / 3600:.2f} | `{r['command']}` |")
+        L += ["", "Target: Jigsaw on the whole Philly trace, 512 GPUs, at most 60 s and 2 GiB.", ""]
+    if "scaling" in res:
+        s = res["scaling"]
+        L += [f"## Replay time against job count ({s['agent']}, {s['gpus']} GPUs, offered load {s['load']})", "",
+              "| jobs | rounds | replay s | peak memory MiB | command |", "|---:|---:|---:|---:|---|"]
+        for r in s["rows"]:
+            L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {r['run_s']:.2f} | {r['peak_rss_mib']:.0f} | `{r['command']}` |")
+        L += ["", f"Least-squares fit: replay time = {s['coef']:.3g} x jobs^{s['exponent']:.2f}; time per round grows as "
+                  f"jobs^{s['per_round_exponent']:.2f}. Target: exponent at most 1 (no faster than linear).", ""]
+    if res.get("errors"):
+        L += ["## Parts that failed", ""] + [f"- {k}: {v}" for k, v in res["errors"].items()] + [""]
+    path.write_text("\n".join(L))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every part works")
+    p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
+    p.add_argument("--repeats", type=int, default=None, help="repeats per measurement (default 3; replays 1; quick 1)")
+    p.add_argument("--out", default=None, help="folder for results.md and results.json (default bench/)")
+    a = p.parse_args(argv)
+    parts = [x.strip() for x in a.only.split(",") if x.strip()]
+    bad = [x for x in parts if x not in PARTS]
+    if bad:
+        p.error(f"--only: unknown part(s) {bad}; allowed: {list(PARTS)}")
+    repeats = a.repeats or (1 if a.quick else 3)
+    replay_repeats = a.repeats or 1
+    out = Path(a.out) if a.out else Path(__file__).resolve().parent
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    torch.set_num_threads(1)
+    res: dict = {"machine": machine(), "quick": a.quick, "errors": {}}
+    from tqdm.auto import tqdm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        bar = tqdm(parts, desc="bench", unit="part")
+        for part in bar:
+            bar.set_postfix_str(part)
+            try:
+                if part == "env":
+                    res["env"] = part_env(a.quick, repeats)
+                elif part == "train":
+                    res["train"] = part_train(a.quick, work)
+                elif part == "onnx":
+                    run_dir = Path(res["train"]["run_dir"]) if "train" in res else Path(part_train(True, work)["run_dir"])
+                    res["onnx"] = part_onnx(run_dir, work, repeats, a.quick)
+                elif part == "replay":
+                    res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
+                elif part == "scaling":
+                    res["scaling"] = part_scaling(a.quick, 1 if not a.quick else replay_repeats)
+            except Exception as e:  # a failed part is reported; the others still run and are written
+                res["errors"][part] = f"{type(e).__name__}: {e}"
+            # write after every part: nothing measured is lost if a later part fails or is stopped
+            (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
+            write_markdown(res, out / "results.md", a.quick)
+    print(f"wrote {out / 'results.md'}")
+    return 1 if res["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Replay one trace with one scheduler; print wall time, peak memory and the metrics as JSON.
+
+    python -m bench.replay --trace philly:../shared/data/philly/philly.csv --gpus 512 --agent jigsaw
+
+Run in its own process by ``python -m bench`` so that the peak resident memory (``ru_maxrss``)
+belongs to this replay alone. Round logs (rounds.csv rows) are off, as in a large replay; the
+cluster log and every metric are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
+           progress: bool = False) -> dict:
+    from agents import make_scheduler
+    from jigsaw_env.cluster import ClusterSpec
+    from jigsaw_env.simulator import SimConfig, Simulator
+    from traces import load_trace
+
+    t0 = time.perf_counter()
+    cluster = ClusterSpec.from_gpus(gpus)
+    tr = load_trace(trace, cluster_gpus=gpus, max_gpus=gpus, max_jobs=max_jobs, load_scale=load)
+    t_load = time.perf_counter() - t0
+    sim = Simulator(cluster, tr.jobs, SimConfig(log_rounds=False))
+    t_build = time.perf_counter() - t0 - t_load
+    t1 = time.perf_counter()
+    m = sim.run(make_scheduler(agent), progress=progress)
+    t_run = time.perf_counter() - t1
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"trace": trace, "gpus": gpus, "agent": agent, "jobs": len(sim.state.jobs), "load": load,
+            "rounds": int(sim.state.round), "quiet_rounds": int(sim.quiet_rounds),
+            "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(t_run, 3),
+            "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_kib / 1024, 1),
+            "avg_jct_s": m["avg_jct_s"], "makespan_s": m["makespan_s"],
+            "cluster_efficiency": m["cluster_efficiency"], "jobs_completed": m["jobs_completed"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", required=True)
+    p.add_argument("--gpus", type=int, default=512)
+    p.add_argument("--agent", default="jigsaw")
+    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+    p.add_argument("--progress", action="store_true")
+    a = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(json.dumps(replay(a.trace, a.gpus, a.agent, a.max_jobs, a.load, a.progress)))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
