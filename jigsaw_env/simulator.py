@@ -287,7 +287,8 @@ class Simulator:
         self._busy_flushed[comp.gpus] += comp.busy_vector()
 
     def _apply(self, decision: Decision) -> None:
-        self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s))
+        self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s,
+                                            running_ids=list(self._in_force.decision)))
 
     def _rebuild(self, changed: set[int]) -> None:
         """Recompute the co-location components touched by ``changed`` jobs."""

@@ -269,7 +269,8 @@ class ClusterState:
         return Decision({j.job_id: JobDecision(j.placement, j.level, j.pattern) for j in self.running()})
 
 
-def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: float) -> set[int]:
+def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: float,
+                          running_ids: Iterable[int] | None = None) -> set[int]:
     """Update every active job's status, placement, level, pattern and counters for a validated
     ``decision`` taking effect at ``state.time_s``; return the ids of jobs whose running
     configuration changed. Shared by the simulator and the live executor, so both count
@@ -278,10 +279,20 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
     Left out while running: preempted (PAUSED). Started: first start has no delay; a resume or a
     move to other GPUs holds the GPUs for ``restart_s`` seconds without progress. A level or
     pattern change on the same GPUs costs nothing.
+
+    ``running_ids``: the ids of the running jobs, if the caller keeps them (the simulator does);
+    then only they and the decision's jobs are visited, not every waiting job.
     """
     now = state.time_s
     changed: set[int] = set()
-    for j in state.active():
+    if running_ids is None:
+        visit = state.active()
+    else:
+        jobs = state.jobs
+        visit = [jobs[x] for x in running_ids if x not in decision] + [jobs[x] for x in decision]
+    for j in visit:
+        if not j.active:
+            continue
         jd = decision.get(j.job_id)
         was_running = j.status is JobStatus.RUNNING
         if jd is None:
