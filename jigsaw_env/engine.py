@@ -137,6 +137,33 @@ class Component:
         run = dt - wait
         k0, p0 = self.k, self.partial
         H = self.H
+        if H == 1:
+            # the same arithmetic with the one-step cycle folded in (cum = [0, cycle]): T(x) is
+            # x * cycle, steps_within's search is one comparison, sums over steps are multiples
+            c = self.cycle
+            if run > 0:
+                target = k0 * c + p0 + run
+                q = int(target // c)
+                x = target - q * c + self._eps
+                k1 = q + (1 if x >= c else (0 if x >= 0.0 else -1))
+                self.k = k1
+                self.partial = max(0.0, target - k1 * c)
+            dk = self.k - k0
+            p1 = self.partial
+            row = self._loads_l[0]
+            busy = dk * self._cum_tot[-1]
+            if len(row) == 1:
+                x0 = row[0]
+                if p1 > 0:
+                    busy += x0 if x0 < p1 else p1
+                if p0 > 0:
+                    busy -= x0 if x0 < p0 else p0
+            else:
+                if p1 > 0:
+                    busy += sum(x if x < p1 else p1 for x in row)
+                if p0 > 0:
+                    busy -= sum(x if x < p0 else p0 for x in row)
+            return dk, run, busy, [dk * cb[-1] for cb in self._cum_bytes_l]
         if run > 0:
             q, r = divmod(k0, H)
             target = q * self.cycle + self._cum_l[r] + p0 + run

@@ -175,20 +175,29 @@ class Simulator:
         if len(set(ids)) != len(ids):
             raise ValueError("jobs: job_id values must be unique")
         cl = self.cluster
+        types = sorted(set(cl.gpu_types))
+        gpu_type_arr = np.array([cl.gpu_type(g) for g in range(cl.num_gpus)])
+        memory = cl.memory_array()
+        fit_cache: dict[tuple, tuple[int, dict]] = {}
         for j in self._initial_jobs:
             if not (isinstance(j.num_gpus, (int, np.integer)) and j.num_gpus >= 1):
                 raise ValueError(f"job {j.job_id}: num_gpus must be an integer >= 1, got {j.num_gpus!r}")
             if not (np.isfinite(j.iterations) and j.iterations > 0):
                 raise ValueError(f"job {j.job_id}: iterations must be a finite number > 0, got {j.iterations!r}")
-            peak, err = {}, None
-            for t in sorted(set(cl.gpu_types)):
-                try:
-                    peak[t] = self.costs.table(j.model, j.batch_size, t).process_peak_bytes(0)
-                except ValueError as e:  # no table for this GPU type: the job cannot use those GPUs
-                    err = err or e
-            if not peak:
-                raise err
-            fit = sum(1 for g in range(cl.num_gpus) if cl.gpu_type(g) in peak and peak[cl.gpu_type(g)] <= cl.memory_of(g))
+            key = (j.model, j.batch_size)
+            hit = fit_cache.get(key)
+            if hit is None:
+                peak, err = {}, None
+                for t in types:
+                    try:
+                        peak[t] = self.costs.table(j.model, j.batch_size, t).process_peak_bytes(0)
+                    except ValueError as e:  # no table for this GPU type: the job cannot use those GPUs
+                        err = err or e
+                if not peak:
+                    raise err
+                fit = int(sum(np.count_nonzero((gpu_type_arr == t) & (peak[t] <= memory)) for t in peak))
+                fit_cache[key] = hit = (fit, peak)
+            fit, peak = hit
             if fit < j.num_gpus:
                 need = max(peak.values()) / 2**30
                 raise ValueError(f"job {j.job_id} ({j.model}, batch {j.batch_size}) needs {need:.2f} GiB per worker "
@@ -484,12 +493,13 @@ class Simulator:
                     finished.append(jid)
                     self.num_finished += 1
                     n_active -= 1
-                st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
                 self._rebuild(set(who_all))
             self._snap_window_acc(now, acc)
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
+        if finished:  # once per round, not per completion: the active list can be long
+            st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
         # arrivals during the round count as in the system from their arrival time
         nxt_pos = self._pending_pos
         while nxt_pos < len(self._pending):

@@ -151,3 +151,30 @@ def test_bytes_per_member():
     adv = comp.advance(0.0, comp.time_to_steps(6, 0.0))
     # 6 steps: one cycle (20000) + phases 0,1 (7000 + 5000) = 32000
     assert adv.bytes == [pytest.approx(32000)]
+
+
+@pytest.mark.parametrize("members", [
+    [(0, 1, (0,), 0)],                                   # H = 1, one GPU
+    [(0, 2, (0, 1), 3)],                                 # H = 1, two GPUs
+    [(3, 1, (0,), 1)],                                   # H = 4, one job
+    [(0, 1, (0,), 0), (3, 1, (0,), 2)],                  # H = 4, time-sliced pair
+    [(3, 2, (0, 1), 0), (0, 1, (1,), 0)],                # H = 4 over two GPUs
+])
+def test_scalar_advance_equals_the_vector_advance(members):
+    # the simulator's hot path (advance_totals, busy_vector) against advance(), step by step over
+    # random round lengths including restart waits, exact steps and sub-step slivers
+    rng = np.random.default_rng(len(members))
+    mk = lambda: Component([Member(i, prof(lv, w), g, it0) for i, (lv, w, g, it0) in enumerate(members)], ready_s=7.5)
+    a, b = mk(), mk()
+    now, busy_sum = 0.0, np.zeros(len(a.gpus))
+    for i in range(400):
+        dt = float(rng.choice([rng.uniform(0, 3), rng.uniform(0, 300), a.cycle / a.H, 1e-7]))
+        adv = a.advance(now, dt)
+        steps, run, busy, by = b.advance_totals(now, dt)
+        assert steps == adv.steps and run == adv.run_s
+        assert (b.k, b.partial) == (a.k, a.partial)
+        assert busy == pytest.approx(float(adv.busy.sum()), rel=1e-12, abs=1e-9)
+        np.testing.assert_allclose(by, adv.bytes, rtol=1e-12, atol=1e-6)
+        busy_sum += adv.busy
+        now += dt
+    np.testing.assert_allclose(b.busy_vector(), busy_sum, rtol=1e-9, atol=1e-6)
