@@ -351,6 +351,21 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     """
     wa, wb = len(host_gpus), guest.num_gpus
     host_gpus = tuple(int(g) for g in host_gpus)
+    default = host_cfgs is None and guest_cfgs is None and orders is None and capacity is None
+    if default:
+        # the default search is fixed by the models, the host's exact GPUs and the phase
+        # difference: one lookup instead of rebuilding the full key (the plan is immutable)
+        pm = _phase_mod(state)
+        fast_key = (host.model, host.batch_size, host_gpus, guest.model, guest.batch_size, wb,
+                    (guest.iteration - host.iteration) % pm if wa > 1 else 0)
+        fast = _cache(state.costs, "pair_default")
+        hit = fast.get(fast_key, False)
+        if hit is not False:
+            return hit
+        plan = best_pairing(state, host, host_gpus, guest, spb_configs(state, host), spb_configs(state, guest),
+                            guest_orders(wa, wb), np.array([state.cluster.memory_of(g) for g in host_gpus], dtype=np.float64))
+        fast[fast_key] = plan
+        return plan
     if host_cfgs is None:
         host_cfgs = spb_configs(state, host)
     if guest_cfgs is None:
