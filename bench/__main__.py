@@ -11,7 +11,7 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
   onnx     decision latency of the exported ONNX policy (onnxruntime, one thread)
   replay   the whole Philly trace on 512 GPUs with fifo, tiresias and jigsaw: wall time and peak
            memory, each replay in its own process
-  scaling  replay time at 1k, 10k and all 82k Philly jobs at a fixed offered load, and the
+  scaling  replay time (tiresias) at 1k, 10k and all 82k Philly jobs at a fixed offered load, and the
            exponent b of a least-squares fit time = a * jobs^b
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
     return rows
 
 
-def part_scaling(quick: bool, repeats: int, agent: str = "jigsaw") -> dict:
+def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
     philly = _philly()
     if quick or philly is None:
         trace, gpus, sizes, load = "synthetic:jobs=200,load=1.0,seed=3", 16, (50, 100, 200), None
