@@ -229,8 +229,46 @@ def _check_env(cfg: dict) -> None:
         env.close()
 
 
+def _atomic_write(path: Path, write) -> None:
+    """``write(file)`` to a temporary file beside ``path``, flushed to disk, then renamed over
+    ``path``: a process killed at any moment leaves either the old file or the complete new one."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_state(model, venv, model_path: Path, vecnorm_path: Path) -> None:
+    """Save the VecNormalize statistics, then the model, each atomically: a model file on disk
+    always has its statistics beside it, and no file is ever half-written (``--resume`` after a
+    SIGKILL finds the last complete checkpoint)."""
+    import pickle
+
+    if venv is not None:
+        _atomic_write(Path(vecnorm_path), lambda f: pickle.dump(venv, f))
+    _atomic_write(Path(model_path), lambda f: model.save(f))
+
+
+def _readable(model_path: Path, vn_path: Path | None) -> bool:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(model_path) as z:
+            if z.testzip() is not None or "policy.pth" not in z.namelist():
+                return False
+        if vn_path is not None and vn_path.stat().st_size == 0:
+            return False
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return True
+
+
 def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
-    """(steps, model path, vecnormalize path) of the most advanced saved state, or None."""
+    """(steps, model path, vecnormalize path) of the most advanced complete saved state, or None
+    (a checkpoint that cannot be read, e.g. one written by an older version killed mid-save, is
+    skipped)."""
     cands: list[tuple[int, Path, Path | None]] = []
     ck = run_dir / "checkpoints"
     if ck.is_dir():
@@ -248,6 +286,7 @@ def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
             steps = 0
         vn = run_dir / "vecnormalize.pkl"
         cands.append((steps, final, vn if vn.is_file() else None))
+    cands = [c for c in cands if _readable(c[1], c[2])]
     return max(cands, key=lambda c: (c[0], c[1].name == "model.zip")) if cands else None
 
 
@@ -319,9 +358,20 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
         def _on_step(self) -> bool:
             return True
 
+    class AtomicCheckpoint(CheckpointCallback):
+        """CheckpointCallback whose files are written atomically, statistics first (save_state)."""
+
+        def _on_step(self) -> bool:
+            if self.n_calls % self.save_freq == 0:
+                save_state(self.model, self.model.get_vec_normalize_env(),
+                           Path(self._checkpoint_path(extension="zip")),
+                           Path(self._checkpoint_path("vecnormalize_", extension="pkl")))
+            return True
+
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     cbs = [
-        CheckpointCallback(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
-                           name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
+        AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
+                         name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
         EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"], eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
                   best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
                   use_masking=masked, warn=False, verbose=cfg.get("verbose", 0)),
@@ -395,6 +445,7 @@ def train(args) -> dict:
         cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
                                               "to_timesteps": args.timesteps,
                                               "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        _truncate_eval_csv(run_dir / "eval.csv", resume_from[0])
     else:
         if cfg_path.exists():
             raise ValueError(f"{run_dir} already holds a run (config.json); pass --resume to continue it "
@@ -463,9 +514,22 @@ def train(args) -> dict:
     return cfg
 
 
+def _truncate_eval_csv(path: Path, steps: int) -> None:
+    """On resume: evaluations after the checkpoint belong to the lost part of the run (a run killed
+    after its last checkpoint); drop them, so eval.csv has one row per evaluation of the run that
+    continues."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines()
+    if not lines:
+        return
+    keep = [lines[0]] + [ln for ln in lines[1:] if ln.strip() and int(float(ln.split(",")[0])) <= steps]
+    if len(keep) != len(lines):
+        _atomic_write(path, lambda f: f.write(("\n".join(keep) + "\n").encode()))
+
+
 def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:
-    model.save(str(run_dir / "model.zip"))
-    venv.save(str(run_dir / "vecnormalize.pkl"))
+    save_state(model, venv, run_dir / "model.zip", run_dir / "vecnormalize.pkl")
     cfg["trained_timesteps"] = int(model.num_timesteps)
     cfg["train_wall_s"] = float(cfg.get("train_wall_s", 0.0)) + float(wall_s)
     _write_json(run_dir / "config.json", cfg)

@@ -178,6 +178,13 @@ class HostRef:
     pid: int | None = None
     core: int | None = None
     owner: tuple[int, int, int] | None = None  # (job, incarnation, rank) running on it
+    dirty: bool = False  # its process was killed or died: restarting (cold) until refreshed
+    node: str | None = None  # host name of the machine its process runs on
+    dirty_since: float = 0.0  # when it was killed or died
+
+    def mark_dirty(self) -> None:
+        if not self.dirty:
+            self.dirty, self.dirty_since = True, time.time()
 
 
 class SlotPool:
@@ -225,7 +232,8 @@ class SlotPool:
             for h, ref in zip(todo, refs):
                 try:
                     info = ray.get(ref, timeout=max(1.0, deadline - time.time()))
-                    h.pid, h.core = info["pid"], info["core"]
+                    h.pid, h.core, h.node = info["pid"], info["core"], info.get("host")
+                    h.dirty = False
                 except ray.exceptions.GetTimeoutError:
                     raise RuntimeError(f"worker host {h.name} did not start within {timeout_s:.0f} s (is every "
                                        f"slot resource free? another run may hold it)") from None
@@ -238,12 +246,48 @@ class SlotPool:
             todo = left
 
     def free_host(self, slot: int) -> HostRef:
-        for k in range(self.cap):
-            h = self.hosts[(slot, k)]
-            if h.owner is None:
-                return h
+        """A free host of the slot: a warm one (not restarting after a failure) if there is one,
+        else the first of the restarting ones to answer (the caller refreshes it)."""
+        import ray
+
+        free = [self.hosts[(slot, k)] for k in range(self.cap) if self.hosts[(slot, k)].owner is None]
+        if free:
+            clean = [h for h in free if not h.dirty]
+            if clean:
+                return clean[0]
+            probes = {h.handle.info.remote(): h for h in free}
+            ready, _ = ray.wait(list(probes), num_returns=1, timeout=0.5)
+            for ref in ready:
+                try:
+                    info = ray.get(ref)
+                    h = probes[ref]
+                    h.pid, h.core, h.node, h.dirty = info["pid"], info["core"], info.get("host"), False
+                    return h
+                except Exception:  # noqa: BLE001 - still restarting
+                    pass
+            return min(free, key=lambda h: h.dirty_since)  # restarting the longest
         raise RuntimeError(f"slot {slot}: all {self.cap} worker hosts are busy "
                            f"({[self.hosts[(slot, k)].owner for k in range(self.cap)]})")
+
+    def alive(self, h: HostRef) -> bool | None:
+        """Whether the host's process (as last refreshed) still exists: checked directly when it
+        runs on this machine (a killed process is seen at once, Ray notices it a second or two
+        later); None when unknown (another machine)."""
+        import socket
+
+        if h.pid is None or h.node != socket.gethostname():
+            return None
+        try:
+            os.kill(int(h.pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:  # a killed process stays a zombie until its parent reaps it
+            with open(f"/proc/{int(h.pid)}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return True
 
     def owned_by(self, job_id: int, inc: int | None = None) -> list[HostRef]:
         return [h for h in self.hosts.values() if h.owner is not None and h.owner[0] == job_id
@@ -262,6 +306,7 @@ class SlotPool:
         except Exception:  # noqa: BLE001 - already dead
             pass
         h.owner = None
+        h.mark_dirty()
 
     def occupancy(self) -> dict[str, Any]:
         return {h.name: list(h.owner) if h.owner else None for h in self.hosts.values()}

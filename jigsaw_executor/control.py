@@ -16,9 +16,15 @@ Keys (all JSON unless said otherwise)::
     pg/{job}/{inc}/...       the job incarnation's gloo rendezvous (torch's own keys)
     ready/{job}/{inc}        rank 0 after setup: next iteration, setup seconds, loaded state hash
     lk/{round}.{comp}/{k}/.. the lockstep barrier of a co-location component at step k
+    lk/{round}.{comp}/abort  set by the executor when a member failed: the others hold
     rep/{job}/{inc}/{round}/{rank}   a rank's iteration reports of one round (segment)
     fin/{job}/{inc}          rank 0 when the incarnation ends: paused / done / stopped, hash, accuracy
-    err/{job}/{inc}/{rank}   a failed rank's error: type, message, traceback
+    err/{job}/{inc}/{rank}   a failed rank's error: type, message, traceback, iteration
+    rcv/{job}/{inc}/{gen}/{rank}, rcvn/{job}/{inc}/{gen}   partial recovery: a surviving rank whose
+                             collective failed asks to continue as process-group generation gen
+    rgo/{job}/{inc}/{gen}    the executor's answer: the source rank, or abort
+    rok/{job}/{inc}/{gen}    rank 0 once generation gen runs: iteration, wall time, state bytes
+    inj/{job}/{idx}          fault injection idx has fired (each fires once per run)
 
 A decision record: ``{v, seq, job, round, inc, action, gpus, level, pattern, comp, comp_size,
 steps, finish_at}``. ``action`` is ``run`` (step), ``hold`` (stop at the next iteration boundary,
@@ -47,11 +53,25 @@ for everyone whether the component steps or holds (a hold seen by any member hol
 round ends at the same step for all of them) and how many members the next step has (a member
 whose work is done leaves through the barrier). A single job skips the store barrier.
 
-**Failures.** A rank that raises writes ``err/...`` and exits its process (``os._exit``: a broken
-process group must not be reused; the host actor restarts). Its peers' next collective fails after
+**Failures.** A rank that raises writes ``err/...`` and exits its process (``os._exit``: its state
+may be broken; the host actor restarts). A rank whose collective failed because of a peer (a
+connection closed, a timeout) writes ``err/...`` too, but drops the broken process group and
+returns the error instead, so its host stays warm for the job's next incarnation. Its peers' next collective fails after
 the process-group timeout, and lockstep partners' barrier waits after the store timeout, so no
 path hangs; the executor names the root-cause rank (the first error that is not a peer-failure
-symptom) as the launcher does.
+symptom) as the launcher does, and restarts the job (docs/executor.md, "Fault tolerance").
+
+**Checkpoints** every ``checkpoint_every`` iterations (collective, durable: the previous one stays
+loadable until the new one is complete), besides the ones at pause and done.
+
+**Partial recovery** (``recovery="partial"``, CPR-style): a rank whose collective fails because a
+peer died does not exit. It writes ``rcv`` (the iteration it has completed), drops its process
+group and waits for ``rgo``; the executor starts a replacement for each dead rank, which joins the
+job's next process-group generation (``pg/{job}/{inc}/g{gen}/``); the source rank (the survivor
+that got furthest, lowest rank on ties) sends its weights and optimizer state to every rank
+(:meth:`SPBTrainer.broadcast_state`), and the job goes on from there without rolling back. Steps
+are transactional (a step that fails before its optimizer update leaves the replica as it was),
+so the failed iteration is simply run again.
 """
 from __future__ import annotations
 
@@ -118,6 +138,30 @@ class Keys:
     @staticmethod
     def lk(seg: str, k: int) -> str:
         return f"lk/{seg}/{k}"
+
+    @staticmethod
+    def lk_abort(seg: str) -> str:
+        return f"lk/{seg}/abort"
+
+    @staticmethod
+    def rcv(j: int, inc: int, gen: int, rank: int) -> str:
+        return f"rcv/{j}/{inc}/{gen}/{rank}"
+
+    @staticmethod
+    def rcvn(j: int, inc: int, gen: int) -> str:
+        return f"rcvn/{j}/{inc}/{gen}"
+
+    @staticmethod
+    def rgo(j: int, inc: int, gen: int) -> str:
+        return f"rgo/{j}/{inc}/{gen}"
+
+    @staticmethod
+    def rok(j: int, inc: int, gen: int) -> str:
+        return f"rok/{j}/{inc}/{gen}"
+
+    @staticmethod
+    def inj(j: int, idx: int) -> str:
+        return f"inj/{j}/{idx}"
 
 
 def read_json(store, key: str) -> Any | None:
@@ -217,8 +261,15 @@ class ControlHub:
 class WorkerSpec:
     """Everything one rank of one job incarnation needs (picklable; sent to a SlotHost).
 
-    fail_at: fault injection for tests: ``(rank, iteration, mode)``, mode ``"raise"``, ``"hang"``
-        or ``"exit"`` (as :func:`jigsaw_executor.launcher.run_job_local`).
+    fail_at: fault injection for tests: ``(rank, iteration, mode[, repeat])`` or a tuple of them;
+        mode ``"raise"``, ``"hang"``, ``"exit"`` (as :func:`jigsaw_executor.launcher.run_job_local`)
+        or ``"kill"`` (SIGKILL of the worker's own process). Each fires at the start of that
+        iteration, once per run (a store key marks it), or in every incarnation with ``repeat``.
+    checkpoint_every: save a checkpoint every this many iterations (0: only at pause and done).
+    recovery: ``"full"`` (a rank that sees a peer fail exits; the executor restarts the job from its
+        checkpoint) or ``"partial"`` (it waits for a replacement and goes on; module docstring).
+    recover_gen: > 0 for a replacement rank: join process-group generation ``recover_gen`` and copy
+        the state from the source rank named by ``rgo``.
     """
 
     run_id: str
@@ -246,6 +297,16 @@ class WorkerSpec:
     evaluate: bool = True
     fail_at: tuple | None = None
     exit_on_error: bool = True
+    checkpoint_every: int = 0
+    recovery: str = "full"
+    recover_gen: int = 0
+
+    def injections(self) -> list[tuple[int, int, str, bool, int]]:
+        """``fail_at`` as a list of ``(rank, iteration, mode, repeat, index)``."""
+        if not self.fail_at:
+            return []
+        items = [self.fail_at] if not isinstance(self.fail_at[0], (tuple, list)) else list(self.fail_at)
+        return [(int(x[0]), int(x[1]), str(x[2]), bool(x[3]) if len(x) > 3 else False, i) for i, x in enumerate(items)]
 
 
 class FastDigits:
@@ -303,6 +364,15 @@ class _Worker:
         self.records: list[dict] = []
         self.cached: dict | None = None   # the newest decision record seen (rank 0)
         self._watch_stop = None
+        # what every rank knows of the segment from the commands it received (a replacement rank
+        # 0 takes it over from its source in partial recovery)
+        self.mirror = {"open": False, "round": -1, "k": 0, "closed": -1}
+        self.pending: tuple | None = None  # rank 0: the command decided and not yet carried out
+        self.gen = int(spec.recover_gen)    # process-group generation (partial recoveries)
+        self.t = 0                          # the next iteration to run
+        self.finishing = False
+        self.model = self.optimizer = self.trainer = None
+        self.recovered: dict | None = None
         import threading
 
         self._lock = threading.Lock()
@@ -314,7 +384,10 @@ class _Worker:
         self.in_seg = False
 
     def _barrier(self, hold: bool, leaving: bool) -> dict | None:
-        st, base = self.st, Keys.lk(f"{self.seg[0]}.{self.seg[1]}", self.k)
+        seg = f"{self.seg[0]}.{self.seg[1]}"
+        st, base, abort = self.st, Keys.lk(seg, self.k), Keys.lk_abort(seg)
+        if st.check([abort]):  # a member of the component failed: everyone holds until the next round
+            return None if leaving else {"hold": True, "size": self.size}
         if hold:
             st.set(base + "/hold", "1")
         if leaving:
@@ -326,7 +399,19 @@ class _Worker:
             st.set(base + "/go", json.dumps({"hold": bool(h), "size": self.size - left}))
         if leaving:
             return None
-        st.wait([base + "/go"])
+        deadline = time.time() + self.s.timeout_s
+        while True:
+            try:
+                wait_key(st, base + "/go", min(1.0, max(0.01, deadline - time.time())))
+                break
+            except Exception as e:  # noqa: BLE001 - DistStoreError on a wait timeout
+                if st.check([base + "/go"]):
+                    break
+                if st.check([abort]):
+                    return {"hold": True, "size": self.size}
+                if time.time() >= deadline:
+                    raise TimeoutError(f"lockstep barrier {base}: partners did not arrive within "
+                                       f"{self.s.timeout_s:.0f} s") from e
         return json.loads(st.get(base + "/go"))
 
     # ----- rank 0: the decision record, kept current by a watcher thread -----
@@ -420,12 +505,118 @@ class _Worker:
         self.k += 1
         return CMD_STEP, level, pat, seq, self.round
 
+    def _catch_up_report(self, mirror: dict) -> None:
+        """A replacement rank: if its predecessor died after its round was held but before it
+        wrote that round's report, write it (empty: those iterations' reports died with it; the
+        survivors' reports stand for the job), so the executor is not left waiting for it."""
+        closed = int(mirror["closed"])
+        if closed >= 0 and not self.st.check([Keys.rep(self.jid, self.inc, closed, self.rank)]):
+            self.write_report(closed)
+
+    def _take_over_segment(self, mirror: dict) -> None:
+        """A replacement rank 0 continues the segment its predecessor had open (partial recovery)."""
+        self.mirror = dict(mirror)
+        self.closed_round = int(mirror["closed"])
+        self.round = int(mirror["round"])
+        if mirror["open"]:
+            ctl = read_json(self.st, Keys.ctl(self.jid))
+            if ctl is not None and int(ctl["round"]) == self.round:
+                self._offer(ctl)
+                self._start_watcher()
+                self.in_seg, self.k = True, int(mirror["k"])
+                self.seg = (self.round, int(ctl["comp"]))
+                self.size, self.budget = 1, int(ctl.get("steps", -1))
+
     # ----- all ranks -----
     def write_report(self, rnd: int) -> None:
         self.st.set(Keys.rep(self.jid, self.inc, rnd, self.rank),
                     json.dumps({"rank": self.rank, "slot": self.s.slot, "pid": os.getpid(), "round": rnd,
-                                "iterations": self.records}))
+                                "gen": self.gen, "iterations": self.records}))
         self.records = []
+
+    def _init_group(self) -> None:
+        import torch.distributed as dist
+
+        if self.world > 1:
+            prefix = Keys.pg(self.jid, self.inc) + (f"g{self.gen}/" if self.gen else "")
+            dist.init_process_group("gloo", store=dist.PrefixStore(prefix, self.st), rank=self.rank,
+                                    world_size=self.world, timeout=timedelta(seconds=self.s.timeout_s))
+
+    def _make_trainer(self, sync_initial_state: bool):
+        from .spb_worker import SPBTrainer
+
+        s = self.s
+        self.trainer = SPBTrainer(self.model, self.optimizer, spb_config=s.spb, average_over=s.average_over,
+                                  link=s.link, measure_activations=s.measure_activations, timeout_s=s.timeout_s,
+                                  sync_initial_state=sync_initial_state, transactional=s.recovery == "partial")
+        return self.trainer
+
+    def _inject(self, t: int) -> None:
+        for rank, it, mode, repeat, idx in self.s.injections():
+            if rank == self.rank and it == t and (repeat or int(self.st.add(Keys.inj(self.jid, idx), 1)) == 1):
+                _inject(mode, self.rank, t)
+
+    def peer_failure(self, e: BaseException) -> bool:
+        """Did ``e`` come from a peer that died or stalled (a collective or a barrier failing), not
+        from this rank itself?"""
+        if self.world < 2 or not isinstance(e, Exception) or "injected failure" in str(e):
+            return False
+        from .launcher import _is_peer_failure
+
+        import torch.distributed as dist
+
+        return isinstance(e, dist.DistError) or _is_peer_failure({"type": type(e).__name__, "message": str(e)})
+
+    def _recoverable(self, e: BaseException) -> bool:
+        return self.s.recovery == "partial" and not self.finishing and self.peer_failure(e)
+
+    def _recover(self, e: BaseException) -> None:
+        """A collective failed because a peer died or stalled: ask for partial recovery, wait for
+        the executor's answer, join the next process-group generation, copy the source's state."""
+        import torch.distributed as dist
+
+        t_fail = time.time()
+        t_done = self.t + 1 if self.trainer.completed_iteration == self.t else self.t
+        self.gen += 1
+        self.st.set(Keys.rcv(self.jid, self.inc, self.gen, self.rank),
+                    json.dumps({"rank": self.rank, "t_done": t_done, "pid": os.getpid(), "wall": t_fail,
+                                "error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}",
+                                "mirror": self.mirror}))
+        self.st.add(Keys.rcvn(self.jid, self.inc, self.gen), 1)
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a broken group: nothing left to tear down
+            pass
+        go = self._wait_go()
+        self._join(go, t_done)
+
+    def _wait_go(self) -> dict:
+        try:
+            wait_key(self.st, Keys.rgo(self.jid, self.inc, self.gen), self.s.hold_timeout_s)
+        except Exception as e:  # noqa: BLE001
+            raise TimeoutError(f"job {self.jid}: no recovery decision for {self.s.hold_timeout_s:.0f} s") from e
+        go = json.loads(self.st.get(Keys.rgo(self.jid, self.inc, self.gen)))
+        if go.get("abort"):
+            raise RuntimeError(f"job {self.jid}: partial recovery abandoned by the executor ({go.get('why')})")
+        return go
+
+    def _join(self, go: dict, t_done: int) -> None:
+        """Generation ``self.gen``: a new process group; every rank takes the source's state."""
+        t0 = time.time()
+        self._init_group()
+        self._make_trainer(sync_initial_state=False)
+        src = int(go["src"])
+        extra, nbytes = self.trainer.broadcast_state(src, {"t": t_done, "mirror": self.mirror})
+        if self.s.recover_gen == self.gen and self.rank == 0:
+            self._take_over_segment(extra["mirror"])
+        self.t = int(extra["t"])
+        self.trainer.completed_iteration = self.t - 1
+        self.recovered = {"gen": self.gen, "t": self.t, "src": src, "state_bytes": nbytes}
+        if self.rank == 0:
+            self.st.set(Keys.rok(self.jid, self.inc, self.gen),
+                        json.dumps({"t": self.t, "wall": time.time(), "join_s": time.time() - t0, "src": src,
+                                    "state_bytes": nbytes, "hash": self.trainer.state_hash(),
+                                    "replacement": self.s.recover_gen == self.gen}))
 
     def run(self) -> dict:
         import torch
@@ -433,15 +624,13 @@ class _Worker:
 
         from .data import make_batch_fn, mix_seed
         from .models import build_executor_model
-        from .spb_worker import SPBTrainer, read_checkpoint_meta
+        from .spb_worker import read_checkpoint_meta
 
         s = self.s
         t_setup = time.time()
         torch.set_num_threads(s.threads)
-        timeout = timedelta(seconds=s.timeout_s)
-        if s.world > 1:
-            dist.init_process_group("gloo", store=dist.PrefixStore(Keys.pg(self.jid, self.inc), self.st),
-                                    rank=s.rank, world_size=s.world, timeout=timeout)
+        go = self._wait_go() if s.recover_gen else None
+        self._init_group()
         # no try/finally: after a failure the process exits (run_worker); tearing down a broken
         # process group could block
         # the same construction as jigsaw_executor.launcher._run_worker (same seeds, same order)
@@ -449,69 +638,116 @@ class _Worker:
         model = build_executor_model(s.model, **dict(s.model_kwargs))
         if s.lr is not None:
             model.lr = s.lr
-        model = model.train()
-        optimizer = model.make_optimizer()
-        trainer = SPBTrainer(model, optimizer, spb_config=s.spb, average_over=s.average_over, link=s.link,
-                             measure_activations=s.measure_activations, timeout_s=s.timeout_s)
-        torch.manual_seed(mix_seed(s.seed, 0xD40, s.rank))
-        t, loaded = 0, None
-        if read_checkpoint_meta(s.checkpoint_dir) is not None:
-            t = trainer.load_checkpoint(s.checkpoint_dir)
-            loaded = trainer.state_hash()
+        self.model = model.train()
+        self.optimizer = self.model.make_optimizer()
+        if go is not None:  # a replacement rank (partial recovery): the state comes from a peer
+            self._make_trainer(sync_initial_state=False)
+            torch.manual_seed(mix_seed(s.seed, 0xD40, s.rank))
+            extra, nbytes = self.trainer.broadcast_state(int(go["src"]), {})
+            self.mirror = dict(extra["mirror"])
+            self._catch_up_report(extra["mirror"])
+            if s.rank == 0:
+                self._take_over_segment(extra["mirror"])
+            self.t = int(extra["t"])
+            self.trainer.completed_iteration = self.t - 1
+            loaded = None
+            if s.rank == 0:
+                self.st.set(Keys.rok(self.jid, self.inc, self.gen),
+                            json.dumps({"t": self.t, "wall": time.time(), "join_s": time.time() - t_setup,
+                                        "src": int(go["src"]), "state_bytes": nbytes,
+                                        "hash": self.trainer.state_hash(), "replacement": True}))
+        else:
+            self._make_trainer(sync_initial_state=True)
+            torch.manual_seed(mix_seed(s.seed, 0xD40, s.rank))
+            loaded = None
+            if read_checkpoint_meta(s.checkpoint_dir) is not None:
+                self.t = self.trainer.load_checkpoint(s.checkpoint_dir)
+                loaded = self.trainer.state_hash()
         batch = FastDigits(s.seed, s.world, s.batch_size) if s.data == "digits" else \
-            make_batch_fn(s.data, model, s.seed, s.world, s.batch_size)
+            make_batch_fn(s.data, self.model, s.seed, s.world, s.batch_size)
         ready = time.time()
-        if s.rank == 0:
+        if s.rank == 0 and go is None:
             self.st.set(Keys.ready(self.jid, self.inc),
-                        json.dumps({"t": t, "wall": ready, "setup_s": ready - t_setup, "loaded_hash": loaded,
+                        json.dumps({"t": self.t, "wall": ready, "setup_s": ready - t_setup, "loaded_hash": loaded,
                                     "pid": os.getpid()}))
         cmd = torch.zeros(6, dtype=torch.int64)
         prev, prev_t0 = None, 0.0
         status = None
+        mirror = self.mirror
         while True:
-            if s.rank == 0:
-                c, lv, pt, seq, rnd = self.decide(t)
-                cmd[:] = torch.tensor([c, lv, pt, seq, rnd, 0])
-            if s.world > 1:
-                dist.broadcast(cmd, src=0)
-            c, lv, pt, seq, rnd = (int(x) for x in cmd[:5])
-            now = time.perf_counter()
-            if prev is not None:  # the iteration before ends at this boundary
-                prev["iter_s"] = now - prev_t0
-                prev = None
-            if c == CMD_STEP:
-                if s.fail_at is not None and tuple(s.fail_at[:2]) == (s.rank, t):
-                    _inject(s.fail_at[2], s.rank, t)
-                wall = time.time()
-                rep = trainer.step(batch(t, s.rank), t, lv, CODE_PATTERN[pt])
-                prev, prev_t0 = _compact(rep, t, wall), now
-                self.records.append(prev)
-                t += 1
-            elif c == CMD_HOLD:
-                self.write_report(rnd)
-            elif c == CMD_WAIT:
-                _wait_publication(self.st, self.jid, seq + 1, s.hold_timeout_s)
-            else:
-                status = {CMD_PAUSE: "paused", CMD_DONE: "done", CMD_STOP: "stopped"}[c]
-                end_wall = time.time()
-                if c in (CMD_PAUSE, CMD_DONE):
-                    trainer.save_checkpoint(s.checkpoint_dir, t)
-                acc = None
-                if c == CMD_DONE and s.evaluate and s.data == "digits" and s.rank == 0:
-                    from .data import DigitsData
+            try:
+                if s.rank == 0:
+                    if self.pending is None:
+                        self.pending = self.decide(self.t)
+                    cmd[:] = torch.tensor([*self.pending, 0])
+                if s.world > 1:
+                    dist.broadcast(cmd, src=0)
+                c, lv, pt, seq, rnd = (int(x) for x in cmd[:5])
+                now = time.perf_counter()
+                if prev is not None:  # the iteration before ends at this boundary
+                    prev["iter_s"] = now - prev_t0
+                    prev = None
+                if c == CMD_STEP:
+                    mirror = self.mirror
+                    if not mirror["open"] or mirror["round"] != rnd:
+                        mirror.update(open=True, round=rnd, k=0)
+                    mirror["k"] += 1
+                    t = self.t
+                    if s.fail_at is not None:
+                        self._inject(t)
+                    wall = time.time()
+                    rep = self.trainer.step(batch(t, s.rank), t, lv, CODE_PATTERN[pt])
+                    rec = _compact(rep, t, wall)
+                    self.records.append(rec)
+                    self.t = t + 1
+                    if s.checkpoint_every and self.t % s.checkpoint_every == 0:
+                        c0 = time.perf_counter()
+                        self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
+                        rec["ckpt_s"] = time.perf_counter() - c0
+                    prev, prev_t0 = rec, now
+                elif c == CMD_HOLD:
+                    self.mirror.update(open=False, closed=rnd)
+                    self.write_report(rnd)
+                elif c == CMD_WAIT:
+                    _wait_publication(self.st, self.jid, seq + 1, s.hold_timeout_s)
+                else:
+                    status = {CMD_PAUSE: "paused", CMD_DONE: "done", CMD_STOP: "stopped"}[c]
+                    end_wall = time.time()
+                    if c in (CMD_PAUSE, CMD_DONE):
+                        self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
+                    acc = None
+                    if c == CMD_DONE and s.evaluate and s.data == "digits" and s.rank == 0:
+                        from .data import DigitsData
 
-                    acc = DigitsData(seed=s.seed).accuracy(model)
-                if s.rank == 0:  # before the reports: whoever sees rank 0's report sees this
-                    self.st.set(Keys.fin(self.jid, self.inc),
-                                json.dumps({"status": status, "t": t, "wall": end_wall, "hash": trainer.state_hash(),
-                                            "accuracy": acc, "loaded_hash": loaded, "round": rnd}))
-                self.write_report(rnd)
-                trainer.barrier()
-                break
+                        acc = DigitsData(seed=s.seed).accuracy(self.model)
+                    self.finishing = True
+                    if s.rank == 0:  # before the reports: whoever sees rank 0's report sees this
+                        self.st.set(Keys.fin(self.jid, self.inc),
+                                    json.dumps({"status": status, "t": self.t, "wall": end_wall,
+                                                "hash": self.trainer.state_hash(), "accuracy": acc,
+                                                "loaded_hash": loaded, "round": rnd, "gen": self.gen}))
+                    self.write_report(rnd)
+                    try:
+                        self.trainer.barrier()
+                    except Exception:  # noqa: BLE001 - the checkpoint and the end record are written
+                        if s.recovery != "partial":
+                            raise
+                    break
+                self.pending = None
+            except BaseException as e:  # noqa: BLE001
+                if not self._recoverable(e):
+                    raise
+                self._recover(e)
+                prev = None
         self.stop_watcher()
-        out = {"status": status, "t": t, "rank": s.rank, "hash": trainer.state_hash(), "loaded_hash": loaded}
+        out = {"status": status, "t": self.t, "rank": s.rank, "hash": self.trainer.state_hash(),
+               "hash_full": self.trainer.state_hash(include_optimizer=True), "loaded_hash": loaded,
+               "gen": self.gen}
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
         return out
 
 
@@ -530,13 +766,18 @@ def _inject(mode: str, rank: int, t: int) -> None:
         time.sleep(10 ** 6)
     if mode == "exit":
         os._exit(3)
+    if mode == "kill":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
     raise ValueError(f"unknown fail mode {mode!r}")
 
 
-def _record_error(store, spec: WorkerSpec, e: BaseException) -> None:
+def _record_error(store, spec: WorkerSpec, e: BaseException, t: int | None = None) -> None:
     rec = {"rank": spec.rank, "slot": spec.slot, "job": spec.job_id, "inc": spec.incarnation,
            "type": type(e).__name__, "message": str(e), "time": time.time(), "traceback": traceback.format_exc(),
-           "pid": os.getpid()}
+           "pid": os.getpid(), "t": t}
     sys.stderr.write(f"[jigsaw job {spec.job_id} inc {spec.incarnation} rank {spec.rank} slot {spec.slot}] "
                      f"{type(e).__name__}: {e}\n")
     sys.stderr.flush()
@@ -558,13 +799,27 @@ def connect_store(host: str, port: int, run_id: str, timeout_s: float):
 def run_worker(spec: WorkerSpec) -> dict:
     """Run one rank of one job incarnation until it pauses, finishes or stops (module docstring).
     A failure is written to ``err/...`` and, with ``exit_on_error``, ends the process."""
-    st = None
+    st = w = None
     try:
         st = connect_store(spec.store_host, spec.store_port, spec.run_id, spec.timeout_s)
         Path(spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        return _Worker(spec, st).run()
+        w = _Worker(spec, st)
+        return w.run()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the executor
-        _record_error(st, spec, e)
+        _record_error(st, spec, e, t=None if w is None else w.t)
+        if w is not None and w.peer_failure(e):
+            # a peer died or stalled; this process is healthy: drop the broken group and return the
+            # error to the executor, keeping the host warm for the job's next incarnation
+            w.stop_watcher()
+            try:
+                import torch.distributed as dist
+
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                if spec.exit_on_error:
+                    os._exit(1)
+            raise
         if spec.exit_on_error:
             os._exit(1)
         raise

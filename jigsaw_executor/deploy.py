@@ -7,6 +7,7 @@ Examples::
     jigsaw deploy --policy tiresias --jobs jobs.csv --slots 2 --round-s 5 --out runs/live
     jigsaw deploy --policy jigsaw --demo --address 127.0.0.1:6379   # a running Ray cluster
     jigsaw deploy --resume runs/live                          # a restarted scheduler continues
+    jigsaw deploy --policy jigsaw --demo --recovery partial --checkpoint-every 200   # fault tolerance
 
 ``--policy`` is a heuristic name (``agents.make_scheduler``), an ONNX file written by
 ``jigsaw export``, or a training RUN_DIR. Decisions come every round from it, through the
@@ -131,6 +132,23 @@ class DemoScenario:
 # --------------------------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------------------------
+def _nonneg_int(flag: str):
+    """Parser for an integer >= 0 (the wording of ``jigsaw_env.cli_args.positive_int``)."""
+    def parse(text: str) -> int:
+        try:
+            f = float(text)
+            if not f.is_integer():
+                raise ValueError(text)
+            v = int(f)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 0, got {v}")
+        return v
+
+    return parse
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("deploy", help="run real training jobs on CPU slots under a scheduler or policy",
                               description=__doc__.split("\n\n")[0])
@@ -157,6 +175,14 @@ def register(subparsers) -> None:
                                                      "starting one")
     p.add_argument("--timeout-s", type=positive_float("--timeout-s"), default=60.0,
                    help="collective and store timeout: a stalled worker fails its job after it")
+    p.add_argument("--checkpoint-every", type=_nonneg_int("--checkpoint-every"), default=500, metavar="N",
+                   help="checkpoint every running job every N iterations (0: only at pause and done); a "
+                        "failure loses at most N iterations (default 500)")
+    p.add_argument("--max-restarts", type=_nonneg_int("--max-restarts"), default=3, metavar="N",
+                   help="recoveries allowed per job before the run fails (default 3)")
+    p.add_argument("--recovery", choices=("full", "partial"), default="full",
+                   help="after a worker failure: restart the job from its last checkpoint (full, default) or "
+                        "replace the dead workers, copying the weights from a surviving peer (partial, CPR-style)")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones")
     p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")
     p.add_argument("--allow-oversubscribe", action="store_true", help="allow more slots than physical cores")
@@ -214,7 +240,8 @@ def run(args) -> int:
                              link_alpha_us=args.link_alpha_us, link_gbps=args.link_gbps, address=args.address,
                              timeout_s=args.timeout_s, pin=not args.no_pin,
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
-                             echo=None if args.json else _echo)
+                             echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
+                             max_restarts=args.max_restarts, recovery=args.recovery)
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
@@ -245,7 +272,8 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
            thresholds: str | None = None, link_alpha_us: float | None = None, link_gbps: float | None = None,
            address: str | None = None, timeout_s: float = 60.0, pin: bool = True, allow_oversubscribe: bool = False,
            replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
-           echo=None, spb: SPBConfig | None = None) -> tuple[dict, dict | None]:
+           echo=None, spb: SPBConfig | None = None, checkpoint_every: int = 500, max_restarts: int = 3,
+           recovery: str = "full") -> tuple[dict, dict | None]:
     """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
     Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
     from jigsaw_env.network import INTRA_NODE, Link
@@ -261,7 +289,8 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
                     bandwidth_Bps=(link_gbps * 1e9) if link_gbps is not None else INTRA_NODE.bandwidth_Bps)
     cfg = LiveConfig(slots=slots, round_s=round_s or (DEMO_ROUND_S if demo else 5.0), steps_per_round=steps_per_round,
                      max_workers_per_gpu=max_workers_per_gpu, slot_memory_gib=slot_memory_gib, spb=spb, link=link,
-                     timeout_s=timeout_s, pin=pin)
+                     timeout_s=timeout_s, pin=pin, checkpoint_every=checkpoint_every, max_restarts=max_restarts,
+                     recovery=recovery)
     if demo and scenario is None:
         scenario = DemoScenario()
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,
@@ -283,7 +312,7 @@ def _resume(args) -> int:
     from .decision_log import replay_decision_log
     from .live import LiveExecutor
 
-    ex = LiveExecutor.restore(args.resume)
+    ex = LiveExecutor.restore(args.resume, address=args.address)
     try:
         summary = ex.run()
     finally:

@@ -41,7 +41,7 @@ from .spb_worker import IterationReport, read_checkpoint_meta
 
 __all__ = ["Decision", "JobFailed", "JobResult", "run_job_local", "FAIL_MODES"]
 
-FAIL_MODES = ("raise", "hang", "exit")
+FAIL_MODES = ("raise", "hang", "exit", "kill")
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,8 @@ def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
                 time.sleep(10 ** 6)
             if spec.fail_mode == "exit":
                 os._exit(3)
+            if spec.fail_mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
         rec = t in spec.record_grads_at
         rep = trainer.step(batch_fn(t, rank), t, dec.level, dec.pattern, dec.starts, record_grads=rec)
         reports.append(rep.to_dict())
@@ -330,7 +332,7 @@ def _stop(procs: Sequence[mp.process.BaseProcess], grace_s: float = 5.0) -> set[
 
 # errors that a worker gets *because* a peer died or stalled: not the root cause of a failure
 _PEER_FAILURE_PATTERNS = ("connection reset by peer", "connection closed by peer", "broken pipe", "timed out",
-                          "timeout", "socket closed", "connection refused", "epipe")
+                          "timeout", "socket closed", "connection refused", "epipe", "read error", "write error")
 
 
 def _is_peer_failure(rec: dict[str, Any]) -> bool:

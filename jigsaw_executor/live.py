@@ -54,6 +54,7 @@ from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_
 __all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of"]
 
 SNAPSHOT_FORMAT = "jigsaw-live-state/1"
+RECOVERY_MODES = ("full", "partial")
 
 
 class JobFailed(RuntimeError):
@@ -101,6 +102,15 @@ class LiveConfig:
         simulator's meaning; the scheduler may read it). The replay uses measured start-ups.
     timeout_s: process-group and store timeout (a stalled worker fails its peers after it).
     round_timeout_s: bound on one round's wall time (steps mode), a stall watchdog.
+    checkpoint_every: every running job checkpoints every this many iterations (0: only when it
+        is paused or done). A failure loses at most this many iterations.
+    max_restarts: recoveries allowed per job (full restarts and partial recoveries); one more
+        failure fails the run with :class:`JobFailed` naming the job, the count and the last error.
+    recovery: ``"full"`` (a failed job restarts every worker from its last checkpoint, losing the
+        iterations since) or ``"partial"`` (CPR-style: the surviving workers go on; a replacement
+        for each dead worker copies the current weights and optimizer state from a survivor; falls
+        back to full when no worker survived, for one-worker jobs, and while a job is paused).
+        docs/executor.md, "Fault tolerance".
     """
 
     slots: int = 2
@@ -118,8 +128,17 @@ class LiveConfig:
     pin: bool = True
     evaluate: bool = True
     checkpoint_root: str | None = None
+    checkpoint_every: int = 500
+    max_restarts: int = 3
+    recovery: str = "full"
 
     def __post_init__(self) -> None:
+        if self.recovery not in RECOVERY_MODES:
+            raise ValueError(f"recovery must be one of {list(RECOVERY_MODES)}, got {self.recovery!r}")
+        for name in ("checkpoint_every", "max_restarts"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
         if self.steps_per_round is None and not (self.round_s > 0 and math.isfinite(self.round_s)):
             raise ValueError(f"round_s must be > 0 seconds, got {self.round_s!r}")
         if self.steps_per_round is not None and (not isinstance(self.steps_per_round, int) or self.steps_per_round < 1):
@@ -234,6 +253,10 @@ class LiveExecutor:
         self.finished = False
         self._started = False
         self._last_records: dict[int, dict] = {}
+        self.gens: dict[tuple[int, int], int] = {}  # (job, inc) -> process-group generation (partial recoveries)
+        self._decision: Decision = Decision()      # the decision of the round in progress
+        self._phase: str | None = None             # "round" while a round runs, "pause" while pausing
+        self._holding = False                      # the round's hold has been published
 
     # ------------------------------------------------------------------ setup and checks
     def _check_jobs(self, jobs: list[LiveJob]) -> list[LiveJob]:
@@ -301,7 +324,9 @@ class LiveExecutor:
     def _new_totals() -> dict:
         return {"iterations": 0, "stepping_s": 0.0, "bytes": 0, "wire": 0, "losses": [], "accuracy": None,
                 "incarnations": 0, "levels": {}, "peak_act": [], "startup_s": [], "final_hash": None,
-                "start_groups": {}, "finish_wall": None}
+                "start_groups": {}, "finish_wall": None, "checkpoint_s": 0.0, "failures": 0, "restarts": 0,
+                "partial_recoveries": 0, "iterations_lost": 0, "recoveries": [], "eta_segments": [],
+                "rank_hashes": None}
 
     def now(self) -> float:
         return time.time() - self.epoch
@@ -428,6 +453,7 @@ class LiveExecutor:
         # 1. pause what leaves or moves (checkpoint), 2. publish the round, 3. start incarnations
         if plan["stop"]:
             self._pause(plan["stop"])
+        self._decision = decision
         records = self._records(decision, r, set(plan["start"]))
         self._last_records = records
         self.version = int(__import__("ray").get(self.hub.publish.remote(self.run_id, records)))
@@ -435,9 +461,13 @@ class LiveExecutor:
         for jid in plan["start"]:
             self._launch(jid, decision[jid], resumed=st.jobs[jid].preemptions > 0 or self.inc.get(jid, -1) >= 0,
                          t_pub=t_pub)
-        # 4. the round runs
+        # 4. the round runs (a worker that fails is recovered within it)
         running = list(decision)
-        self._wait_round(r, running, t_pub)
+        self._phase = "round"
+        try:
+            self._wait_round(r, running, t_pub)
+        finally:
+            self._phase = None
         t_end = self.now()
         outcome = self._collect(r, decision, t_start, t_end)
         self._end_round(r, t_start, t_end, state_dict, policy_decision, decision, forced, steps, outcome, sched_s)
@@ -475,67 +505,91 @@ class LiveExecutor:
         return recs
 
     def _launch(self, jid: int, jd: JobDecision, resumed: bool, t_pub: float) -> None:
-        import ray
-
-        job = next(j for j in self.jobs if j.job_id == jid)
+        job = self._job(jid)
         inc = self.inc.get(jid, -1) + 1
         self.inc[jid] = inc
-        ckpt = Path(self.cfg.checkpoint_root or (self.out / "checkpoints")) / f"job{jid}"
-        refs = []
-        hosts = []
         chosen = []
         for w, g in enumerate(jd.gpus):
             h = self.pool.free_host(g)
             h.owner = (jid, inc, w)
             chosen.append(h)
         self.pool.refresh(timeout_s=120.0, hosts=chosen)  # a host whose process died restarts first
-        for w, (g, h) in enumerate(zip(jd.gpus, chosen)):
-            hosts.append(h.name)
-            spec = WorkerSpec(run_id=self.run_id, job_id=jid, incarnation=inc, rank=w, world=len(jd.gpus), slot=g,
-                              model=job.model, batch_size=int(job.batch_size), store_host=self.store_addr[0],
-                              store_port=int(self.store_addr[1]), checkpoint_dir=str(ckpt), data=job.data,
-                              seed=job.seed, lr=job.lr, spb=self.cfg.spb, link=self.cfg.link,
-                              timeout_s=self.cfg.timeout_s, hold_timeout_s=self.cfg.hold_timeout_s,
-                              measure_activations=self.cfg.measure_activations, evaluate=self.cfg.evaluate,
-                              fail_at=self.fail_at.get(jid))
-            refs.append(h.handle.run_worker.remote(spec))
+        refs = [h.handle.run_worker.remote(self._spec(job, inc, w, jd.gpus)) for w, h in enumerate(chosen)]
         self.refs[(jid, inc)] = refs
         self.launched[(jid, inc)] = {"gpus": list(jd.gpus), "t_launch": t_pub, "resumed": bool(resumed),
-                                     "hosts": hosts, "ended": False, "round": self.state.round}
+                                     "hosts": [h.name for h in chosen], "ended": False, "round": self.state.round}
         self.totals[jid]["incarnations"] += 1
-        self.event("launch", job=jid, inc=inc, gpus=list(jd.gpus), resumed=bool(resumed), hosts=hosts,
-                   level=jd.level, pattern=jd.pattern.value)
+        self.event("launch", job=jid, inc=inc, gpus=list(jd.gpus), resumed=bool(resumed),
+                   hosts=[h.name for h in chosen], level=jd.level, pattern=jd.pattern.value)
+
+    def _job(self, jid: int) -> LiveJob:
+        return next(j for j in self.jobs if j.job_id == jid)
+
+    def checkpoint_dir(self, jid: int) -> Path:
+        return Path(self.cfg.checkpoint_root or (self.out / "checkpoints")) / f"job{jid}"
+
+    def _spec(self, job: LiveJob, inc: int, w: int, gpus, recover_gen: int = 0) -> WorkerSpec:
+        return WorkerSpec(run_id=self.run_id, job_id=job.job_id, incarnation=inc, rank=w, world=len(gpus),
+                          slot=int(gpus[w]), model=job.model, batch_size=int(job.batch_size),
+                          store_host=self.store_addr[0], store_port=int(self.store_addr[1]),
+                          checkpoint_dir=str(self.checkpoint_dir(job.job_id)), data=job.data, seed=job.seed,
+                          lr=job.lr, spb=self.cfg.spb, link=self.cfg.link, timeout_s=self.cfg.timeout_s,
+                          hold_timeout_s=self.cfg.hold_timeout_s, measure_activations=self.cfg.measure_activations,
+                          evaluate=self.cfg.evaluate, fail_at=self.fail_at.get(job.job_id),
+                          checkpoint_every=self.cfg.checkpoint_every, recovery=self.cfg.recovery,
+                          recover_gen=recover_gen)
 
     # ------------------------------------------------------------------ waiting and failures
+    def _current_keys(self, jids) -> list[tuple[int, int]]:
+        return [(jid, self.inc[jid]) for jid in jids if jid in self.inc]
+
     def _check_failures(self, keys: list[tuple[int, int]] | None = None) -> None:
-        """Raise JobFailed if a worker of a running incarnation died or reported an error."""
+        """Handle (recover, or raise JobFailed) a worker of a running incarnation that died, raised
+        or, in partial mode, whose peers asked for recovery."""
         import ray
 
         keys = list(self.refs) if keys is None else keys
         for key in keys:
+            if self.launched.get(key, {}).get("ended"):
+                continue
             refs = self.refs.get(key)
             if not refs:
                 if key in self.detached:
                     self._check_detached(key)
                 continue
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            failed = None
             for ref in ready:
                 try:
                     ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a worker's process died or raised
-                    self._fail(key, e)
+                    failed = e
+                    break
+            if failed is None:  # a killed host process is seen at once here, by Ray a second or two later
+                gone = [r for r, ref in enumerate(refs) if ref not in ready and self._host_dead(key[0], key[1], r)]
+                if gone:
+                    failed = RuntimeError(f"the process of rank {gone[0]} is gone")
+            if failed is None and self.cfg.recovery == "partial" and \
+                    self.store.check([Keys.rcvn(key[0], key[1], self.gens.get(key, 0) + 1)]):
+                failed = RuntimeError("a peer's collective failed")
+            if failed is not None:
+                self._on_failure(key, failed)
 
     def _check_detached(self, key: tuple[int, int]) -> None:
         jid, inc = key
         info = self.launched.get(key, {})
         W = len(info.get("gpus", []))
-        if any(self.store.check([Keys.err(jid, inc, r)]) for r in range(W)):
-            self._fail(key, None)
+        gen = self.gens.get(key, 0) + 1
+        if any(self.store.check([Keys.err(jid, inc, r)]) for r in range(W)) or \
+                self.store.check([Keys.rcvn(jid, inc, gen)]):
+            self._on_failure(key, None)
 
-    def _fail(self, key: tuple[int, int], exc: BaseException | None) -> None:
-        """Raise JobFailed for incarnation ``key``, naming the root-cause rank: the first error that
-        is not a peer-failure symptom (a connection closed, a timeout), or a rank whose process died
-        without a Python error; as ``jigsaw_executor.launcher`` does for local jobs."""
+    def _failure_error(self, key: tuple[int, int], exc: BaseException | None,
+                       reason: str | None = None) -> tuple[JobFailed, int | None, set[int]]:
+        """The failure of incarnation ``key`` as a JobFailed naming the root-cause rank (the first
+        error that is not a peer-failure symptom, or a rank whose process died without a Python
+        error), as ``jigsaw_executor.launcher`` does for local jobs; also the highest iteration a
+        rank reported reaching (or None) and the ranks that died."""
         import ray
 
         jid, inc = key
@@ -544,19 +598,25 @@ class LiveExecutor:
         W = len(gpus)
         refs = self.refs.get(key) or []
         died: dict[int, tuple[float, str]] = {}
+        raised: set[int] = set()
         deadline = time.time() + 2.0  # let peers fail on their own and write their errors
         while True:
             for r, ref in enumerate(refs):
-                if r in died:
+                if r in died or r in raised:
                     continue
                 ready, _ = ray.wait([ref], timeout=0)
+                if not ready and self._host_dead(jid, inc, r):  # SIGKILLed: before Ray notices
+                    died[r] = (time.time(), "its host process is gone")
+                    continue
                 if ready:
                     try:
                         ray.get(ref)
-                    except Exception as e:  # noqa: BLE001
+                    except ray.exceptions.RayActorError as e:  # its process died
                         died[r] = (time.time(), f"{type(e).__name__}")
+                    except Exception:  # noqa: BLE001 - it raised (its error record says what)
+                        raised.add(r)
             errs = [r for r in range(W) if self.store.check([Keys.err(jid, inc, r)])]
-            if len(set(errs) | set(died)) >= W or time.time() > deadline:
+            if len(set(errs) | set(died) | raised) >= W or time.time() > deadline:
                 break
             time.sleep(0.05)
         errors = {r: read_json(self.store, Keys.err(jid, inc, r)) for r in range(W)}
@@ -564,13 +624,15 @@ class LiveExecutor:
         silent = {r: v for r, v in died.items() if r not in errors}
         stalled = [r for r in range(W) if r not in errors and r not in silent]
         job = self.state.jobs[jid]
-        self._kill_incarnation(key)
+        ts = [e.get("t") for e in errors.values() if e.get("t") is not None]
+        t_fail = max(ts) if ts else None
         events = [(e["time"], not _is_peer_failure(e), r) for r, e in errors.items()]
         events += [(t, True, r) for r, (t, _) in silent.items()]
         if not events:
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}" if exc else "no report"
-            err = JobFailed(f"job {jid} ({job.model}) failed: a worker process died without a Python error ({why})",
-                            jid, None, {})
+            why = reason or (f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}" if exc
+                             else "no report")
+            err = JobFailed(f"job {jid} ({job.model}) failed: a worker process died without a Python error ({why})"
+                            if reason is None else f"job {jid} ({job.model}) failed: {reason}", jid, None, {})
         else:
             primary = [e for e in events if e[1]]
             r = min(primary or events)[2]
@@ -587,32 +649,293 @@ class LiveExecutor:
                 msg = (f"job {jid} ({job.model}) failed: worker rank {r} on slot {slot} died without a Python "
                        f"error (its process exited: {silent[r][1]}){tail}")
             err = JobFailed(msg, jid, r, errors)
-        self.event("job_failed", job=jid, inc=inc, message=str(err).splitlines()[0])
-        raise err
+        return err, t_fail, set(died) | {r for r, e in errors.items() if not _is_peer_failure(e)}
+
+    def _on_failure(self, key: tuple[int, int], exc: BaseException | None, reason: str | None = None) -> None:
+        """A worker of incarnation ``key`` failed (died, raised, or stalled). Recover: in partial
+        mode, replace the dead workers and let the survivors go on; otherwise (or when that is not
+        possible) restart the job from its last checkpoint, in place when it runs in this round.
+        Raise :class:`JobFailed` once the job has used up ``max_restarts``."""
+        jid, inc = key
+        if self.inc.get(jid) != inc or self.launched.get(key, {}).get("ended"):
+            return
+        t_detect = self.now()
+        j = self.state.jobs[jid]
+        running = self._phase == "round" and jid in self._decision and j.status is JobStatus.RUNNING
+        W = len(self.launched[key]["gpus"])
+        self._abort_component(jid)
+        if self.cfg.recovery == "partial" and running and W > 1 and self.refs.get(key):
+            if self._recover_partial(key, t_detect):
+                return
+        err, t_fail, dead = self._failure_error(key, exc, reason)
+        fin = read_json(self.store, Keys.fin(jid, inc))
+        self._kill_incarnation(key)
+        self.launched[key]["failed"] = True
+        if fin is not None and fin["status"] in ("done", "paused"):
+            # it failed after writing its final checkpoint and end record: nothing is lost
+            self.event("warning", job=jid, inc=inc, message=f"a worker failed after the incarnation ended "
+                                                           f"({fin['status']}): {str(err).splitlines()[0]}")
+            return
+        self._count_failure(jid, err)
+        c = self._checkpoint_iteration(jid)
+        lost, exact = self._rollback(jid, c, t_fail)
+        times = [e["time"] for e in err.errors.values() if e and e.get("time")]
+        rec = {"job": jid, "inc": inc, "round": self.state.round, "mode": "full", "t_detect": t_detect,
+               "t_fail": (min(times) - self.epoch) if times else None, "fail_iteration": t_fail,
+               "resume_iteration": c, "iterations_lost": lost, "lost_exact": exact, "dead_ranks": sorted(dead),
+               "error": str(err).splitlines()[0], "relaunched": running}
+        self.totals[jid]["restarts"] += 1
+        self.totals[jid]["recoveries"].append(rec)
+        self.event("job_failed", job=jid, inc=inc, message=str(err).splitlines()[0], recovery="full",
+                   resume_iteration=c, iterations_lost=lost, lost_exact=exact)
+        if running:
+            self._relaunch(jid, rec)
+
+    def _count_failure(self, jid: int, err: JobFailed) -> None:
+        tot = self.totals[jid]
+        tot["failures"] += 1
+        if tot["failures"] > self.cfg.max_restarts:
+            self.event("job_failed", job=jid, inc=self.inc.get(jid), message=str(err).splitlines()[0],
+                       final=True, failures=tot["failures"])
+            if self.cfg.max_restarts == 0:
+                raise err
+            first, _, rest = str(err).partition("\n")
+            raise JobFailed(f"job {jid} ({self.state.jobs[jid].model}) failed {tot['failures']} times, more than "
+                            f"max_restarts={self.cfg.max_restarts}: giving up. Last failure: {first}"
+                            + (f"\n{rest}" if rest else ""), jid, err.rank, err.errors)
+
+    def _abort_component(self, jid: int) -> None:
+        """A job of a co-location component failed: its lockstep partners hold until the next round
+        instead of waiting at the barrier for it."""
+        rec = self._last_records.get(jid)
+        if rec is not None and int(rec.get("comp_size", 1)) > 1 and rec.get("action") in ("run", "hold"):
+            self.store.set(Keys.lk_abort(f"{rec['round']}.{rec['comp']}"), "1")
+
+    def _checkpoint_iteration(self, jid: int) -> int:
+        from .spb_worker import read_checkpoint_meta
+
+        meta = read_checkpoint_meta(self.checkpoint_dir(jid))
+        return 0 if meta is None else int(meta["iteration"])
+
+    # ----- progress ledger: which iterations were credited at which eta (for rollbacks)
+    def _credit(self, jid: int, t0: int, t1: int, eta: float) -> None:
+        if t1 <= t0:
+            return
+        segs = self.totals[jid]["eta_segments"]
+        if segs and segs[-1][1] == t0 and segs[-1][2] == eta:
+            segs[-1][1] = t1
+        else:
+            segs.append([int(t0), int(t1), float(eta)])
+
+    def _progress_at(self, jid: int, c: int) -> float:
+        j = self.state.jobs[jid]
+        p = sum((min(t1, c) - t0) * eta for t0, t1, eta in self.totals[jid]["eta_segments"] if t0 < c)
+        return float(min(j.iterations, p))
+
+    def _rollback(self, jid: int, c: int, t_fail: int | None) -> tuple[int, bool]:
+        """Put the job's state back to its checkpoint at iteration ``c``. Iterations the checkpoint
+        holds beyond the last report (a checkpoint taken inside the failed round) are credited at
+        the round's eta. Returns (iterations lost, whether that count is exact: it is a lower bound
+        when no worker said how far it got)."""
+        j = self.state.jobs[jid]
+        tot = self.totals[jid]
+        last = j.iteration
+        if c > last:
+            eta = self._current_eta(jid)
+            self._credit(jid, last, c, eta)
+            tot["iterations"] += c - last
+        reached = max(x for x in (t_fail, last, c) if x is not None)
+        lost = int(reached - c)
+        tot["iterations_lost"] += lost
+        exact = t_fail is not None
+        tot["eta_segments"] = [[t0, min(t1, c), eta] for t0, t1, eta in tot["eta_segments"] if t0 < c]
+        j.progress = self._progress_at(jid, c)
+        j.iteration = int(c)
+        if j.status is JobStatus.DONE:
+            j.status = JobStatus.PAUSED
+        return lost, exact
+
+    def _current_eta(self, jid: int) -> float:
+        j = self.state.jobs[jid]
+        jd = self._decision.get(jid)
+        if jd is not None:
+            return self.costs.profile(j, jd.level, jd.pattern, jd.gpus).eta
+        segs = self.totals[jid]["eta_segments"]
+        return segs[-1][2] if segs else 1.0
+
+    def _relaunch(self, jid: int, rec: dict) -> None:
+        """Start a new incarnation of a failed job on the slots of this round's decision (the dead
+        hosts restart; a warm spare host of the slot is used when there is one), from its
+        checkpoint, within the round."""
+        import ray
+
+        j = self.state.jobs[jid]
+        jd = self._decision[jid]
+        inc = self.inc[jid] + 1
+        eta = self.costs.profile(j, jd.level, jd.pattern, jd.gpus).eta
+        old = self._last_records[jid]
+        new = dict(old, inc=inc, finish_at=int(j.iteration + _steps_to_finish(j, eta)),
+                   action="hold" if self._holding else "run")
+        if int(old.get("comp_size", 1)) > 1:  # the component holds for the rest of the round (aborted)
+            new.update(comp=10 ** 6 + jid, comp_size=1)
+        self._last_records[jid] = new
+        ray.get(self.hub.publish.remote(self.run_id, {jid: new}))
+        t_pub = self.now()
+        self._launch(jid, jd, resumed=True, t_pub=t_pub)
+        rec["t_relaunch"] = t_pub
+        rec["new_inc"] = inc
+
+    def _recover_partial(self, key: tuple[int, int], t_detect: float) -> bool:
+        """CPR-style partial recovery of incarnation ``key`` (docs/executor.md, "Fault tolerance"):
+        wait for the survivors' recovery requests, start a replacement for every dead (or stalled)
+        rank on a host of its slot, and name the source rank; the job goes on without rolling
+        back. False when it cannot (no survivor, the incarnation already ended), for a full
+        restart instead."""
+        import ray
+
+        jid, inc = key
+        info = self.launched[key]
+        gpus = info["gpus"]
+        W = len(gpus)
+        refs = self.refs[key]
+        gen = self.gens.get(key, 0) + 1
+        # survivors that sit between rounds notice a dead peer only at their next collective: wake them
+        ray.get(self.hub.publish.remote(self.run_id, {jid: dict(self._last_records[jid])}))
+        dead: set[int] = set()
+        rcv: dict[int, dict] = {}
+        deadline = time.time() + max(3.0, min(10.0, self.cfg.timeout_s))
+        first_rcv = None
+        while True:
+            for r, ref in enumerate(refs):
+                if r not in dead and ray.wait([ref], timeout=0)[0]:
+                    try:
+                        ray.get(ref)
+                        return False  # a rank ended normally: the incarnation is over
+                    except Exception:  # noqa: BLE001
+                        dead.add(r)
+                elif r not in dead and self._host_dead(jid, inc, r):  # before Ray notices (~2 s)
+                    dead.add(r)
+            for r in range(W):
+                if r not in rcv and self.store.check([Keys.rcv(jid, inc, gen, r)]):
+                    rcv[r] = read_json(self.store, Keys.rcv(jid, inc, gen, r))
+                    first_rcv = first_rcv or time.time()
+            # survivors notice a dead peer within milliseconds (a closed connection); one that has
+            # not asked a second after the first did is dead or stalled
+            if len(dead | set(rcv)) >= W or time.time() > deadline or \
+                    (first_rcv is not None and time.time() > first_rcv + 1.0):
+                break
+            time.sleep(0.005)
+        survivors = {r: v for r, v in rcv.items() if r not in dead}
+        if not survivors or self.store.check([Keys.fin(jid, inc)]):
+            if survivors:
+                self.store.set(Keys.rgo(jid, inc, gen), json.dumps({"abort": True, "why": "incarnation ended"}))
+            return False
+        stalled = [r for r in range(W) if r not in dead and r not in survivors]
+        for r in stalled:
+            h = self._host_of(jid, inc, r)
+            if h is not None:
+                self.pool.kill(h)
+        dead |= set(stalled)
+        if not dead:  # every rank asked (a spurious timeout): all go on, nobody is replaced
+            pass
+        errors = {r: read_json(self.store, Keys.err(jid, inc, r)) for r in sorted(dead)}
+        first = next((e for e in errors.values() if e and not _is_peer_failure(e)), None)
+        why = (f"worker rank(s) {sorted(dead)} died" + (f" ({first['type']}: {first['message']})" if first else "")
+               if dead else "a collective timed out on every rank")
+        self._count_failure(jid, JobFailed(f"job {jid} ({self.state.jobs[jid].model}) failed: {why}",
+                                           jid, min(dead) if dead else None, {r: e for r, e in errors.items() if e}))
+        src = max(survivors, key=lambda r: (int(survivors[r]["t_done"]), -r))
+        t_go = self.now()
+        for r in sorted(dead):
+            old = self._host_of(jid, inc, r)
+            if old is not None:
+                old.owner = None
+                old.mark_dirty()
+            h = self.pool.free_host(gpus[r])
+            h.owner = (jid, inc, r)
+            self.pool.refresh(timeout_s=120.0, hosts=[h])
+            refs[r] = h.handle.run_worker.remote(self._spec(self._job(jid), inc, r, gpus, recover_gen=gen))
+            info["hosts"][r] = h.name
+        t_hosts = self.now()
+        self.store.set(Keys.rgo(jid, inc, gen), json.dumps({"src": src, "t": int(survivors[src]["t_done"]),
+                                                            "dead": sorted(dead), "gen": gen}))
+        self.gens[key] = gen
+        t_done = int(survivors[src]["t_done"])
+        rec = {"job": jid, "inc": inc, "round": self.state.round, "mode": "partial", "gen": gen, "t_detect": t_detect,
+               "t_fail": min(float(v["wall"]) for v in survivors.values()) - self.epoch,
+               "t_survivors": t_go, "t_hosts": t_hosts, "dead_ranks": sorted(dead), "src": src,
+               "resume_iteration": t_done,
+               "fail_iteration": max(int(v["t_done"]) for v in survivors.values()), "iterations_lost": 0,
+               "lost_exact": True, "error": why}
+        tot = self.totals[jid]
+        tot["partial_recoveries"] += 1
+        tot["recoveries"].append(rec)
+        self.event("recover", job=jid, inc=inc, mode="partial", gen=gen, dead=sorted(dead), src=src,
+                   resume_iteration=t_done, message=why)
+        return True
+
+    def _host_dead(self, jid: int, inc: int, rank: int) -> bool:
+        h = self._host_of(jid, inc, rank)
+        return h is not None and self.pool.alive(h) is False
+
+    def _host_of(self, jid: int, inc: int, rank: int):
+        for h in self.pool.owned_by(jid, inc):
+            if h.owner is not None and h.owner[2] == rank:
+                return h
+        return None
 
     def _kill_incarnation(self, key: tuple[int, int]) -> None:
+        """Stop every worker of the incarnation: kill the hosts whose worker still runs (a host
+        whose worker died is restarting already) and release them."""
+        import ray
+
         jid, inc = key
+        refs = self.refs.pop(key, None) or []
+        # a rank that wrote an error record is on its way out (a peer failure: it returns, and its
+        # host stays warm): give it a moment instead of killing its host
+        leaving = [ref for r, ref in enumerate(refs) if self.store.check([Keys.err(jid, inc, r)])]
+        if leaving:
+            ray.wait(leaving, num_returns=len(leaving), timeout=2.0)
         for h in self.pool.owned_by(jid, inc):
-            self.pool.kill(h)
-        self.refs.pop(key, None)
+            r = h.owner[2]
+            ref = refs[r] if r < len(refs) else None
+            if ref is None or not ray.wait([ref], timeout=0)[0]:
+                self.pool.kill(h)
+            else:
+                h.owner = None
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.RayActorError:  # its process died: restarting
+                    h.mark_dirty()
+                except Exception:  # noqa: BLE001 - the worker raised; its process is up
+                    pass
+        self.detached.discard(key)
         if key in self.launched:
             self.launched[key]["ended"] = True
 
-    def _wait_for(self, pred: Callable[[], bool], timeout_s: float, what: str, keys=None, poll: float = 0.002) -> None:
+    def _wait_for(self, jids: list[int], pred: Callable[[int], bool], timeout_s: float, what: str,
+                  poll: float = 0.002) -> None:
+        """Wait until ``pred(job)`` holds for every job in ``jids``, handling worker failures on
+        the way; a job still not there after ``timeout_s`` is a stalled job: a failure too."""
         deadline = time.time() + timeout_s
         last_check = 0.0
-        while not pred():
+        expired: dict[int, int] = {}
+        while not all(pred(j) for j in jids):
             now = time.time()
             if now - last_check > 0.05:
-                self._check_failures(keys)
+                self._check_failures(self._current_keys(jids))
                 last_check = now
             if now > deadline:
-                stuck = keys or list(self.refs)
-                for key in stuck:
-                    self._kill_incarnation(key)
-                jid = stuck[0][0] if stuck else -1
-                raise JobFailed(f"{what}: no report within {timeout_s:.0f} s (a worker stalled); job(s) "
-                                f"{sorted({k[0] for k in stuck})} stopped", jid, None, {})
+                reason = f"{what}: no report within {timeout_s:.0f} s (a worker stalled)"
+                for jid in [j for j in jids if not pred(j)]:
+                    key = (jid, self.inc[jid])
+                    expired[jid] = expired.get(jid, 0) + 1
+                    if self.launched.get(key, {}).get("ended") or expired[jid] > self.cfg.max_restarts + 1:
+                        self._kill_incarnation(key)  # nothing left to recover: a stall is final
+                        raise JobFailed(f"job {jid} ({self.state.jobs[jid].model}) failed: {reason}; stopped",
+                                        jid, None, {})
+                    self._on_failure(key, None, reason=reason)
+                deadline = time.time() + timeout_s
             time.sleep(poll)
 
     def _pause(self, jids: list[int]) -> None:
@@ -621,47 +944,69 @@ class LiveExecutor:
 
         recs = {}
         for jid in jids:
-            j = self.state.jobs[jid]
             inc = self.inc[jid]
             recs[jid] = {"round": self.state.round, "inc": inc, "action": "pause", "gpus": [], "level": 0,
                          "pattern": "rotating", "comp": -1, "comp_size": 1, "steps": -1, "finish_at": 10 ** 12}
         ray.get(self.hub.publish.remote(self.run_id, recs))
-        keys = [(jid, self.inc[jid]) for jid in jids]
-        self._wait_for(lambda: all(self.store.check([Keys.fin(*k)]) for k in keys), self.cfg.timeout_s,
-                       f"pausing jobs {jids}", keys)
-        for key in keys:
+        keys = {jid: (jid, self.inc[jid]) for jid in jids}
+
+        def paused(jid: int) -> bool:
+            k = keys[jid]
+            return self.launched[k].get("failed", False) or self.store.check([Keys.fin(*k)])
+
+        self._phase = "pause"
+        try:
+            self._wait_for(jids, paused, self.cfg.timeout_s, f"pausing jobs {jids}")
+        finally:
+            self._phase = None
+        for key in keys.values():
+            if self.launched[key].get("failed"):
+                continue  # rolled back to its checkpoint by the failure handler
             self._end_incarnation(key)
             fin = read_json(self.store, Keys.fin(*key))
             self.event("pause", job=key[0], inc=key[1], iteration=fin["t"], hash=fin["hash"])
 
-    def _end_incarnation(self, key: tuple[int, int], timeout_s: float | None = None) -> None:
+    def _end_incarnation(self, key: tuple[int, int], timeout_s: float | None = None) -> list | None:
+        """Collect the ranks' results of an incarnation that ended (paused, done, stopped); a rank
+        that died after its end record was written loses nothing (logged)."""
         import ray
 
         refs = self.refs.pop(key, None)
+        results = None
         if refs:
             try:
-                ray.get(refs, timeout=timeout_s or self.cfg.timeout_s)
+                results = ray.get(refs, timeout=timeout_s or self.cfg.timeout_s)
             except Exception as e:  # noqa: BLE001
-                self.refs[key] = refs
-                self._fail(key, e)
+                fin = read_json(self.store, Keys.fin(*key))
+                if fin is None or fin["status"] not in ("done", "paused"):
+                    self.refs[key] = refs
+                    self._on_failure(key, e)
+                    return None
+                self.event("warning", job=key[0], inc=key[1],
+                           message=f"a worker failed after its end record ({fin['status']}): {type(e).__name__}")
+                self._kill_incarnation(key)
         self.detached.discard(key)
         self.pool.release(*key)
         if key in self.launched:
             self.launched[key]["ended"] = True
+        return results
 
     def _wait_round(self, r: int, running: list[int], t_pub: float) -> None:
-        keys = [(jid, self.inc[jid]) for jid in running]
         W = {jid: len(self.state.jobs[jid].placement) for jid in running}
 
         def reported(jid: int) -> bool:
             inc = self.inc[jid]
-            return all(self.store.check([Keys.rep(jid, inc, r, w)]) for w in range(W[jid]))
+            if all(self.store.check([Keys.rep(jid, inc, r, w)]) for w in range(W[jid])):
+                return True
+            # a worker died after the incarnation's end record: what it did not report is not needed
+            return bool(self.launched[(jid, inc)].get("failed")) and self.store.check([Keys.fin(jid, inc)])
 
         def done(jid: int) -> bool:
             return self.store.check([Keys.fin(jid, self.inc[jid])])
 
+        self._holding = False
         if self.cfg.steps_per_round is not None and running:
-            self._wait_for(lambda: all(reported(j) for j in running), self.cfg.round_timeout_s, f"round {r}", keys)
+            self._wait_for(running, reported, self.cfg.round_timeout_s, f"round {r}")
             return
         if not running:  # nothing runs (the policy chose so): the round still lasts, as in the simulator
             time.sleep(self.cfg.round_s if self.cfg.steps_per_round is None else 0.1)
@@ -670,15 +1015,18 @@ class LiveExecutor:
         while self.now() < end:
             if all(done(j) for j in running):
                 break
-            self._check_failures(keys)
+            self._check_failures(self._current_keys(running))
             time.sleep(min(0.02, max(0.0, end - self.now())))
         still = [j for j in running if not done(j)]
+        self._holding = True
         if still:
             import ray
 
-            recs = {jid: dict(self._last_records[jid], action="hold") for jid in still}
+            recs = {}
+            for jid in still:
+                self._last_records[jid] = recs[jid] = dict(self._last_records[jid], action="hold")
             ray.get(self.hub.publish.remote(self.run_id, recs))
-        self._wait_for(lambda: all(reported(j) for j in running), self.cfg.timeout_s, f"holding round {r}", keys)
+        self._wait_for(running, reported, self.cfg.timeout_s, f"holding round {r}")
 
     # ------------------------------------------------------------------ reports -> state
     def _collect(self, r: int, decision: Decision, t_start: float, t_end: float) -> dict:
@@ -688,9 +1036,15 @@ class LiveExecutor:
             j = st.jobs[jid]
             inc = self.inc[jid]
             W = len(jd.gpus)
-            reps = [read_json(self.store, Keys.rep(jid, inc, r, w)) for w in range(W)]
+            # a rank that failed after its incarnation's end record may have left no report
+            reps = [read_json(self.store, Keys.rep(jid, inc, r, w)) or {"rank": w, "slot": jd.gpus[w], "iterations": []}
+                    for w in range(W)]
             its = [rep["iterations"] for rep in reps]
-            n = len(its[0])
+            # a replacement rank (partial recovery) lacks the iterations before it joined: the
+            # rank with the most reports stands for the job
+            ref = max(its, key=len)
+            by_t = [{it["t"]: it for it in rk} for rk in its]
+            n = len(ref)
             fin = read_json(self.store, Keys.fin(jid, inc))
             finished = fin is not None and fin["status"] == "done"
             info = self.launched[(jid, inc)]
@@ -698,27 +1052,32 @@ class LiveExecutor:
             started_now = info["round"] == r
             startup = None
             if started_now and n:
-                startup = its[0][0]["wall"] - self.epoch - info["t_launch"]
+                startup = ref[0]["wall"] - self.epoch - info["t_launch"]
             # progress exactly as the simulator credits it: eta of each iteration's configuration
             gain = 0.0
-            for it in its[0]:
-                gain += self.costs.profile(j, int(it["lvl"]), Pattern.parse(it["pat"]), jd.gpus).eta
+            for it in ref:
+                eta = self.costs.profile(j, int(it["lvl"]), Pattern.parse(it["pat"]), jd.gpus).eta
+                gain += eta
+                self._credit(jid, int(it["t"]), int(it["t"]) + 1, eta)
             gain = min(j.remaining, gain)
             j.progress += gain
             j.iteration += n
-            if n and its[0][-1]["t"] + 1 != j.iteration:
-                self.event("warning", job=jid, message=f"iteration counter {j.iteration} != worker's {its[0][-1]['t'] + 1}")
-                j.iteration = its[0][-1]["t"] + 1
-            stepping = float(sum(it["iter_s"] or 0.0 for it in its[0]))
+            if n and ref[-1]["t"] + 1 != j.iteration:
+                self.event("warning", job=jid,
+                           message=f"iteration counter {j.iteration} != worker's {ref[-1]['t'] + 1}")
+                j.iteration = ref[-1]["t"] + 1
+            stepping = float(sum(it["iter_s"] or 0.0 for it in ref))
             j.run_s += stepping
             end = (fin["wall"] - self.epoch) if finished else t_end
             j.attained_gpu_s += max(0.0, end - t_start) * j.num_gpus
             bytes_ = int(sum(it["bytes"] for rk in its for it in rk))
-            wire = int(sum(it["wire"] for it in its[0]))
-            loss = [float(np.mean([its[w][i]["loss"] for w in range(W)])) for i in range(n)]
+            wire = int(sum(it["wire"] for it in ref))
+            loss = [float(np.mean([bt[it["t"]]["loss"] for bt in by_t if it["t"] in bt])) for it in ref]
+            ckpt_s = float(sum(it.get("ckpt_s", 0.0) for it in ref))
             tot = self.totals[jid]
             tot["iterations"] += n
             tot["stepping_s"] += stepping
+            tot["checkpoint_s"] += ckpt_s
             tot["bytes"] += bytes_
             tot["wire"] += wire
             tot["losses"] = (tot["losses"] + loss)[-50:]
@@ -735,7 +1094,8 @@ class LiveExecutor:
                 self.event("ready", job=jid, inc=inc, loaded_hash=ready and ready.get("loaded_hash"),
                            resumed_at=ready and ready.get("t"), setup_s=ready and ready.get("setup_s"),
                            startup_s=startup)
-            self._log_iterations(jid, inc, r, reps)
+            self._note_recoveries(jid)
+            self._log_iterations(jid, inc, r, reps, ref, by_t)
             if finished:
                 j.progress = j.iterations
                 j.status = JobStatus.DONE
@@ -744,36 +1104,62 @@ class LiveExecutor:
                 tot["accuracy"] = fin.get("accuracy")
                 tot["final_hash"] = fin.get("hash")
                 tot["finish_wall"] = fin["wall"]
-                self._end_incarnation((jid, inc))
+                results = self._end_incarnation((jid, inc))
+                if results:
+                    tot["rank_hashes"] = [x.get("hash_full") or x.get("hash") for x in results]
                 self.event("done", job=jid, inc=inc, iteration=fin["t"], jct_s=j.finish_s - j.arrival_s,
                            accuracy=fin.get("accuracy"), hash=fin.get("hash"))
             outcome[str(jid)] = {
                 "job_id": jid, "inc": inc, "gpus": list(jd.gpus), "level": jd.level, "pattern": jd.pattern.value,
-                "iterations": n, "first_iteration": its[0][0]["t"] if n else None, "stepping_s": stepping,
+                "iterations": n, "first_iteration": ref[0]["t"] if n else None, "stepping_s": stepping,
                 "mean_iter_s": stepping / n if n else None,
-                "median_iter_s": float(np.median([it["iter_s"] for it in its[0]])) if n else None,
+                "median_iter_s": float(np.median([it["iter_s"] or 0.0 for it in ref])) if n else None,
                 "bytes": bytes_, "bytes_per_iter": bytes_ / n if n else None, "wire_per_iter": wire / n if n else None,
                 "loss_last": loss[-1] if loss else None, "progress_gain": gain, "finished": finished,
                 "finish_s": j.finish_s if finished else None, "startup_s": startup,
                 "setup_s": ready["setup_s"] if (ready and started_now) else None,
                 "resumed": bool(info["resumed"]) and started_now, "started": started_now,
-                "peak_activation_bytes": [max([it["act"] for it in rk] or [0]) for rk in its],
+                "peak_activation_bytes": peaks,
                 "start_groups": [sorted({it["sg"] for it in rk}) for rk in its],
+                "recoveries": sum(1 for x in self.totals[jid]["recoveries"] if x.get("round") == r),
             }
         st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
         return outcome
 
-    def _log_iterations(self, jid: int, inc: int, r: int, reps: list[dict]) -> None:
+    def _note_recoveries(self, jid: int) -> None:
+        """Complete the job's recovery records: when the restored workers were ready (full: the new
+        incarnation loaded its checkpoint; partial: the new process-group generation has the
+        source's state) and how long the job was held up."""
+        for rec in self.totals[jid]["recoveries"]:
+            if rec.get("t_ready") is not None:
+                continue
+            if rec["mode"] == "partial":
+                ok = read_json(self.store, Keys.rok(jid, rec["inc"], rec["gen"]))
+                if ok is not None:
+                    rec.update(t_ready=ok["wall"] - self.epoch, state_bytes=ok["state_bytes"], join_s=ok["join_s"])
+            elif rec.get("new_inc") is not None:
+                ready = read_json(self.store, Keys.ready(jid, rec["new_inc"]))
+                if ready is not None:
+                    rec.update(t_ready=ready["wall"] - self.epoch, loaded_iteration=ready["t"],
+                               setup_s=ready["setup_s"])
+            if rec.get("t_ready") is not None:
+                rec["recovery_s"] = rec["t_ready"] - rec["t_detect"]
+
+    def _log_iterations(self, jid: int, inc: int, r: int, reps: list[dict], ref: list[dict] | None = None,
+                        by_t: list[dict] | None = None) -> None:
         its = [rep["iterations"] for rep in reps]
-        for i in range(len(its[0])):
-            a = its[0][i]
+        ref = ref if ref is not None else its[0]
+        by_t = by_t if by_t is not None else [{it["t"]: it for it in rk} for rk in its]
+        for a in ref:
+            t = a["t"]
             self.iter_log.write(json.dumps({
-                "job": jid, "inc": inc, "round": r, "t": a["t"], "level": a["lvl"], "pattern": a["pat"],
-                "iter_s": a["iter_s"], "wall": a["wall"] - self.epoch,
-                "ranks": [{"rank": w, "slot": reps[w]["slot"], "start_group": its[w][i]["sg"], "loss": its[w][i]["loss"],
-                           "step_s": its[w][i]["step_s"], "sync_s": its[w][i]["sync_s"], "bytes_sent": its[w][i]["bytes"],
-                           "bytes_by_collective": its[w][i]["by"], "peak_activation_bytes": its[w][i]["act"]}
-                          for w in range(len(its))]}) + "\n")
+                "job": jid, "inc": inc, "round": r, "t": t, "level": a["lvl"], "pattern": a["pat"],
+                "iter_s": a["iter_s"], "wall": a["wall"] - self.epoch, "ckpt_s": a.get("ckpt_s"),
+                "ranks": [{"rank": w, "slot": reps[w]["slot"], "start_group": by_t[w][t]["sg"],
+                           "loss": by_t[w][t]["loss"], "step_s": by_t[w][t]["step_s"], "sync_s": by_t[w][t]["sync_s"],
+                           "bytes_sent": by_t[w][t]["bytes"], "bytes_by_collective": by_t[w][t]["by"],
+                           "peak_activation_bytes": by_t[w][t]["act"]}
+                          for w in range(len(its)) if t in by_t[w]]}) + "\n")
         self.iter_log.flush()
 
     def _end_round(self, r, t_start, t_end, state_dict, policy_decision, decision, forced, steps, outcome, sched_s,
@@ -811,6 +1197,7 @@ class LiveExecutor:
                 "store": list(self.store_addr), "decision_log_bytes": log_pos, "pending_pos": self.pending_pos,
                 "totals": self.totals, "version": self.version,
                 "last_records": {str(k): v for k, v in self._last_records.items()},
+                "gens": {f"{k[0]}/{k[1]}": v for k, v in self.gens.items()}, "address": self.address,
                 "scenario": self.scenario.state_dict() if hasattr(self.scenario, "state_dict") else None}
 
     def persist(self, log_pos: int) -> None:
@@ -825,13 +1212,20 @@ class LiveExecutor:
 
     @classmethod
     def restore(cls, out_dir: str | Path, *, scheduler=None, recorder=None, pool=None, hub=None, session=None,
-                from_hub: str | None = None, echo=None) -> "LiveExecutor":
+                from_hub: str | None = None, echo=None, address: str | None = None) -> "LiveExecutor":
         """A new executor (a restarted scheduler) that continues the run persisted in ``out_dir``
-        (or, with ``from_hub=RUN_ID``, in the detached hub actor): the same jobs, incarnations and
-        held workers; the scheduler rebuilt from its spec and its pickled memory."""
+        (or, with ``from_hub=RUN_ID``, in the detached hub actor): the same jobs, the scheduler
+        rebuilt from its spec and its pickled memory.
+
+        *Warm* (the Ray cluster and its detached hub and hosts are still up, e.g. ``--address``):
+        held workers continue in their incarnations; one that ended or failed meanwhile is
+        reconciled (done, paused, or restarted from its checkpoint). *Cold* (Ray went down with
+        the old scheduler process, the embedded default): a new Ray session, hosts and hub, and
+        every job that was running goes back to its last checkpoint (its state rolled back to the
+        checkpoint's iteration) and waits for the scheduler to place it again."""
         import ray
 
-        from .cluster_ray import NAMESPACE, SlotPool
+        from .cluster_ray import NAMESPACE, RaySession, SlotPool
 
         out = Path(out_dir)
         if from_hub is not None:
@@ -861,26 +1255,94 @@ class LiveExecutor:
             from .deploy import DemoScenario
 
             scenario = DemoScenario.from_state_dict(snap["scenario"])
+        address = address or snap.get("address")
+        own_session = False
+        if session is None and not ray.is_initialized():
+            session = RaySession(cfg.slots, address, allow_oversubscribe=True).start()
+            own_session = True
+        given_hub, given_pool = hub is not None, pool is not None
         if hub is None:
-            hub = ray.get_actor(snap["hub"], namespace=NAMESPACE)
+            try:
+                hub = ray.get_actor(snap["hub"], namespace=NAMESPACE)
+            except ValueError:  # Ray went down with the old scheduler: a cold restore
+                hub = None
+        cold = hub is None
         if pool is None:
-            pool = SlotPool(cfg.slots, cfg.max_workers_per_gpu, prefix=snap["pool_prefix"], pin=cfg.pin, attach=True)
+            pool = SlotPool(cfg.slots, cfg.max_workers_per_gpu, prefix=snap["pool_prefix"], pin=cfg.pin,
+                            attach=not cold)
+            if cold and not own_session:  # Ray outlived the hub: its hosts may still run old workers
+                for h in pool.hosts.values():
+                    pool.kill(h)
+                pool.refresh(timeout_s=300.0)
         ex = cls(jobs, scheduler, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, session=session,
-                 scenario=scenario, run_id=snap["run_id"], recorder=recorder, echo=echo)
+                 address=address, scenario=scenario, run_id=snap["run_id"], recorder=recorder, echo=echo,
+                 allow_oversubscribe=True)
+        ex._own_session = own_session
+        ex._own_pool = not given_pool
+        ex._own_hub = not given_hub
         ex.state = state_from_dict(snap["state"], ex.cluster, ex.costs)
         ex.epoch = float(snap["epoch"])
         ex.inc = {int(k): int(v) for k, v in snap["inc"].items()}
         ex.launched = {(int(k.split("/")[0]), int(k.split("/")[1])): v for k, v in snap["launched"].items()}
-        ex.totals = {int(k): v for k, v in snap["totals"].items()}
+        ex.totals = {int(k): {**cls._new_totals(), **v} for k, v in snap["totals"].items()}
         ex.version = int(snap["version"])
         ex.pending_pos = int(snap["pending_pos"])
         ex._last_records = {int(k): v for k, v in snap.get("last_records", {}).items()}
-        pool.restore_occupancy(snap["hosts"])
-        ex.detached = {k for k, v in ex.launched.items() if not v.get("ended")}
+        ex.gens = {(int(k.split("/")[0]), int(k.split("/")[1])): int(v) for k, v in snap.get("gens", {}).items()}
+        live = sorted(k for k, v in ex.launched.items() if not v.get("ended"))
+        if not cold:
+            pool.restore_occupancy(snap["hosts"])
+            ex.detached = set(live)
         ex.start()
         ex._open_logs(truncate_to=int(snap["decision_log_bytes"]))
-        ex.event("restore", round=ex.state.round, run_id=ex.run_id, detached=sorted(ex.detached))
+        ex.event("restore", round=ex.state.round, run_id=ex.run_id, cold=cold, detached=sorted(ex.detached))
+        if cold:
+            for key in live:
+                ex._restart_lost(key)
+        else:
+            for key in live:
+                fin = read_json(ex.store, Keys.fin(*key))
+                if fin is not None:
+                    ex._reconcile_ended(key, fin)
         return ex
+
+    def _restart_lost(self, key: tuple[int, int]) -> None:
+        """Cold restore: the incarnation died with the old Ray session; the job goes back to its
+        last checkpoint and waits (paused) for the scheduler to place it again."""
+        jid, inc = key
+        self.launched[key]["ended"] = True
+        j = self.state.jobs[jid]
+        if j.status is not JobStatus.RUNNING:
+            return
+        c = self._checkpoint_iteration(jid)
+        last = j.iteration
+        lost, exact = self._rollback(jid, c, None)
+        j.status, j.placement = JobStatus.PAUSED, ()
+        rec = {"job": jid, "inc": inc, "round": self.state.round, "mode": "scheduler_restart",
+               "t_detect": self.now(), "resume_iteration": c, "last_reported_iteration": last,
+               "iterations_lost": lost, "lost_exact": exact}
+        self.totals[jid]["recoveries"].append(rec)
+        self.event("job_restart", job=jid, inc=inc, reason="scheduler restarted without its Ray session",
+                   resume_iteration=c, iterations_lost=lost)
+
+    def _reconcile_ended(self, key: tuple[int, int], fin: dict) -> None:
+        """Warm restore: an incarnation ended (done, paused, stopped) while no scheduler was there
+        to read its reports; account for it from its end record and its checkpoint."""
+        jid, inc = key
+        j = self.state.jobs[jid]
+        tot = self.totals[jid]
+        t = int(fin["t"]) if fin["status"] in ("done", "paused") else self._checkpoint_iteration(jid)
+        self._rollback(jid, t, t)  # credits the unreported iterations up to t at the round's eta
+        self._end_incarnation(key)
+        if fin["status"] == "done":
+            j.progress, j.status, j.placement = j.iterations, JobStatus.DONE, ()
+            j.finish_s = fin["wall"] - self.epoch
+            tot.update(accuracy=fin.get("accuracy"), final_hash=fin.get("hash"), finish_wall=fin["wall"])
+            if j.job_id in self.state.active_ids:
+                self.state.active_ids.remove(j.job_id)
+        else:
+            j.status, j.placement = JobStatus.PAUSED, ()
+        self.event("reconcile", job=jid, inc=inc, status=fin["status"], iteration=t)
 
     # ------------------------------------------------------------------ the end
     def _finish(self) -> dict:
@@ -909,6 +1371,11 @@ class LiveExecutor:
                 "level_changes": j.level_changes, "incarnations": tot["incarnations"], "levels_used": tot["levels"],
                 "start_groups": tot["start_groups"], "peak_activation_bytes": tot["peak_act"],
                 "startup_s": tot["startup_s"], "final_hash": tot["final_hash"],
+                "rank_hashes": tot.get("rank_hashes"), "checkpoint_s": tot.get("checkpoint_s", 0.0),
+                "failures": tot.get("failures", 0), "restarts": tot.get("restarts", 0),
+                "partial_recoveries": tot.get("partial_recoveries", 0),
+                "iterations_lost": tot.get("iterations_lost", 0), "final_iteration": j.iteration,
+                "recoveries": tot.get("recoveries", []),
             }
         fin = [v["finish_s"] for v in jobs.values() if v["finish_s"] is not None]
         return {"run_id": self.run_id, "rounds": st.round, "slots": self.cfg.slots,

@@ -322,6 +322,11 @@ class SPBTrainer:
         precreate_subgroups: create, at construction, the contributor subgroups that every level and
             pattern of ``spb_config`` can need (otherwise they are created lazily, in the same order
             on every rank, the first time a plan needs them).
+        transactional: make a step that fails before its optimizer update leave no trace: the
+            model's buffers (BatchNorm running statistics, which the forward updates) are copied
+            before the forward and put back if the step raises before the update, so the replica
+            is exactly at the start of the failed iteration (partial recovery needs it;
+            ``completed_iteration`` says whether the update of an iteration happened).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int | None = None,
@@ -330,7 +335,7 @@ class SPBTrainer:
                  process_group: Any = None, link: Link = INTRA_NODE, buffer_sync: str = "average",
                  measure_activations: bool = True, loss_fn: Callable | None = None,
                  timeout_s: float | None = None, sync_initial_state: bool = True,
-                 precreate_subgroups: bool = True) -> None:
+                 precreate_subgroups: bool = True, transactional: bool = False) -> None:
         groups = getattr(model, "groups", None)
         if not isinstance(groups, nn.ModuleList) or len(groups) == 0:
             raise ValueError("SPBTrainer needs a model with a non-empty `groups` nn.ModuleList (its layer groups)")
@@ -397,6 +402,8 @@ class SPBTrainer:
         except StopIteration:
             self.device = torch.device("cpu")
         self.setup_bytes_sent = 0
+        self.transactional = bool(transactional)
+        self.completed_iteration: int | None = None  # the last iteration whose optimizer step ran here
         self.last_local_grads: dict[str, torch.Tensor | None] | None = None
         self.last_synced_grads: dict[str, torch.Tensor | None] | None = None
 
@@ -523,6 +530,18 @@ class SPBTrainer:
         inputs, targets = inputs.to(dev, non_blocking=True), targets.to(dev, non_blocking=True)
 
         self.optimizer.zero_grad(set_to_none=True)
+        saved = [b.detach().clone() for b in self.model.buffers()] if self.transactional else None
+        try:
+            return self._step(inputs, targets, iteration, level, pattern, starts, plan, s, record_grads)
+        except BaseException:
+            if saved is not None and self.completed_iteration != int(iteration):
+                with torch.no_grad():  # the failed iteration's forward must leave no trace
+                    for b, v in zip(self.model.buffers(), saved):
+                        b.copy_(v)
+            raise
+
+    def _step(self, inputs, targets, iteration, level, pattern, starts, plan, s, record_grads) -> IterationReport:
+        dev = self.device
         cuda = dev.type == "cuda"
         if cuda:
             torch.cuda.reset_peak_memory_stats(dev)
@@ -564,6 +583,7 @@ class SPBTrainer:
             step_fn(self.optimizer)
         else:
             self.optimizer.step()
+        self.completed_iteration = int(iteration)
         t4 = _now(dev)
         buf_acc = self._new_acc()
         self._sync_buffers(buf_acc)
@@ -697,30 +717,40 @@ class SPBTrainer:
 
     def save_checkpoint(self, path: str | Path, iteration: int, extra: dict[str, Any] | None = None) -> None:
         """Collective. Job rank 0 writes the model, optimizer and ``iteration`` (the next iteration
-        to run) to ``path/state.pt``; every rank writes its RNG state to ``path/rng-rank{r}.pt``;
-        ``meta.json`` is written last (a checkpoint without it is incomplete and is not loaded).
-        Every file is written to a temporary name and renamed."""
+        to run) to ``path/state-<iteration>.pt``; every rank writes its RNG state to
+        ``path/rng-rank{r}-<iteration>.pt``; then rank 0 replaces ``meta.json`` (iteration, world
+        size, state hash, the file names), and only then deletes the previous checkpoint's files.
+
+        Durability: every file is written to a temporary name and renamed, and ``meta.json`` names
+        the files of one complete checkpoint at every moment, so a process killed at any point of a
+        save (or of a failed collective inside it) leaves the previous checkpoint loadable; a
+        folder without ``meta.json`` is not a checkpoint."""
         path = Path(path)
-        if self.rank == 0:
-            path.mkdir(parents=True, exist_ok=True)
-            meta_old = path / "meta.json"
-            if meta_old.exists():
-                meta_old.unlink()
-        self.barrier()
+        it = int(iteration)
+        state_name, rng_pattern = f"state-{it:09d}.pt", "rng-rank{rank}-" + f"{it:09d}.pt"
         path.mkdir(parents=True, exist_ok=True)
+        self.barrier()
         if self.rank == 0:
             _atomic_torch_save({"format": CHECKPOINT_FORMAT, "model": self.model.state_dict(),
-                                "optimizer": self.optimizer.state_dict(), "iteration": int(iteration),
-                                "world_size": self.world, "extra": extra or {}}, path / "state.pt")
-        _atomic_torch_save(self._rng_state(), path / f"rng-rank{self.rank}.pt")
+                                "optimizer": self.optimizer.state_dict(), "iteration": it,
+                                "world_size": self.world, "extra": extra or {}}, path / state_name)
+        _atomic_torch_save(self._rng_state(), path / rng_pattern.format(rank=self.rank))
         self.barrier()
         if self.rank == 0:
-            meta = {"format": CHECKPOINT_FORMAT, "iteration": int(iteration), "world_size": self.world,
+            meta = {"format": CHECKPOINT_FORMAT, "iteration": it, "world_size": self.world,
                     "model_sha256": self.state_hash(), "level": self.level, "pattern": self.pattern.value,
+                    "state_file": state_name, "rng_pattern": rng_pattern, "saved": time.time(),
                     "extra": extra or {}}
             tmp = path / f"meta.json.tmp{os.getpid()}"
             tmp.write_text(json.dumps(meta, indent=1) + "\n")
             os.replace(tmp, path / "meta.json")
+            keep = {state_name, "meta.json"} | {rng_pattern.format(rank=r) for r in range(self.world)}
+            for f in path.iterdir():  # the previous checkpoint, and temporaries of killed writers
+                if f.name not in keep and (f.name.startswith(("state", "rng-rank")) or ".tmp" in f.name):
+                    try:
+                        f.unlink()
+                    except OSError:
+                        pass
         self.barrier()
 
     def load_checkpoint(self, path: str | Path) -> int:
@@ -730,7 +760,7 @@ class SPBTrainer:
         meta = read_checkpoint_meta(path)
         if meta is None:
             raise FileNotFoundError(f"no complete checkpoint in {path} (meta.json missing)")
-        state = torch.load(path / "state.pt", map_location=self.device, weights_only=False)
+        state = torch.load(path / meta.get("state_file", "state.pt"), map_location=self.device, weights_only=False)
         if state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format {state.get('format')!r}")
         self.model.load_state_dict(state["model"])
@@ -739,8 +769,42 @@ class SPBTrainer:
         if got != meta["model_sha256"]:
             raise ValueError(f"{path}: model hash {got[:12]} after loading differs from meta.json's "
                              f"{meta['model_sha256'][:12]}")
-        rng = path / f"rng-rank{self.rank}.pt"
+        rng = path / meta.get("rng_pattern", "rng-rank{rank}.pt").format(rank=self.rank)
         if int(meta["world_size"]) == self.world and rng.exists():
             self._set_rng_state(torch.load(rng, weights_only=False))
         self.barrier()
         return int(state["iteration"])
+
+    # ----- partial recovery: copy a peer's state -----
+    def broadcast_state(self, src: int, extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+        """Collective. Job rank ``src`` sends its model state, optimizer state and ``extra`` (any
+        picklable dict) to every other rank of the job, which load them; afterwards every replica
+        is bit-identical to ``src`` (checked: each rank compares its state hash, optimizer
+        included, with the source's). Returns ``(src's extra, bytes sent by src to each rank)``.
+
+        This is how a replacement worker joins a running job in partial recovery (CPR-style): it
+        copies the current weights and optimizer state from a surviving peer instead of everyone
+        rolling back to the last checkpoint."""
+        import io
+
+        if self.world == 1:
+            return dict(extra or {}), 0
+        n = torch.zeros(1, dtype=torch.int64)
+        if self.rank == src:
+            buf = io.BytesIO()
+            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "hash": self.state_hash(include_optimizer=True), "extra": dict(extra or {})}, buf)
+            data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+            n[0] = data.numel()
+        dist.broadcast(n, src=self._global(src), group=self.pg)
+        if self.rank != src:
+            data = torch.empty(int(n[0]), dtype=torch.uint8)
+        dist.broadcast(data, src=self._global(src), group=self.pg)
+        obj = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self.device, weights_only=False)
+        if self.rank != src:
+            self.model.load_state_dict(obj["model"])
+            self.optimizer.load_state_dict(obj["optimizer"])
+            got = self.state_hash(include_optimizer=True)
+            if got != obj["hash"]:
+                raise RuntimeError(f"state copied from rank {src} hashes to {got[:12]}, not {obj['hash'][:12]}")
+        return obj["extra"], int(n[0])

@@ -407,7 +407,7 @@ def test_a_failing_worker_fails_its_job_with_the_workers_error(ray_env, tmp_path
     from agents import make_scheduler
     from jigsaw_executor.live import JobFailed
 
-    cfg = LiveConfig(slots=2, steps_per_round=50, timeout_s=4.0)
+    cfg = LiveConfig(slots=2, steps_per_round=50, timeout_s=4.0, max_restarts=0)  # no recovery: fail at once
     rank = world - 1
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", world, 200)], make_scheduler("fifo"), cfg, tmp_path / mode,
                       pool=ray_env["pool"], hub=ray_env["hub"], fail_at={0: (rank, 3, mode)})

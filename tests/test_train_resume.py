@@ -1,0 +1,160 @@
+"""Training runs survive a crash and are reproducible (train_agent.py / `jigsaw train`).
+
+* A run really killed mid-way (a subprocess, SIGKILL once a checkpoint is on disk) continues with
+  ``--resume`` from its newest complete checkpoint to the same total number of timesteps; the
+  evaluations of the lost part are dropped from eval.csv.
+* Two runs with the same ``--seed`` give bit-identical policies and evaluation curves (one env in
+  this process, and two SubprocVecEnv workers); another seed gives another policy.
+
+Tiny settings: hand-built cost tables (names of their own) in a folder passed with ``--tables``,
+an 8-GPU cluster, 8-job episodes, 64-step rollouts.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sb3_contrib")
+
+from jigsaw_env.cli import main  # noqa: E402
+from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table  # noqa: E402
+
+GiB = 1 << 30
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tables")
+    for name, groups, fixed, act, t in (("rsA", 4, 5.0, 0.5, 0.05), ("rsB", 6, 6.0, 1.0, 0.08)):
+        gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act * GiB), t, t, t) for i in range(groups))
+        CostTable(name, 8, "v100", gs, 0.01, int(fixed * GiB), {"all": "hand-built test table"}).save(
+            d / f"{name}-bs8-v100.json")
+    yield str(d)
+    for m in ("rsA", "rsB"):
+        unregister_table(m, 8, "v100")
+
+
+def tiny(tables: str, run_dir, *extra: str) -> list[str]:
+    return ["--tables", tables, "--trace", "synthetic:models=rsA+rsB", "--gpus", "8", "--window-k", "4",
+            "--max-jobs", "8", "--n-steps", "64", "--batch-size", "32", "--n-epochs", "2", "--eval-episodes", "1",
+            "--no-progress", "--no-tensorboard", "--run-dir", str(run_dir), *extra]
+
+
+def policy_hash(path: Path) -> str:
+    import torch
+
+    with zipfile.ZipFile(path) as z:
+        sd = torch.load(io.BytesIO(z.read("policy.pth")), weights_only=False)
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode())
+        h.update(sd[k].numpy().tobytes())
+    return h.hexdigest()
+
+
+def eval_rows(run: Path) -> list[list[str]]:
+    """eval.csv without its wall-clock column."""
+    lines = (run / "eval.csv").read_text().splitlines()
+    assert lines[0].split(",")[-1] == "wall_s"
+    return [ln.split(",")[:-1] for ln in lines[1:]]
+
+
+def checkpoints(run: Path) -> list[int]:
+    """Steps of the complete checkpoints (model and statistics both on disk)."""
+    ck = run / "checkpoints"
+    out = []
+    for f in ck.glob("rl_model_*_steps.zip") if ck.is_dir() else []:
+        m = re.fullmatch(r"rl_model_(\d+)_steps\.zip", f.name)
+        if m and (ck / f"rl_model_vecnormalize_{m.group(1)}_steps.pkl").is_file():
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_to_the_same_total(tables, tmp_path):
+    run = tmp_path / "run"
+    total = 1536
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, str(ROOT / "train_agent.py"),
+           *tiny(tables, run, "--timesteps", str(total), "--checkpoint-freq", "128", "--eval-freq", "256",
+                 "--n-envs", "2", "--seed", "1")]
+    log = open(tmp_path / "train.log", "wb")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not (checkpoints(run) and checkpoints(run)[-1] >= 512):
+            assert p.poll() is None, (tmp_path / "train.log").read_text()[-2000:]
+            assert time.time() < deadline, "no checkpoint at 512 steps within 240 s"
+            time.sleep(0.01)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # its SubprocVecEnv workers, if any are left
+        except OSError:
+            pass
+        log.close()
+    assert not (run / "model.zip").exists(), "the run ended before it was killed"
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["trained_timesteps"] == 0 and cfg["timesteps"] == total
+    newest = checkpoints(run)[-1]
+    assert newest < total
+    rc = main(["train", "--run-dir", str(run), "--resume", "--timesteps", str(total), "--no-progress",
+               "--no-tensorboard"])
+    assert rc == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["trained_timesteps"] == total
+    assert cfg["resumed"][-1]["from_timesteps"] == newest and cfg["resumed"][-1]["to_timesteps"] == total
+    steps = [int(r[0]) for r in eval_rows(run)]
+    assert steps == sorted(set(steps)) and steps[-1] == total  # no evaluation twice, up to the end
+    assert checkpoints(run)[-1] == total
+    # the final model loads and acts
+    from sb3_contrib import MaskablePPO
+
+    model = MaskablePPO.load(run / "model.zip", device="cpu")
+    assert model.num_timesteps == total
+
+
+@pytest.mark.slow
+def test_resume_skips_a_checkpoint_cut_short(tables, tmp_path):
+    """A newest checkpoint that is not a readable zip (an older writer killed mid-save) is passed
+    over: --resume continues from the one before."""
+    run = tmp_path / "run"
+    assert main(["train", *tiny(tables, run, "--timesteps", "256", "--checkpoint-freq", "128", "--eval-freq", "128",
+                                "--n-envs", "1", "--vec", "dummy", "--seed", "2")]) == 0
+    (run / "model.zip").unlink()
+    ck = run / "checkpoints"
+    (ck / "rl_model_256_steps.zip").write_bytes((ck / "rl_model_256_steps.zip").read_bytes()[:500])
+    assert main(["train", "--run-dir", str(run), "--resume", "--timesteps", "384", "--no-progress",
+                 "--no-tensorboard"]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["resumed"][-1]["from_timesteps"] == 128 and cfg["trained_timesteps"] == 384
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_same_seed_same_policy_and_eval_curve(tables, tmp_path, n_envs):
+    vec = ["--vec", "dummy"] if n_envs == 1 else []
+    hashes, curves = [], []
+    for name, seed in (("a", 4), ("b", 4), ("c", 5))[:3 if n_envs == 1 else 2]:
+        run = tmp_path / name
+        assert main(["train", *tiny(tables, run, "--timesteps", "384", "--eval-freq", "128", "--checkpoint-freq",
+                                    "128", "--n-envs", str(n_envs), "--seed", str(seed), *vec)]) == 0
+        hashes.append(policy_hash(run / "model.zip"))
+        curves.append(eval_rows(run))
+    assert hashes[0] == hashes[1] and curves[0] == curves[1]
+    assert len(curves[0]) == 3
+    if n_envs == 1:
+        assert hashes[2] != hashes[0] and curves[2] != curves[0]  # the seed matters
