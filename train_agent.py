@@ -437,9 +437,17 @@ def train(args) -> dict:
     if args.resume:
         if not cfg_path.is_file():
             raise ValueError(f"--resume needs a run folder with config.json; {run_dir} has none")
-        cfg = json.loads(cfg_path.read_text())
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
         resume_from = _latest_checkpoint(run_dir)
         if resume_from is None:
+            unreadable = sorted(str(f) for f in [run_dir / "model.zip", *(run_dir / "checkpoints").glob("*.zip")]
+                                if f.is_file())
+            if unreadable:
+                raise ValueError(f"--resume: no readable saved model in {run_dir}: {', '.join(unreadable)} "
+                                 f"cannot be loaded (corrupt or cut short)")
             raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
         cfg["timesteps"] = args.timesteps
         cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
@@ -470,7 +478,10 @@ def train(args) -> dict:
             steps, model_path, vn_path = resume_from
             if vn_path is None:
                 raise ValueError(f"--resume: {run_dir} has {model_path.name} but no VecNormalize statistics beside it")
-            venv = VecNormalize.load(str(vn_path), venv)
+            try:
+                venv = VecNormalize.load(str(vn_path), venv)
+            except Exception as e:  # a corrupt pickle: say which file, in one line
+                raise ValueError(f"{vn_path}: cannot read the VecNormalize statistics ({type(e).__name__}: {e})") from None
             venv.training, venv.norm_reward = True, True
         else:
             venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=cfg["hyperparameters"]["gamma"])

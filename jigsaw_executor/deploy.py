@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jigsaw_env.cli_args import positive_float
+from jigsaw_env.cli_args import positive_float, positive_int
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
 
@@ -157,12 +157,12 @@ def register(subparsers) -> None:
     p.add_argument("--demo", action="store_true", help="run the built-in demo job set (docs/deploy.md)")
     p.add_argument("--jobs", default=None, help="job list: CSV or JSON with job_id, model, num_gpus, iterations, "
                                                  "arrival_s[, batch_size, seed, lr]")
-    p.add_argument("--slots", type=int, default=None, help="CPU slots (default: physical cores, at most that)")
+    p.add_argument("--slots", type=positive_int("--slots"), default=None, help="CPU slots (default: physical cores, at most that)")
     p.add_argument("--round-s", type=positive_float("--round-s"), default=None,
                    help=f"round length in wall seconds (default {DEMO_ROUND_S} for the demo, else 5)")
-    p.add_argument("--steps-per-round", type=int, default=None, help="fixed lockstep steps per round instead")
-    p.add_argument("--max-workers-per-gpu", type=int, default=2, help="workers (of different jobs) per slot")
-    p.add_argument("--slot-memory-gib", type=float, default=None, help="memory budget per slot (default 8 GiB)")
+    p.add_argument("--steps-per-round", type=positive_int("--steps-per-round"), default=None, help="fixed lockstep steps per round instead")
+    p.add_argument("--max-workers-per-gpu", type=positive_int("--max-workers-per-gpu"), default=2, help="workers (of different jobs) per slot")
+    p.add_argument("--slot-memory-gib", type=positive_float("--slot-memory-gib"), default=None, help="memory budget per slot (default 8 GiB)")
     p.add_argument("--thresholds", default=None,
                    help=f"LAS thresholds (GPU-s) for tiresias/jigsaw (demo default {DEMO_THRESHOLD_GPU_S:g})")
     p.add_argument("--link-alpha-us", type=float, default=None, help="slot-to-slot link latency the scheduler "
@@ -200,19 +200,34 @@ def _read_jobs(path: str):
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"job list not found: {p}")
-    df = pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p)
+    try:
+        df = pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p)
+    except ValueError as e:
+        raise ValueError(f"{p}: not a valid job list ({e})") from None
     for col in ("job_id", "model", "num_gpus", "iterations"):
         if col not in df.columns:
             raise ValueError(f"{p}: missing column {col!r} (need job_id, model, num_gpus, iterations[, arrival_s])")
     out = []
-    for row in df.to_dict("records"):
+    for i, row in enumerate(df.to_dict("records")):
+        line = i + 2  # the header is line 1
+
+        def conv(col, fn, what, default=None):
+            v = row.get(col, default)
+            try:
+                return fn(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"{p}: line {line}: column {col!r} must be {what}, got {v!r}") from None
+
         kw = {k: row[k] for k in ("batch_size", "seed", "lr", "data") if k in row and row[k] == row[k]}
         if "batch_size" in kw:
-            kw["batch_size"] = int(kw["batch_size"])
+            kw["batch_size"] = conv("batch_size", int, "an integer")
         if "seed" in kw:
-            kw["seed"] = int(kw["seed"])
-        out.append(LiveJob(int(row["job_id"]), str(row["model"]), int(row["num_gpus"]), float(row["iterations"]),
-                           arrival_s=float(row.get("arrival_s", 0.0) or 0.0), **kw))
+            kw["seed"] = conv("seed", int, "an integer")
+        arrival = row.get("arrival_s", 0.0)
+        out.append(LiveJob(conv("job_id", int, "an integer"), str(row["model"]), conv("num_gpus", int, "an integer"),
+                           conv("iterations", float, "a number"),
+                           arrival_s=conv("arrival_s", float, "a number", 0.0) if arrival == arrival and arrival else 0.0,
+                           **kw))
     return out
 
 
@@ -261,7 +276,10 @@ def _scheduler_for(policy: str, demo: bool, thresholds: str | None, spb: SPBConf
         base = policy.split("+")[0]
         th = thresholds if thresholds is not None else (str(DEMO_THRESHOLD_GPU_S) if demo else None)
         if th is not None and base in ("tiresias", "jigsaw"):
-            kwargs["thresholds"] = [float(x) for x in str(th).split(",") if x.strip()]
+            try:
+                kwargs["thresholds"] = [float(x) for x in str(th).split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"--thresholds must be comma-separated numbers (GPU-seconds), got {th!r}") from None
     spec = scheduler_spec(policy, kwargs)
     sched, rec = build_scheduler(spec, spb)
     return sched, rec, spec
