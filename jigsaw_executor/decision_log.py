@@ -264,7 +264,9 @@ def check_decisions(header: dict, rounds: list[dict], scenario=None) -> tuple[bo
             nr += 1
             if got != rec["policy_decision"]:
                 mismatches.append({"round": rec["round"], "logged": rec["policy_decision"], "replayed": got})
-            applied = decision_to_dict(scenario(st, decision_from_dict(got))[0]) if scenario is not None else got
+            dec = scenario(st, decision_from_dict(got))[0] if scenario is not None else decision_from_dict(got)
+            from .policies import idle_guard
+            applied = decision_to_dict(idle_guard(st, dec, header.get("idle_guard_s"))[0])
             if applied != rec["decision"]:
                 mismatches.append({"round": rec["round"], "what": "applied decision (scenario hook)",
                                    "logged": rec["decision"], "replayed": applied})

@@ -215,8 +215,10 @@ class LiveExecutor:
     def __init__(self, jobs: list[LiveJob], scheduler, config: LiveConfig, out_dir: str | Path, *,
                  scheduler_spec: dict | None = None, pool=None, hub=None, session=None, address: str | None = None,
                  scenario=None, run_id: str | None = None, fail_at: dict | None = None, recorder=None,
-                 allow_oversubscribe: bool = False, echo: Callable[[str], None] | None = None):
+                 allow_oversubscribe: bool = False, echo: Callable[[str], None] | None = None,
+                 idle_guard_s: float | None = 30.0):
         self.cfg = config
+        self.idle_guard_s = idle_guard_s  # see policies.idle_guard
         self.out = Path(out_dir)
         self.run_id = run_id or f"jigsaw-{uuid.uuid4().hex[:8]}"
         self.scheduler = scheduler
@@ -373,7 +375,8 @@ class LiveExecutor:
                         "steps_per_round": self.cfg.steps_per_round, "restart_s": self.cfg.restart_s},
                 "config": self.cfg.to_dict(), "jobs": [j.to_dict() for j in self.jobs],
                 "scheduler": self.scheduler_spec, "tables": tables,
-                "scenario": self.scenario.to_dict() if self.scenario is not None and hasattr(self.scenario, "to_dict") else None}
+                "scenario": self.scenario.to_dict() if self.scenario is not None and hasattr(self.scenario, "to_dict") else None,
+                "idle_guard_s": self.idle_guard_s}
 
     def event(self, kind: str, **kw) -> None:
         rec = {"t": round(self.now(), 6) if self.epoch else 0.0, "event": kind, **kw}
@@ -445,6 +448,9 @@ class LiveExecutor:
         if self.scenario is not None:
             decision, forced = self.scenario(st, decision)
             decision = Decision(decision)
+        from .policies import idle_guard
+        decision, guarded = idle_guard(st, decision, self.idle_guard_s)
+        forced = forced + guarded
         validate_decision(st, decision)  # InfeasibleDecision (ValueError) before anything changes
         plan = self._plan(decision)
         self._apply(decision)

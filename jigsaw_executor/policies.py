@@ -95,3 +95,29 @@ def build_scheduler(spec: dict, spb: SPBConfig):
     spec.setdefault("window_k", rec.window_k)
     spec.setdefault("observe_remaining", bool(rec.config["env"].get("observe_remaining", True)))
     return sched, rec
+
+
+def idle_guard(state, decision, wait_s: float | None):
+    """Work-conserving fallback for live runs: when ``decision`` runs nothing although a waiting
+    job has waited at least ``wait_s`` seconds, start waiting jobs in arrival order (level 0,
+    consolidated) where they fit. A policy that keeps the cluster idle (an undertrained one can
+    choose "advance" forever) would otherwise stall the run. A pure function of the state, so the
+    decision-log replay re-applies it. Returns (decision, forced records)."""
+    from jigsaw_env.placement import GpuLedger
+    from jigsaw_env.state import Decision, JobStatus
+
+    if wait_s is None or len(decision) > 0:
+        return decision, []
+    waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING]
+    if not any(state.time_s - j.arrival_s >= wait_s for j in waiting):
+        return decision, []
+    led = GpuLedger(state)
+    started = []
+    for j in waiting:
+        jd = led.place(j, "consolidated", 0)
+        if jd is not None:
+            led.add(j.job_id, jd, checked=True)
+            started.append(j.job_id)
+    if not started:
+        return decision, []
+    return Decision(led.decision), [{"kind": "idle_guard", "started": started}]
