@@ -133,6 +133,11 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
     return jobs
 
 
+class PolicyStalled(ValueError):
+    """A policy left every job waiting for too many rounds in a row (Simulator.run). A ValueError,
+    so the command line prints its one line instead of a traceback."""
+
+
 def _same_decision(d, in_force: Decision) -> bool:
     if not isinstance(d, dict) or len(d) != len(in_force):
         return False
@@ -544,7 +549,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ whole episodes
     def run(self, policy: Callable[[ClusterState], Decision], progress: bool = False,
-            skip_quiet: bool = True) -> dict:
+            skip_quiet: bool = True, max_stalled_rounds: int | None = 1000) -> dict:
         """Run to the end with ``policy(state) -> Decision`` each round; return the metrics.
 
         Quiet rounds: when the policy (a scheduler, or its bound ``schedule``) has a
@@ -552,6 +557,11 @@ class Simulator:
         keep that allocation without asking it again, until a job arrives or finishes or its
         ``quiet_until`` time comes. Results are identical (tests/test_perf.py checks it against
         ``skip_quiet=False``); only the calls are saved.
+
+        A policy that runs nothing for ``max_stalled_rounds`` rounds in a row while jobs wait (an
+        undertrained learned policy can choose "advance" forever; no heuristic does, since any
+        waiting job fits the idle cluster) raises :class:`PolicyStalled` instead of looping
+        forever. None turns the check off.
         """
         owner = getattr(policy, "__self__", policy)
         quiet_fn = getattr(owner, "quiet_until", None) if skip_quiet else None
@@ -561,7 +571,9 @@ class Simulator:
             bar = tqdm(total=len(self.state.jobs), unit="job", desc="simulating")
         quiet_until = -float("inf")
         st = self.state
+        stalled = 0
         while not self.done:
+            waiting_at_start = len(st.active_ids)
             if st.time_s < quiet_until - 1e-9:
                 self.quiet_rounds += 1
                 pos = self._pending_pos
@@ -576,6 +588,13 @@ class Simulator:
                 r = self.step(d)
             if r.finished or self._pending_pos != pos:
                 quiet_until = -float("inf")  # an event: ask the policy next round
+            if max_stalled_rounds is not None:
+                stalled = stalled + 1 if (r.allocated_gpu_s == 0.0 and waiting_at_start) else 0
+                if stalled >= max_stalled_rounds:
+                    raise PolicyStalled(
+                        f"the policy ran nothing for {stalled} rounds in a row while {waiting_at_start} jobs "
+                        f"waited (simulated time {st.time_s:,.0f} s); it never starts them (an undertrained "
+                        f"policy?). Raise max_stalled_rounds or train longer")
             if bar is not None and r.finished:
                 bar.update(len(r.finished))
         if bar is not None:
