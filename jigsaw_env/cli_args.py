@@ -5,8 +5,8 @@ import argparse
 import math
 
 
-def positive_int(flag: str):
-    """Parser for an integer >= 1; accepts integer-valued notations such as ``1e5``."""
+def int_at_least(flag: str, low: int):
+    """Parser for an integer >= ``low``; accepts integer-valued notations such as ``1e5``."""
     def parse(v: str) -> int:
         try:
             f = float(v)
@@ -15,10 +15,20 @@ def positive_int(flag: str):
             x = int(f)
         except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {v!r}") from None
-        if x < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {x}")
+        if x < low:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= {low}, got {x}")
         return x
     return parse
+
+
+def positive_int(flag: str):
+    """Parser for an integer >= 1."""
+    return int_at_least(flag, 1)
+
+
+def non_negative_int(flag: str):
+    """Parser for an integer >= 0."""
+    return int_at_least(flag, 0)
 
 
 def positive_float(flag: str):

@@ -35,6 +35,16 @@ class Member:
     iso_s: float = 0.0  # the job's isolated iteration time (s), cached by the simulator
 
 
+def _computed(row: list[float], partial: float) -> float:
+    """GPU-seconds computed ``partial`` seconds into a step whose per-GPU loads are ``row``
+    (compute comes first in a step: min(load, partial) on each GPU)."""
+    if partial <= 0:
+        return 0.0
+    if len(row) == 1:
+        return row[0] if row[0] < partial else partial
+    return sum(x if x < partial else partial for x in row)
+
+
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
@@ -149,20 +159,8 @@ class Component:
                 self.k = k1
                 self.partial = max(0.0, target - k1 * c)
             dk = self.k - k0
-            p1 = self.partial
             row = self._loads_l[0]
-            busy = dk * self._cum_tot[-1]
-            if len(row) == 1:
-                x0 = row[0]
-                if p1 > 0:
-                    busy += x0 if x0 < p1 else p1
-                if p0 > 0:
-                    busy -= x0 if x0 < p0 else p0
-            else:
-                if p1 > 0:
-                    busy += sum(x if x < p1 else p1 for x in row)
-                if p0 > 0:
-                    busy -= sum(x if x < p0 else p0 for x in row)
+            busy = dk * self._cum_tot[-1] + _computed(row, self.partial) - _computed(row, p0)
             return dk, run, busy, [dk * cb[-1] for cb in self._cum_bytes_l]
         if run > 0:
             q, r = divmod(k0, H)
@@ -175,13 +173,7 @@ class Component:
         ct = self._cum_tot
         q0, r0 = divmod(k0, H)
         q1, r1 = divmod(k1, H)
-        busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0]
-        if p1 > 0:
-            row = self._loads_l[r1]
-            busy += (row[0] if row[0] < p1 else p1) if len(row) == 1 else sum(x if x < p1 else p1 for x in row)
-        if p0 > 0:
-            row = self._loads_l[r0]
-            busy -= (row[0] if row[0] < p0 else p0) if len(row) == 1 else sum(x if x < p0 else p0 for x in row)
+        busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0] + _computed(self._loads_l[r1], p1) - _computed(self._loads_l[r0], p0)
         bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
         return k1 - k0, run, busy, bytes_
 

@@ -13,7 +13,7 @@ Placement options (the environment's finite menu; heuristics may also build plac
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -241,6 +241,34 @@ def validate_decision(state: ClusterState, decision: Decision) -> GpuLedger:
             raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
         ledger.add(int(jid), jd)
     return ledger
+
+
+def connected_groups(gpus_of: Mapping[int, Sequence[int]]) -> list[list[int]]:
+    """Jobs connected through shared GPUs (union-find over ``{job_id: gpus}``): each group
+    sorted, groups ordered by their smallest job id. The simulator's co-location components and
+    the live executor's lockstep groups."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[int, int] = {}
+    for jid, gpus in gpus_of.items():
+        find(jid)
+        for g in gpus:
+            if g in owner:
+                a, b = find(owner[g]), find(jid)
+                if a != b:
+                    parent[a] = b
+            else:
+                owner[g] = jid
+    groups: dict[int, list[int]] = {}
+    for jid in gpus_of:
+        groups.setdefault(find(jid), []).append(jid)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
 def gpus_on_nodes(state: ClusterState, gpus: Sequence[int]) -> int:

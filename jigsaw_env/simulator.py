@@ -23,7 +23,7 @@ import pandas as pd
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, Member
-from .placement import GpuLedger, InfeasibleDecision, validate_decision
+from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
 from .spb import Pattern, SPBConfig
 from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
 
@@ -335,27 +335,7 @@ class Simulator:
         for jid in dirty:
             self._comp_of.pop(jid, None)
         running = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
-        # union-find over GPUs among the dirty running jobs
-        parent: dict[int, int] = {}
-
-        def find(x: int) -> int:
-            while parent.setdefault(x, x) != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for jid in running:
-            gs = st.jobs[jid].placement
-            for g in gs[1:]:
-                ra, rb = find(gs[0]), find(g)
-                if ra != rb:
-                    parent[ra] = rb
-            find(gs[0])
-        groups: dict[int, list[int]] = {}
-        for jid in running:
-            groups.setdefault(find(st.jobs[jid].placement[0]), []).append(jid)
-        for jids in groups.values():
-            jids.sort()
+        for jids in connected_groups({jid: st.jobs[jid].placement for jid in running}):
             members = []
             ready = st.time_s
             for jid in jids:

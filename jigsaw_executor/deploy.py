@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jigsaw_env.cli_args import positive_float, positive_int
+from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
 
@@ -98,13 +98,10 @@ class DemoScenario:
             # the victim: the running job with the most attained service (the one LAS would
             # demote first); waiting jobs that now fit take its slots (level 0, consolidated)
             for victim in running[:1]:
+                from .policies import start_where_they_fit
+
                 led = GpuLedger(state, Decision({k: v for k, v in dec.items() if k != victim.job_id}))
-                started = []
-                for w in waiting:
-                    jd = led.place(w, "consolidated", 0)
-                    if jd is not None:
-                        led.add(w.job_id, jd, checked=True)
-                        started.append(w.job_id)
+                started = start_where_they_fit(led, waiting)
                 dec = led.decision
                 forced.append({"kind": "preempt", "job": victim.job_id, "started": started})
         if state.round >= self.level_by_round and sum(j.level_changes for j in jobs) == 0 \
@@ -132,23 +129,6 @@ class DemoScenario:
 # --------------------------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------------------------
-def _nonneg_int(flag: str):
-    """Parser for an integer >= 0 (the wording of ``jigsaw_env.cli_args.positive_int``)."""
-    def parse(text: str) -> int:
-        try:
-            f = float(text)
-            if not f.is_integer():
-                raise ValueError(text)
-            v = int(f)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 0, got {v}")
-        return v
-
-    return parse
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("deploy", help="run real training jobs on CPU slots under a scheduler or policy",
                               description=__doc__.split("\n\n")[0])
@@ -175,10 +155,10 @@ def register(subparsers) -> None:
                                                      "starting one")
     p.add_argument("--timeout-s", type=positive_float("--timeout-s"), default=60.0,
                    help="collective and store timeout: a stalled worker fails its job after it")
-    p.add_argument("--checkpoint-every", type=_nonneg_int("--checkpoint-every"), default=500, metavar="N",
+    p.add_argument("--checkpoint-every", type=non_negative_int("--checkpoint-every"), default=500, metavar="N",
                    help="checkpoint every running job every N iterations (0: only at pause and done); a "
                         "failure loses at most N iterations (default 500)")
-    p.add_argument("--max-restarts", type=_nonneg_int("--max-restarts"), default=3, metavar="N",
+    p.add_argument("--max-restarts", type=non_negative_int("--max-restarts"), default=3, metavar="N",
                    help="recoveries allowed per job before the run fails (default 3)")
     p.add_argument("--recovery", choices=("full", "partial"), default="full",
                    help="after a worker failure: restart the job from its last checkpoint (full, default) or "

@@ -165,28 +165,9 @@ def live_cluster(cfg: LiveConfig) -> ClusterSpec:
 
 def components_of(decision: dict) -> list[list[int]]:
     """Jobs connected through shared slots, each list sorted, ordered by smallest job id."""
-    parent: dict[int, int] = {}
+    from jigsaw_env.placement import connected_groups
 
-    def find(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    owner: dict[int, int] = {}
-    for jid, jd in decision.items():
-        find(jid)
-        for g in jd.gpus:
-            if g in owner:
-                a, b = find(owner[g]), find(jid)
-                if a != b:
-                    parent[a] = b
-            else:
-                owner[g] = jid
-    groups: dict[int, list[int]] = {}
-    for jid in decision:
-        groups.setdefault(find(jid), []).append(jid)
-    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+    return connected_groups({jid: jd.gpus for jid, jd in decision.items()})
 
 
 def _steps_to_finish(job: JobState, eta: float) -> int:

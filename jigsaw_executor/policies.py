@@ -97,6 +97,16 @@ def build_scheduler(spec: dict, spb: SPBConfig):
     return sched, rec
 
 
+def start_where_they_fit(ledger, jobs) -> list[int]:
+    """Add each of ``jobs`` in order to ``ledger`` at level 0 on consolidated GPUs where it fits;
+    returns the ids started (the demo scenario's and the idle guard's fallback placement)."""
+    started = []
+    for j in jobs:
+        if ledger.place_and_add(j, "consolidated", 0) is not None:
+            started.append(j.job_id)
+    return started
+
+
 def idle_guard(state, decision, wait_s: float | None):
     """Work-conserving fallback for live runs: when ``decision`` runs nothing although a waiting
     job has waited at least ``wait_s`` seconds, start waiting jobs in arrival order (level 0,
@@ -112,12 +122,7 @@ def idle_guard(state, decision, wait_s: float | None):
     if not any(state.time_s - j.arrival_s >= wait_s for j in waiting):
         return decision, []
     led = GpuLedger(state)
-    started = []
-    for j in waiting:
-        jd = led.place(j, "consolidated", 0)
-        if jd is not None:
-            led.add(j.job_id, jd, checked=True)
-            started.append(j.job_id)
+    started = start_where_they_fit(led, waiting)
     if not started:
         return decision, []
     return Decision(led.decision), [{"kind": "idle_guard", "started": started}]
