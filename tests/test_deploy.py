@@ -72,7 +72,8 @@ def test_demo_completes_every_job_with_preemption_and_level_change(demo):
     # every job ran under the control plane, and jobs competed for the slots (>= 2 active at once)
     rounds = _rounds(out)
     assert {int(k) for r in rounds for k in r["decision"]} == {0, 1, 2}
-    assert max(len(r["state"]["active_ids"]) for r in rounds) >= 2
+    # (an idle round, waiting for the next arrival after every arrived job finished, has no state)
+    assert max(len(r["state"]["active_ids"]) for r in rounds if not r.get("idle")) >= 2
     for name in ("run_log.jsonl", "iterations.jsonl", "decision_log.jsonl", "summary.json",
                  "scheduler_state.json", "replay.json"):
         assert (out / name).is_file(), name
@@ -100,7 +101,8 @@ def test_demo_replay_gives_the_same_decisions(demo):
 
     out, _, replay, _ = demo
     assert replay["decisions_match"], replay["mismatches"][:3]
-    assert replay["rounds_checked"] == len(_rounds(out))
+    # every round that decided something is checked; idle rounds (no job arrived yet) decide nothing
+    assert replay["rounds_checked"] == len([r for r in _rounds(out) if not r.get("idle")])
     again = replay_decision_log(out / "decision_log.jsonl").to_dict()
     assert again["decisions_match"] and again["rounds_checked"] == replay["rounds_checked"]
     assert {j["job_id"] for j in again["jobs"]} == {0, 1, 2}
