@@ -26,12 +26,13 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from jigsaw_env.cli_args import positive_int
+from jigsaw_env.cli_args import positive_float, positive_int
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -97,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
     a.add_argument("--timesteps", type=positive_int("--timesteps"), default=100_000,
                    help="total env steps to train to (with --resume: the new total) (default 100000)")
+    a.add_argument("--max-wall-s", type=positive_float("--max-wall-s"), default=None, metavar="S",
+                   help="stop learning after S seconds of wall time in all (resumed runs included) and save, "
+                        "whichever comes first with --timesteps (default: no limit)")
     a.add_argument("--n-envs", type=positive_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
                    help="parallel environments (default min(4, CPUs))")
     a.add_argument("--vec", choices=("subproc", "dummy"), default="subproc",
@@ -173,7 +177,7 @@ def config_from_args(args) -> dict[str, Any]:
         "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots),
         "normalize_obs": True, "normalize_reward": True,
         "n_envs": args.n_envs, "vec": args.vec, "seed": args.seed,
-        "timesteps": args.timesteps, "trained_timesteps": 0,
+        "timesteps": args.timesteps, "trained_timesteps": 0, "max_wall_s": args.max_wall_s,
         "eval": {"freq": args.eval_freq, "episodes": args.eval_episodes},
         "checkpoint_freq": args.checkpoint_freq,
         "tables": str(Path(args.tables).resolve()) if args.tables else None,
@@ -368,6 +372,20 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                            Path(self._checkpoint_path("vecnormalize_", extension="pkl")))
             return True
 
+    class StopAtWallTime(BaseCallback):
+        """Ends learning once the run's wall time (earlier sessions of a resumed run included)
+        reaches ``cfg["max_wall_s"]``; the model is then saved as at a normal end."""
+
+        def __init__(self, limit_s: float):
+            super().__init__()
+            self.limit_s = float(limit_s)
+
+        def _on_step(self) -> bool:
+            if time.perf_counter() - t_start < self.limit_s:
+                return True
+            cfg["stopped_at_wall_limit"] = True
+            return False
+
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     cbs = [
         AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
@@ -376,6 +394,8 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                   best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
                   use_masking=masked, warn=False, verbose=cfg.get("verbose", 0)),
     ]
+    if cfg.get("max_wall_s"):
+        cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0)))
     if cfg["sampling"].get("curriculum"):
         cbs.append(Curriculum(cfg["sampling"].get("curriculum_steps") or cfg["timesteps"] // 2))
     return CallbackList(cbs)
@@ -450,6 +470,8 @@ def train(args) -> dict:
                                  f"cannot be loaded (corrupt or cut short)")
             raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
         cfg["timesteps"] = args.timesteps
+        if args.max_wall_s is not None:
+            cfg["max_wall_s"] = args.max_wall_s
         cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
                                               "to_timesteps": args.timesteps,
                                               "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
@@ -509,12 +531,17 @@ def train(args) -> dict:
         t0 = time.perf_counter()
         if remaining > 0:
             callbacks = _callbacks(cfg, run_dir, eval_env, n_envs, t0)
+            cfg["stopped_at_wall_limit"] = False
+            prev_term = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # `kill PID` saves too, like Ctrl-C
             try:
                 model.learn(total_timesteps=remaining, callback=callbacks, progress_bar=bool(getattr(args, "progress", True)),
                             reset_num_timesteps=resume_from is None, tb_log_name=cfg["algo"])
             except KeyboardInterrupt:
                 _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
                 raise
+            finally:
+                signal.signal(signal.SIGTERM, prev_term)
         else:
             print(f"{run_dir}: already trained for {model.num_timesteps} >= {target} timesteps; nothing to do")
         _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
@@ -539,6 +566,10 @@ def _truncate_eval_csv(path: Path, steps: int) -> None:
         _atomic_write(path, lambda f: f.write(("\n".join(keep) + "\n").encode()))
 
 
+def _sigterm_as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:
     save_state(model, venv, run_dir / "model.zip", run_dir / "vecnormalize.pkl")
     cfg["trained_timesteps"] = int(model.num_timesteps)
@@ -558,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
+    except KeyboardInterrupt:
+        where = f" in {args.run_dir}" if getattr(args, "run_dir", None) else ""
+        print(f"train_agent.py: interrupted; the model so far is saved{where} (--resume continues it)", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"train_agent.py: error: {msg}", file=sys.stderr)

@@ -205,11 +205,18 @@ class LearnedAgent:
         return env
 
     def play(self, env, jobs, seed: int = 0):
-        """Play one episode of ``env`` on the job table ``jobs``; returns the env's Simulator."""
+        """Play one episode of ``env`` on the job table ``jobs``; returns the env's Simulator.
+
+        Like ``Simulator.run``, raises :class:`~jigsaw_env.simulator.PolicyStalled` when the policy
+        runs nothing for the env's ``max_stalled_rounds`` rounds in a row while jobs wait."""
+        from jigsaw_env.simulator import PolicyStalled
+
         obs, _ = env.reset(seed=seed, options={"jobs": jobs})
         while True:
             a = self.act(obs, env.action_masks())
-            obs, _, term, trunc, _ = env.step(a)
+            obs, _, term, trunc, info = env.step(a)
+            if trunc and "policy_stalled" in info:
+                raise PolicyStalled(info["policy_stalled"] + "; it never starts them (an undertrained policy?)")
             if term or trunc:
                 return env.sim
 
@@ -241,7 +248,7 @@ class LearnedScheduler(Scheduler):
             steps += 1
             if a != codec.advance:
                 b.apply(a)
-            if a == codec.advance or steps > 2 * codec.window_k + 2:
+            if a == codec.advance or steps > b.step_cap:
                 return b.ledger.decision
 
 

@@ -1,20 +1,18 @@
 """PPO study: MaskablePPO (3 training seeds) vs Tiresias, SRTF and Jigsaw on a fixed list of held-out
 Philly windows, with paired confidence intervals (issue 4, the learned-agent target).
 
-    python -m bench.ppo_study                           # full study (about 35-40 min on 2 shared cores)
+    python -m bench.ppo_study                           # full study (3 x 25 min of training, then evaluation)
     python -m bench.ppo_study --reuse                   # re-evaluate the runs already trained
-    python -m bench.ppo_study --seeds 0 --timesteps 256 --windows 2 --window-jobs 10 --max-jobs 10 \\
-        --out /tmp/tiny                                 # tiny mode (tests/test_ppo_study.py)
+    python -m bench.ppo_study --seeds 0 --timesteps 256 --train-s 0 --windows 2 --window-jobs 10 \
+        --max-jobs 10 --out /tmp/tiny                   # tiny mode (tests/test_ppo_study.py)
 
 1. **Training.** One ``jigsaw train`` (= ``python train_agent.py``) per seed, one after the other,
    each under ``nice -n 5`` with ``OMP_NUM_THREADS=1``: MaskablePPO, ``--n-envs 2`` (SubprocVecEnv),
    episodes = windows of ``--max-jobs`` consecutive jobs from the *first* ``1 - holdout`` of the trace
-   (``agents/rl_env.py: TrainingEnv``, split "train"), offered load ``--load``. ``train_agent.py`` has
-   no wall-clock option, so ``--timesteps`` is chosen from the frames per second of a short
-   calibration run (``--calib-timesteps``) to fill ``--target-s`` seconds of learning; a watchdog
-   sends SIGINT to a run still going at ``--budget-s`` (train_agent saves the model on
-   KeyboardInterrupt) and the report says so. The issue allows 30 minutes per run; we use about 10
-   because the machine (2 cores) is shared.
+   (``agents/rl_env.py: TrainingEnv``, split "train"), offered load ``--load``. Each run learns for
+   ``--train-s`` seconds of wall time (``train_agent.py --max-wall-s``; the issue allows 30 minutes
+   per run) or ``--timesteps``, whichever comes first; a watchdog sends SIGINT to a run still going
+   at ``--budget-s`` (train_agent saves the model on KeyboardInterrupt) and the report says so.
 2. **Held-out windows.** The held-out split is exactly the one training never sees:
    ``TrainingEnv(split="eval")._load_split()`` (the last ``holdout`` of the jobs by arrival). From it,
    ``--windows`` windows of ``--window-jobs`` consecutive jobs at evenly spaced offsets
@@ -78,13 +76,18 @@ def t_interval(x: Sequence[float], conf: float = 0.95) -> dict[str, Any]:
 
 
 def paired(a: Sequence[float], b: Sequence[float], conf: float = 0.95) -> dict[str, Any]:
-    """Paired differences a_i - b_i with their t-interval, plus wins/losses/ties (|d| <= 1e-9)."""
+    """Paired differences a_i - b_i with their t-interval, plus wins/losses/ties (|d| <= 1e-9).
+    Pairs with a missing (NaN: the policy stalled) value are left out and counted in ``missing``."""
     a = np.asarray(list(a), dtype=np.float64)
     b = np.asarray(list(b), dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired samples need the same length, got {a.shape} and {b.shape}")
+    ok = np.isfinite(a) & np.isfinite(b)   # a stalled policy has no JCT on that window
+    missing = int((~ok).sum())
+    a, b = a[ok], b[ok]
     d = a - b
     out = t_interval(d, conf)
+    out["missing"] = missing
     out["diffs"] = [float(v) for v in d]
     out["wins"] = int((d < -1e-9).sum())      # a lower (better) than b
     out["losses"] = int((d > 1e-9).sum())
@@ -175,7 +178,8 @@ def build_windows(held, window_jobs: int, windows: int, gpus: int, load: float |
 
 # ----------------------------------------------------------------------------------------- training
 def train_cmd(a, seed: int, run_dir: Path, timesteps: int, eval_freq: int, eval_episodes: int) -> list[str]:
-    return ["--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
+    wall = ["--max-wall-s", str(a.train_s)] if a.train_s else []
+    return [*wall, "--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
             "--holdout", str(a.holdout), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
             "--eval-freq", str(eval_freq), "--eval-episodes", str(eval_episodes),
             "--checkpoint-freq", str(max(1, min(timesteps, 16384))), "--seed", str(seed), "--no-progress",
@@ -211,6 +215,19 @@ def run_config(run_dir: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------- evaluation
+def run_task_or_stall(task) -> dict:
+    """``run_task``, but a learned policy that stalls (``PolicyStalled``) gives a row saying so
+    instead of ending the study: ``avg_jct_s`` NaN and ``stalled`` = the message."""
+    from jigsaw_env.evaluate import run_task
+    from jigsaw_env.simulator import PolicyStalled
+
+    try:
+        return run_task(task)
+    except PolicyStalled as e:
+        return {"agent": task.agent.label, "seed": task.seed, "avg_jct_s": float("nan"), "wall_s": float("nan"),
+                "stalled": str(e)}
+
+
 def evaluate_all(a, windows, runs: dict[str, Path]) -> list[dict]:
     """Every agent on every window via jigsaw_env.evaluate.run_task; returns metric rows."""
     from concurrent.futures import ProcessPoolExecutor
@@ -239,11 +256,11 @@ def evaluate_all(a, windows, runs: dict[str, Path]) -> list[dict]:
     rows: list[dict] = []
     if a.workers <= 1:
         _init_worker(None)
-        rows = [run_task(t) for t in tasks]
+        rows = [run_task_or_stall(t) for t in tasks]
     else:
         with ProcessPoolExecutor(max_workers=a.workers, mp_context=mp.get_context("spawn"),
                                  initializer=_init_worker, initargs=(None,)) as ex:
-            rows = list(ex.map(run_task, tasks))
+            rows = list(ex.map(run_task_or_stall, tasks))
     import shutil
     shutil.rmtree(tmp, ignore_errors=True)
     return rows
@@ -297,11 +314,14 @@ def write_md(path: Path, res: dict) -> None:
     L.append(f"- Training: MaskablePPO, {s['n_envs']} SubprocVecEnv envs, episodes of {s['max_jobs']} consecutive jobs, "
              f"default hyper-parameters (n_steps 256/env, batch 64, 10 epochs, net 128,128), observation includes "
              f"remaining work (`observe_remaining` = {s['observe_remaining']}: an oracle, as SRTF has).")
-    how = (f"{s['target_s']:.0f} s of learning targeted per run (timesteps from a calibration run at "
-           f"{_f(s['calib_fps'], 0)} steps/s)" if s["calibration"] else f"--timesteps {s['timesteps']} fixed")
-    L.append(f"- Wall-clock budget: {how}, hard stop (SIGINT) at {s['budget_s']:.0f} s. The issue allows 30 minutes per "
-             f"run; we used about {s['budget_s'] / 60:.0f} because the 2-core machine is shared. Runs were sequential, "
-             f"under `nice -n 5`, `OMP_NUM_THREADS=1`.")
+    how = []
+    if s.get("train_s"):
+        how.append(f"learning stops after {s['train_s']:.0f} s of wall time per run (`train_agent.py --max-wall-s`)")
+    if s.get("timesteps"):
+        how.append(f"or at --timesteps {s['timesteps']}")
+    L.append(f"- Wall-clock budget: {' '.join(how) or 'none'}; hard stop (SIGINT) at {s['budget_s']:.0f} s. The issue "
+             f"allows 30 minutes per run. Runs were sequential, under `nice -n 5`, `OMP_NUM_THREADS=1`, on a machine "
+             f"shared with other work (the frames each run got are in the table below).")
     L.append(f"- Evaluation: {s['windows']} fixed held-out windows of {s['window_jobs']} consecutive jobs at evenly "
              f"spaced offsets of the held-out split (same jobs for every agent and seed); the final `model.zip` of each "
              f"run (not `best/`, which is selected on held-out episodes), masked argmax, via "
@@ -370,11 +390,15 @@ def conclusion(res: dict) -> list[str]:
         if r in st["window_level"]:
             p = st["window_level"][r]
             out.append(f"- vs {r} (seeds averaged per window): {_ci(p)} h ({_f(100 * p['rel_diff'], 1)}%), {p['verdict']}.")
+    stalls = {lab: w for lab, w in res.get("stalled_windows", {}).items() if w}
+    if stalls:
+        out.append("- Stalled (ran nothing for 1000 rounds while jobs waited; left out of the pairs): "
+                   + "; ".join(f"{lab} on windows {w}" for lab, w in stalls.items()) + ".")
     target = all(st["per_seed"][lab]["tiresias"]["mean"] < 0 for lab in st["per_seed"]) and \
-        st["window_level"]["tiresias"]["hi"] < 0
+        st["window_level"]["tiresias"]["hi"] < 0 and not any(stalls.get(lab) for lab in st["per_seed"])
     out.append(f"- Issue 4 target (beat Tiresias's mean JCT on >= 10 held-out windows over >= 3 seeds, paired CIs): "
                f"{'MET' if target else 'NOT MET'} in this run (criterion used: every seed's mean paired difference < 0 and "
-               f"the window-level 95% CI entirely below 0).")
+               f"the window-level 95% CI entirely below 0, and no stalled window).")
     return out
 
 
@@ -388,10 +412,13 @@ def parse_args(argv=None):
     p.add_argument("--load", type=float, default=1.0, help="offered load of training episodes and windows")
     p.add_argument("--holdout", type=float, default=0.2)
     p.add_argument("--n-envs", type=int, default=2)
-    p.add_argument("--timesteps", type=int, default=None, help="fixed timesteps (skips the calibration run)")
-    p.add_argument("--calib-timesteps", type=int, default=4096)
-    p.add_argument("--target-s", type=float, default=540.0, help="learning seconds to fill per run (default 540)")
-    p.add_argument("--budget-s", type=float, default=720.0, help="hard wall-clock stop per run (default 720)")
+    p.add_argument("--train-s", type=float, default=1500.0,
+                   help="wall-clock seconds of learning per run (train_agent --max-wall-s; default 1500 = 25 min; "
+                        "0 = no limit)")
+    p.add_argument("--timesteps", type=int, default=None, help="timesteps per run (default: the wall limit decides)")
+    p.add_argument("--eval-freq", type=int, default=None, help="in-training evaluation every N steps (default 32768)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="hard stop (SIGINT) per run, in case learning overruns (default --train-s + 300)")
     p.add_argument("--eval-episodes", type=int, default=2, help="held-out episodes per in-training evaluation")
     p.add_argument("--windows", type=int, default=12, help="held-out evaluation windows (default 12)")
     p.add_argument("--window-jobs", type=int, default=80, help="jobs per evaluation window (default 80)")
@@ -406,6 +433,8 @@ def main(argv=None) -> dict:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     a = parse_args(argv)
     a.trace = a.trace or _default_trace()
+    if a.budget_s is None:
+        a.budget_s = (a.train_s or 3600.0) + 300.0
     seeds = [int(s) for s in str(a.seeds).split(",") if s.strip()]
     out = Path(a.out)
     runs_dir = out / "runs"
@@ -419,27 +448,9 @@ def main(argv=None) -> dict:
     windows = build_windows(held, a.window_jobs, a.windows, a.gpus, a.load)
     print(f"[ppo_study] split: train {len(train_split)} jobs, held-out {len(held)}; {len(windows)} windows", flush=True)
 
-    # --- calibration
-    calib = None
-    timesteps = a.timesteps
-    if timesteps is None:
-        cdir = runs_dir / "calib"
-        if a.reuse and (cdir / "model.zip").is_file():
-            c = run_config(cdir)
-        else:
-            if cdir.exists():
-                import shutil
-                shutil.rmtree(cdir)
-            r = run_training(train_cmd(a, 100, cdir, a.calib_timesteps, 10 ** 9, 1), runs_dir / "calib.log", a.budget_s)
-            if r["rc"] != 0:
-                raise SystemExit(f"calibration run failed (rc {r['rc']}); see {runs_dir / 'calib.log'}")
-            c = run_config(cdir)
-        fps = c["trained_timesteps"] / max(c["train_wall_s"], 1e-9)
-        block = 256 * a.n_envs
-        timesteps = max(block, int(fps * a.target_s) // block * block)
-        calib = {"timesteps": c["trained_timesteps"], "train_wall_s": c["train_wall_s"], "fps": fps}
-        print(f"[ppo_study] calibration: {fps:.0f} steps/s -> --timesteps {timesteps}", flush=True)
-    eval_freq = max(256 * a.n_envs, timesteps // 3)
+    # --- how long: a wall-clock limit per run (train_agent --max-wall-s), or a fixed --timesteps
+    timesteps = a.timesteps if a.timesteps is not None else 10 ** 9
+    eval_freq = a.eval_freq if a.eval_freq is not None else max(256 * a.n_envs, min(timesteps // 3, 32768))
 
     # --- training
     training = []
@@ -491,9 +502,13 @@ def main(argv=None) -> dict:
     order = list(HEURISTICS) + list(runs)
     per_window: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
     per_window_wall: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
+    stalled: dict[str, list[int]] = {lab: [] for lab in order}
     for row in rows:
         per_window[row["agent"]][int(row["seed"])] = float(row["avg_jct_s"]) / 3600.0
         per_window_wall[row["agent"]][int(row["seed"])] = float(row["wall_s"])
+        if row.get("stalled"):
+            stalled[row["agent"]].append(int(row["seed"]))
+            print(f"[ppo_study] {row['agent']} stalled on window {row['seed']}: {row['stalled']}", flush=True)
     stats = study_stats(per_window, list(runs))
 
     from jigsaw_env.evaluate import git_commit
@@ -507,8 +522,7 @@ def main(argv=None) -> dict:
                   "train_job_ids": [int(train_split["job_id"].iloc[0]), int(train_split["job_id"].iloc[-1])],
                   "heldout_job_ids": [int(held["job_id"].iloc[0]), int(held["job_id"].iloc[-1])],
                   "disjoint": disjoint, "load": a.load, "max_jobs": a.max_jobs, "n_envs": a.n_envs,
-                  "timesteps": timesteps, "eval_freq": eval_freq, "target_s": a.target_s, "budget_s": a.budget_s,
-                  "calibration": calib, "calib_fps": calib["fps"] if calib else float("nan"),
+                  "timesteps": a.timesteps, "eval_freq": eval_freq, "train_s": a.train_s, "budget_s": a.budget_s,
                   "observe_remaining": training[0]["observe_remaining"] if training else None,
                   "windows": a.windows, "window_jobs": a.window_jobs, "model_file": "model.zip (final)",
                   "notes": list(a.note)},
@@ -517,7 +531,9 @@ def main(argv=None) -> dict:
         "agent_order": order,
         "per_window_jct_h": per_window,
         "per_window_eval_wall_s": per_window_wall,
-        "mean_jct_h": {lab: float(np.mean(v)) for lab, v in per_window.items()},
+        "stalled_windows": stalled,
+        "mean_jct_h": {lab: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
+                       for lab, v in per_window.items()},
         "stats": stats,
         "train_wall_total_s": train_wall_total,
         "eval_wall_s": eval_wall,

@@ -12,7 +12,9 @@ combos ``lp``: 0 -> (0, rotating), then (l, rotating), (l, static) for l = 1..L.
 
 A :class:`RoundBuilder` holds the decision being built for the next round (it starts from the
 allocation in force) and computes masks exactly: every unmasked action applies cleanly, every
-masked one would be rejected (tests/test_env.py checks both directions).
+masked one would be rejected (tests/test_env.py checks both directions). Its window slides: once a
+slot's job is decided, the slot shows the next job behind the window, so a round can start every
+job of an arrival burst, not only the first K.
 """
 from __future__ import annotations
 
@@ -88,19 +90,21 @@ class ActionCodec:
         return ("run", slot, PLACEMENT_OPTIONS[opt], level, pattern)
 
 
-def select_window(state: ClusterState, k: int) -> list[int]:
-    """The K jobs the agent sees this round, frozen for the round.
+def window_order(state: ClusterState, k: int) -> list[int]:
+    """Every active job in the order the agent sees them this round (the first K are the window).
 
     Up to K/2 running jobs (the ones with the most attained service first: the natural
-    preemption candidates), then waiting jobs in arrival order, then more running jobs.
+    preemption candidates), then waiting jobs in arrival order, then the other running jobs.
     """
     running = sorted((j for j in state.running()), key=lambda j: (-j.attained_gpu_s, j.arrival_s, j.job_id))
     waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING]
     take_run = min(len(running), k // 2)
-    out = [j.job_id for j in running[:take_run]]
-    out += [j.job_id for j in waiting[: k - len(out)]]
-    out += [j.job_id for j in running[take_run: take_run + k - len(out)]]
-    return out
+    return [j.job_id for j in running[:take_run]] + [j.job_id for j in waiting] + [j.job_id for j in running[take_run:]]
+
+
+def select_window(state: ClusterState, k: int) -> list[int]:
+    """The K jobs the agent sees at the start of a round (the first K of :func:`window_order`)."""
+    return window_order(state, k)[:k]
 
 
 class RoundBuilder:
@@ -111,7 +115,10 @@ class RoundBuilder:
         otherwise it is built from the running jobs. The builder owns and changes it."""
         self.state = state
         self.codec = codec
-        self.window = select_window(state, codec.window_k)
+        order = window_order(state, codec.window_k)
+        self.window = order[: codec.window_k]
+        self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
+        self.step_cap = 2 * codec.window_k + 2 + len(self._queue)
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
 
@@ -150,6 +157,7 @@ class RoundBuilder:
                 raise InvalidAction(f"job {jid} (slot {slot}) is not running, so it cannot be paused")
             self.ledger.remove(jid)
             self.acted.add(jid)
+            self._slide(slot)
             return "pause"
         jd = self.candidate(slot, option, level, pattern)
         if jd is None:
@@ -158,7 +166,15 @@ class RoundBuilder:
             self.ledger.remove(jid)
         self.ledger.add(jid, jd, checked=True)
         self.acted.add(jid)
+        self._slide(slot)
         return "run"
+
+    def _slide(self, slot: int) -> None:
+        """The window slides: a decided job's slot shows the next job behind the window, so one
+        round can decide every active job, however many arrived at once (Philly's arrivals come
+        in bursts of dozens), while the other slots keep their jobs."""
+        if self._queue:
+            self.window[slot] = self._queue.pop()
 
     # ----- masks
     def masks(self) -> np.ndarray:

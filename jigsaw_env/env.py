@@ -10,15 +10,19 @@ ACTIONS
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
     spread, packed) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
-    exactly the feasible actions (sb3-contrib protocol). A job is decided at most once per round;
-    after ``2K + 2`` steps in a round the env advances by itself.
+    exactly the feasible actions (sb3-contrib protocol). A job is decided at most once per round,
+    and the window slides: a decided job's slot shows the next job behind the window, so one round
+    can start a whole arrival burst. After ``2K + 2`` steps plus one per job behind the window the
+    env advances by itself.
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
     episode return is ``-(sum of JCTs) / reward_scale``. ``reward="efficiency"`` instead pays the
     round's useful GPU-seconds / (GPUs x reward_scale).
 EPISODE
     ``terminated`` when every job of the episode has finished; ``truncated`` when ``max_time_s``
-    of simulated time has passed. ``info["episode_metrics"]`` holds every metric at the end.
+    of simulated time has passed, or when the policy has run nothing for ``max_stalled_rounds``
+    rounds in a row while jobs waited (default 1000; ``info["policy_stalled"]`` says so), so an
+    untrained policy that only advances cannot hang an evaluation. ``info["episode_metrics"]`` holds every metric at the end.
     Each ``reset(seed=...)`` draws the episode's jobs: a new synthetic trace, or a window of
     ``max_jobs`` consecutive jobs at a seeded random offset of a real trace.
 """
@@ -55,7 +59,7 @@ class JigsawClusterEnv(gym.Env):
                  restart_s: float = 30.0, reward: str = "jct", reward_scale: float = 3600.0,
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, max_stalled_rounds: int | None = 1000):
         super().__init__()
         if reward not in _REWARDS:
             raise ValueError(f"reward must be one of {list(_REWARDS)}, got {reward!r}")
@@ -67,6 +71,10 @@ class JigsawClusterEnv(gym.Env):
             raise ValueError(f"max_jobs must be an integer >= 1, got {max_jobs!r}")
         if not reward_scale > 0:
             raise ValueError(f"reward_scale must be > 0, got {reward_scale!r}")
+        if max_stalled_rounds is not None and (not isinstance(max_stalled_rounds, int) or max_stalled_rounds < 1):
+            raise ValueError(f"max_stalled_rounds must be None or an integer >= 1, got {max_stalled_rounds!r}")
+        self.max_stalled_rounds = max_stalled_rounds
+        self._stalled_rounds = 0
         self.cluster = ClusterSpec.from_gpus(gpus, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                                              gpu_memory_gib=gpu_memory_gib)
         self.spb = SPBConfig(max_level=spb_levels, num_slots=spb_slots)
@@ -129,6 +137,7 @@ class JigsawClusterEnv(gym.Env):
         if jobs is None:
             jobs = self._episode_jobs(ep_seed)
         self.sim = Simulator(self.cluster, jobs, self.sim_config)
+        self._stalled_rounds = 0
         self._new_round()
         return self._obs(), {"time_s": self.sim.state.time_s}
 
@@ -155,7 +164,7 @@ class JigsawClusterEnv(gym.Env):
         if kind == "invalid" and self.invalid_action == "raise":
             raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")  # nothing changed
         self._steps_in_round += 1
-        advance = kind == "advance" or self._steps_in_round > 2 * self.codec.window_k + 2
+        advance = kind == "advance" or self._steps_in_round > self.builder.step_cap
         if kind not in ("advance", "invalid"):
             try:
                 self.builder.apply(action)
@@ -169,8 +178,12 @@ class JigsawClusterEnv(gym.Env):
                 raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")
             info["invalid_action"] = f"action {action} is outside 0..{self.codec.n - 1}"
         reward = 0.0
+        stalled = False
         if advance:
+            waiting = len(self.sim.state.active_ids)
             r = self.sim.step(self.builder.ledger.decision)
+            self._stalled_rounds = self._stalled_rounds + 1 if (r.allocated_gpu_s == 0.0 and waiting) else 0
+            stalled = self.max_stalled_rounds is not None and self._stalled_rounds >= self.max_stalled_rounds
             if self.reward_kind == "jct":
                 reward = -r.job_seconds / self.reward_scale
             else:
@@ -179,7 +192,10 @@ class JigsawClusterEnv(gym.Env):
             if not self.sim.done:
                 self._new_round()
         terminated = bool(self.sim.num_finished == len(self.sim.state.jobs))
-        truncated = bool(self.sim.truncated and not terminated)
+        truncated = bool((self.sim.truncated or stalled) and not terminated)
+        if stalled and not terminated:
+            info["policy_stalled"] = (f"the policy ran nothing for {self._stalled_rounds} rounds in a row while jobs "
+                                      f"waited (simulated time {self.sim.state.time_s:,.0f} s)")
         if terminated or truncated:
             info["episode_metrics"] = self.sim.metrics()
         obs = self._obs()

@@ -191,3 +191,45 @@ def test_ansi_render_and_bad_config():
         make_env(gpus=0)
     with pytest.raises(ValueError, match="render_mode"):
         make_env(render_mode="human")
+
+
+def test_window_slides_so_one_round_starts_a_whole_burst():
+    """K=2 and six 1-GPU jobs that all arrive at t=0 on 8 free GPUs: the window slides as jobs are
+    decided, so six "run" steps in one round start all six (without sliding only two could)."""
+    burst = pd.DataFrame({"job_id": np.arange(6), "arrival_s": 0.0, "num_gpus": 1, "model": "envA",
+                          "batch_size": 8, "iterations": 1000.0})
+    env = make_env(trace=burst, max_jobs=6, window_k=2)
+    env.reset(seed=0)
+    if not env.builder.window:      # arrivals are admitted at the end of the first round
+        env.step(env.codec.advance)
+    b = env.builder
+    assert len(b.window) == 2 and b.step_cap == 2 * 2 + 2 + 4
+    seen = []
+    for _ in range(6):
+        slot = next(i for i, j in enumerate(b.window) if j not in b.acted)
+        assert slot == (0 if len(seen) < 5 else 1)  # slot 0 shows the next job until the queue is empty
+        seen.append(b.window[slot])
+        a = env.codec.encode(slot, "consolidated", 0)
+        assert env.action_masks()[a]
+        _, _, _, _, info = env.step(a)
+        assert "round" not in info  # still the same round
+    assert seen == [0, 2, 3, 4, 5, 1]               # arrival order, slot 1 kept its job
+    assert set(b.acted) == set(range(6))
+    assert not env.action_masks()[: env.codec.advance].any()  # nothing left to decide: only advance
+    env.step(env.codec.advance)
+    assert len(env.sim.state.running()) == 6
+
+
+def test_a_policy_that_only_advances_is_truncated_as_stalled():
+    env = make_env(max_stalled_rounds=5)
+    env.reset(seed=0)
+    for step in range(1, 10_000):
+        _, r, term, trunc, info = env.step(env.codec.advance)
+        if term or trunc:
+            break
+    assert trunc and not term and "policy_stalled" in info
+    assert "5 rounds in a row" in info["policy_stalled"]
+    # the first round may end before any job arrives (not a stall); after that, 5 stalled rounds
+    assert env.sim.state.round <= 5 + 1 + 12
+    with pytest.raises(ValueError, match="max_stalled_rounds"):
+        make_env(max_stalled_rounds=0)

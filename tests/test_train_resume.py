@@ -158,3 +158,41 @@ def test_same_seed_same_policy_and_eval_curve(tables, tmp_path, n_envs):
     assert len(curves[0]) == 3
     if n_envs == 1:
         assert hashes[2] != hashes[0] and curves[2] != curves[0]  # the seed matters
+
+
+def test_max_wall_s_stops_learning_and_saves(tables, tmp_path):
+    """--max-wall-s ends learning long before --timesteps; the model and config are saved as at a
+    normal end, and the config says why it stopped."""
+    run = tmp_path / "run"
+    t0 = time.perf_counter()
+    assert main(["train", *tiny(tables, run, "--timesteps", "10000000", "--max-wall-s", "2", "--n-envs", "1",
+                                "--vec", "dummy", "--eval-freq", "1000000", "--checkpoint-freq", "1000000")]) == 0
+    assert time.perf_counter() - t0 < 60
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["stopped_at_wall_limit"] is True and cfg["max_wall_s"] == 2.0
+    assert 0 < cfg["trained_timesteps"] < 10_000_000
+    assert cfg["train_wall_s"] >= 2.0
+    assert (run / "model.zip").is_file() and (run / "vecnormalize.pkl").is_file()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_model(tables, tmp_path):
+    """`kill PID` (SIGTERM) during learning saves model.zip like Ctrl-C does, and exits 130 with one line."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, str(ROOT / "train_agent.py"),
+           *tiny(tables, run, "--timesteps", "10000000", "--checkpoint-freq", "128", "--eval-freq", "1000000",
+                 "--n-envs", "1", "--vec", "dummy", "--seed", "3")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    deadline = time.time() + 240
+    while not checkpoints(run):
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()[-2000:]
+    lines = [ln for ln in err.decode().splitlines() if ln.strip()]
+    assert lines[-1] == f"train_agent.py: interrupted; the model so far is saved in {run} (--resume continues it)"
+    cfg = json.loads((run / "config.json").read_text())
+    assert (run / "model.zip").is_file() and cfg["trained_timesteps"] >= checkpoints(run)[-1] > 0
