@@ -19,6 +19,7 @@ Nothing here imports stable-baselines3 or torch: the evaluation command uses it 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -78,6 +79,31 @@ def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFram
     if len(df):
         df["arrival_s"] = df["arrival_s"] - df["arrival_s"].min()
     return df.reset_index(drop=True)
+
+
+def same_trace_file(a: str, b: str) -> bool:
+    """Whether two real-trace specs (``KIND:PATH``) name the same file; False for synthetic ones."""
+    if is_synthetic(a) or is_synthetic(b) or ":" not in a or ":" not in b:
+        return False
+    try:
+        return Path(a.split(":", 1)[1]).resolve() == Path(b.split(":", 1)[1]).resolve()
+    except OSError:
+        return False
+
+
+def training_job_ids(config: dict) -> frozenset[int] | None:
+    """The job ids of the real trace's training split a run learned from (its config.json: env
+    trace, GPUs and GPU type; sampling holdout and trace GPU type), cut exactly as
+    :class:`TrainingEnv` cuts it. None for a synthetic trace (training draws generator seeds from
+    ``[0, 2**30)``, evaluation splits use the seeds above)."""
+    env, sampling = config["env"], config.get("sampling", {})
+    trace = env.get("trace")
+    if not isinstance(trace, str) or is_synthetic(trace):
+        return None
+    te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), trace=trace, gpus=int(env["gpus"]),
+                     gpus_per_node=int(env.get("gpus_per_node", 8)), max_jobs=1,
+                     trace_gpu_type=sampling.get("trace_gpu_type"))
+    return frozenset(int(x) for x in te._load_split()["job_id"])
 
 
 class TrainingEnv(JigsawClusterEnv):

@@ -83,6 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="window K learned agents must have (default: each RUN_DIR's own)")
     p.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L of the cluster (default 3)")
     p.add_argument("--spb-slots", type=positive_int("--spb-slots"), default=4, help="start slots per level (default 4)")
+    p.add_argument("--heldout", action="store_true",
+                   help="draw the job sets only from jobs no learned agent among --agents trained on (a real "
+                        "trace: their training splits' jobs are removed before windows are drawn; synthetic: "
+                        "generator seeds from the held-out range)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
     add_trace_arguments(p)
     add_cluster_arguments(p)
@@ -155,6 +159,34 @@ def parse_agents(text: str) -> list[AgentSpec]:
 
 
 # ----------------------------------------------------------------------------------------------- job sets
+def training_splits(args, specs: list[AgentSpec]) -> dict[str, frozenset[int]]:
+    """For each learned agent trained on the very trace file being evaluated: the job ids of its
+    training split (``agents.rl_env.training_job_ids``)."""
+    from agents.rl_env import same_trace_file, training_job_ids
+
+    out: dict[str, frozenset[int]] = {}
+    for s in specs:
+        if s.kind != "learned":
+            continue
+        cfg = json.loads((Path(s.ref) / "config.json").read_text())
+        if not same_trace_file(str(cfg["env"].get("trace")), args.trace or "synthetic"):
+            continue
+        ids = training_job_ids(cfg)
+        if ids is not None:
+            out[s.label] = ids
+    return out
+
+
+def training_overlap(trained_on: dict[str, frozenset[int]], job_sets: list[pd.DataFrame]) -> dict[str, dict]:
+    """Per learned agent: how many evaluation jobs (over every job set) it trained on."""
+    out = {}
+    for label, ids in trained_on.items():
+        n = sum(int(j["job_id"].isin(ids).sum()) for j in job_sets)
+        out[label] = {"jobs": n, "of": int(sum(len(j) for j in job_sets))}
+    return out
+
+
+
 def _nominal_load(args, load: float | None) -> float | None:
     from traces import parse_spec
     from traces.synthetic import DEFAULTS, parse_params
@@ -166,8 +198,10 @@ def _nominal_load(args, load: float | None) -> float | None:
     return None
 
 
-def job_set(args, cluster_gpus: int, seed: int, load: float | None) -> tuple[pd.DataFrame, dict]:
-    """The jobs of one (seed, load): see the module docstring. Returns (jobs, info)."""
+def job_set(args, cluster_gpus: int, seed: int, load: float | None,
+            exclude_ids: frozenset[int] | None = None) -> tuple[pd.DataFrame, dict]:
+    """The jobs of one (seed, load): see the module docstring. Returns (jobs, info).
+    ``exclude_ids``: job ids removed from a real trace before the window is drawn (``--heldout``)."""
     from agents.rl_env import scale_to_load, window_of
     from traces import load_trace, offered_load, parse_spec
     from traces.models import default_throughput_fn, estimated_durations
@@ -182,12 +216,16 @@ def job_set(args, cluster_gpus: int, seed: int, load: float | None) -> tuple[pd.
         jobs = load_trace(spec, load_scale=load, max_jobs=args.max_jobs, **common).jobs
     else:
         jobs = load_trace(spec, **common).jobs
+        if exclude_ids:
+            jobs = jobs[~jobs["job_id"].isin(exclude_ids)].reset_index(drop=True)
         if args.max_jobs is not None:
             jobs = window_of(jobs, args.max_jobs, np.random.default_rng(np.random.SeedSequence([seed, 0x77696E])))
         if load is not None and len(jobs):
             jobs = scale_to_load(jobs, cluster_gpus, load)
     if len(jobs) == 0:
-        raise ValueError(f"trace {spec!r} has no jobs (seed {seed}, after filters); expected at least one job to evaluate")
+        why = " and after removing the learned agents' training jobs (--heldout)" if exclude_ids else ""
+        raise ValueError(f"trace {spec!r} has no jobs (seed {seed}, after filters{why}); expected at least one job "
+                         f"to evaluate")
     jobs = jobs.reset_index(drop=True)
     from traces import digest_of
     try:
@@ -402,10 +440,23 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     loads: list[float | None] = list(args.load) if args.load else [None]
     etas: list[float | None] = list(args.eta_sweep) if args.eta_sweep else [None]
     seeds = [int(args.seed or 0) + i for i in range(args.seeds)]
+    from agents.rl_env import SYNTHETIC_SEED_SPLIT
+
+    trained_on = training_splits(args, specs)
+    heldout = bool(getattr(args, "heldout", False))
+    if heldout and not any(s.kind == "learned" for s in specs):
+        raise ValueError("--heldout needs at least one RUN_DIR among --agents (it removes what they trained on)")
+    exclude = frozenset().union(*trained_on.values()) if heldout and trained_on else None
+    syn_offset = SYNTHETIC_SEED_SPLIT if heldout and (args.trace or "synthetic").startswith("synthetic") else 0
     sets: dict[tuple, tuple[pd.DataFrame, dict]] = {}
     for load in loads:
         for seed in seeds:
-            sets[(load, seed)] = job_set(args, cluster.num_gpus, seed, load)
+            sets[(load, seed)] = job_set(args, cluster.num_gpus, syn_offset + seed, load, exclude)
+    overlap = training_overlap(trained_on, [j for j, _ in sets.values()])
+    for label, o in overlap.items():
+        if o["jobs"]:
+            print(f"jigsaw evaluate: warning: {o['jobs']} of the {o['of']} evaluation jobs are in the training split "
+                  f"of {label}; pass --heldout to evaluate on jobs it never saw", file=sys.stderr)
     # jobs must be runnable: the simulator's own checks, once per job set, before any worker starts
     from .simulator import Simulator
     for (load, seed), (jobs, _) in sets.items():
@@ -449,6 +500,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                   "max_jobs": args.max_jobs, "selection": ("synthetic generator seed = seed" if (args.trace or "synthetic").startswith("synthetic")
                                                            else "window of --max-jobs consecutive jobs at an offset drawn from the seed")},
         "seeds": seeds,
+        "heldout": {"on": heldout, "synthetic_seed_offset": syn_offset,
+                    "excluded_training_jobs": len(exclude) if exclude else 0,
+                    "training_overlap": overlap},
         "load": {"values": nominal,
                  "meaning": ("backlogged: every job submitted at t = 0 (the load only shapes the job set)" if args.backlogged
                              else "offered load = sum(num_gpus x duration_s) / (GPUs x arrival span) (traces.offered_load)"),

@@ -287,3 +287,52 @@ def test_empty_trace(tables_dir, tmp_path, capsys):
     rc, _, err = _evaluate(["--agents", "fifo", "--trace", f"csv:{empty}", "--gpus", "8", "--out", str(tmp_path / "o"),
                             "--tables", tables_dir], capsys)
     _one_line_error(rc, err, "no jobs", "expected at least one job")
+
+
+# ----------------------------------------------------------------------------------------------- held-out
+@pytest.fixture(scope="module")
+def real_trace_run(tables_dir, tmp_path_factory):
+    """A 60-job trace in the canonical csv format and a tiny run trained on it (holdout 0.2: the
+    training split is the first 48 jobs by arrival)."""
+    from jigsaw_env.cost_table import register_tables_dir
+    from traces import load_trace
+    from traces.schema import to_canonical_csv
+
+    register_tables_dir(tables_dir)
+    d = tmp_path_factory.mktemp("real")
+    jobs = load_trace("synthetic:jobs=60,load=1.0,seed=5,models=evA+evB", cluster_gpus=8).jobs
+    spec = f"csv:{to_canonical_csv(jobs, d / 'trace.csv')}"
+    run = d / "run"
+    assert main(["train", "--tables", tables_dir, "--trace", spec, "--gpus", "8", "--window-k", "4", "--max-jobs", "6",
+                 "--n-envs", "1", "--vec", "dummy", "--timesteps", "128", "--n-steps", "128", "--n-epochs", "1",
+                 "--eval-freq", "100000", "--no-tensorboard", "--no-progress", "--run-dir", str(run)]) == 0
+    ids = load_trace(spec, cluster_gpus=8, max_gpus=8).jobs["job_id"].tolist()
+    return spec, run, ids
+
+
+def test_evaluation_jobs_a_learned_agent_trained_on_are_flagged_and_heldout_removes_them(
+        tables_dir, real_trace_run, tmp_path, capsys):
+    spec, run, ids = real_trace_run
+    train_ids, held_ids = set(ids[:48]), set(ids[48:])
+    common = ["--agents", f"fifo,{run}", "--trace", spec, "--gpus", "8", "--seeds", "1", "--tables", tables_dir,
+              "--workers", "1", "--no-progress"]
+    rc, _, err = _evaluate([*common, "--out", str(tmp_path / "all")], capsys)
+    assert rc == 0
+    assert "warning: 48 of the 60 evaluation jobs are in the training split of run; pass --heldout" in err
+    meta = json.loads((tmp_path / "all" / "metadata.json").read_text())
+    assert meta["heldout"]["training_overlap"] == {"run": {"jobs": 48, "of": 60}} and not meta["heldout"]["on"]
+
+    rc, _, err = _evaluate([*common, "--heldout", "--out", str(tmp_path / "held")], capsys)
+    assert rc == 0 and "warning" not in err
+    meta = json.loads((tmp_path / "held" / "metadata.json").read_text())
+    assert meta["heldout"]["on"] and meta["heldout"]["excluded_training_jobs"] == 48
+    assert meta["heldout"]["training_overlap"] == {"run": {"jobs": 0, "of": 12}}
+    seen = set(pd.read_csv(tmp_path / "held" / "runs" / "fifo" / "0" / "jobs.csv")["job_id"])
+    assert seen == held_ids and not seen & train_ids
+
+
+def test_heldout_without_a_learned_agent_is_one_line(tables_dir, real_trace_run, tmp_path, capsys):
+    spec, _, _ = real_trace_run
+    rc, _, err = _evaluate(["--agents", "fifo", "--trace", spec, "--gpus", "8", "--tables", tables_dir, "--heldout",
+                            "--out", str(tmp_path / "x"), "--no-progress"], capsys)
+    _one_line_error(rc, err, "--heldout needs at least one RUN_DIR among --agents")
