@@ -179,7 +179,7 @@ def build_windows(held, window_jobs: int, windows: int, gpus: int, load: float |
 # ----------------------------------------------------------------------------------------- training
 def train_cmd(a, seed: int, run_dir: Path, timesteps: int, eval_freq: int, eval_episodes: int) -> list[str]:
     wall = ["--max-wall-s", str(a.train_s)] if a.train_s else []
-    return [*wall, "--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
+    return [*wall, *shlex.split(a.train_args), "--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
             "--holdout", str(a.holdout), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
             "--eval-freq", str(eval_freq), "--eval-episodes", str(eval_episodes),
             "--checkpoint-freq", str(max(1, min(timesteps, 16384))), "--seed", str(seed), "--no-progress",
@@ -312,7 +312,7 @@ def write_md(path: Path, res: dict) -> None:
     L.append(f"- Cluster: {s['gpus']} GPUs (v100, 8 per node), round 300 s; offered load {s['load']} "
              f"(arrivals scaled per window, as in training).")
     L.append(f"- Training: MaskablePPO, {s['n_envs']} SubprocVecEnv envs, episodes of {s['max_jobs']} consecutive jobs, "
-             f"default hyper-parameters (n_steps 256/env, batch 64, 10 epochs, net 128,128), observation includes "
+             f"hyper-parameters `{s.get('train_args', '')}` over train_agent's defaults (batch 64, 10 epochs, net 128,128), observation includes "
              f"remaining work (`observe_remaining` = {s['observe_remaining']}: an oracle, as SRTF has).")
     how = []
     if s.get("train_s"):
@@ -416,6 +416,10 @@ def parse_args(argv=None):
                    help="wall-clock seconds of learning per run (train_agent --max-wall-s; default 1500 = 25 min; "
                         "0 = no limit)")
     p.add_argument("--timesteps", type=int, default=None, help="timesteps per run (default: the wall limit decides)")
+    p.add_argument("--train-args", default="--gamma 0.9995 --n-steps 1024 --ent-coef 0.003",
+                   help="extra `jigsaw train` options (default: '--gamma 0.9995 --n-steps 1024 --ent-coef 0.003': "
+                        "one round is dozens of decision steps and the reward comes at round ends, so the "
+                        "discount must reach many steps ahead)")
     p.add_argument("--eval-freq", type=int, default=None, help="in-training evaluation every N steps (default 32768)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="hard stop (SIGINT) per run, in case learning overruns (default --train-s + 300)")
@@ -522,7 +526,7 @@ def main(argv=None) -> dict:
                   "train_job_ids": [int(train_split["job_id"].iloc[0]), int(train_split["job_id"].iloc[-1])],
                   "heldout_job_ids": [int(held["job_id"].iloc[0]), int(held["job_id"].iloc[-1])],
                   "disjoint": disjoint, "load": a.load, "max_jobs": a.max_jobs, "n_envs": a.n_envs,
-                  "timesteps": a.timesteps, "eval_freq": eval_freq, "train_s": a.train_s, "budget_s": a.budget_s,
+                  "timesteps": a.timesteps, "eval_freq": eval_freq, "train_s": a.train_s, "train_args": a.train_args, "budget_s": a.budget_s,
                   "observe_remaining": training[0]["observe_remaining"] if training else None,
                   "windows": a.windows, "window_jobs": a.window_jobs, "model_file": "model.zip (final)",
                   "notes": list(a.note)},

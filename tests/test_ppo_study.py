@@ -78,7 +78,7 @@ def _trace_spec(tmp_path) -> tuple[str, bool]:
 def test_tiny_study_end_to_end(tmp_path):
     trace, _ = _trace_spec(tmp_path)
     out = tmp_path / "study"
-    res = ps.main(["--trace", trace, "--seeds", "0", "--timesteps", "256", "--n-envs", "1", "--gpus", "16",
+    res = ps.main(["--trace", trace, "--seeds", "0", "--timesteps", "256", "--train-args", "", "--n-envs", "1", "--gpus", "16",
                    "--max-jobs", "8", "--windows", "2", "--window-jobs", "8", "--workers", "1",
                    "--eval-episodes", "1", "--out", str(out)])
     for f in ("results.json", "results.md", "per_window_jct.png"):
