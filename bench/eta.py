@@ -41,7 +41,13 @@ per-seed etas, mean, intervals, and the eq. E1 prior for comparison) and ``eta.m
 ``jigsaw_env/tables``) whose ``model`` is a measured model, ``meta["eta"]["<level>/<pattern>"]``
 (the key ``jigsaw_env.spb.eta_for`` reads) to the mean, capped at 1 (eta <= 1 by definition; the
 raw mean is kept in ``meta["eta_source"]``), and ``meta["eta_source"]`` to a description of the
-measurement. Nothing else in those files changes, and tables of other models are not touched.
+measurement, whose ``workers`` is the worker count the values were measured at (the simulator
+applies these default values at every W). Nothing else in those files changes, and tables of
+other models are not touched. ``--write-tables --by-workers`` instead adds
+``meta["eta"]["<level>/<pattern>/w<W>"]`` (``W`` = ``--world`` of the measurement) and
+``meta["eta_source"]["w<W>"]``, keeping every other key: a table can then hold measurements at
+several worker counts, and ``jigsaw_env.spb.eta_for`` uses the one at the job's own W before the
+default (docs/spb_model.md section 7).
 """
 from __future__ import annotations
 
@@ -450,11 +456,12 @@ def eta_source(doc: dict[str, Any], model: str) -> dict[str, Any]:
                            "censored_seeds": r["censored_seeds"], "mean_is_upper_bound": r["mean_is_upper_bound"],
                            "prior_eta": r["prior_eta"]}
                        for c, r in mo["configs"].items()},
-        "scope": (f"measured on {model} at {s['world']} workers only. The key has no worker count, so the "
-                  "simulator applies it at every W: with fewer workers than slots it is off (W = 1 static is "
-                  "full backprop, eta 1; at W = 2 rotating SPB measured far lower for tiny_mlp, "
-                  "bench/results/eta/w2). Tables of other models keep the eq. E1 prior; using these values "
-                  "for them would be extrapolation (docs/spb_model.md, section 7)"),
+        "scope": (f"measured on {model} at {s['world']} workers only ('workers'). The simulator applies the "
+                  "default '<level>/<pattern>' values at every W unless the table also has a value measured at "
+                  "the job's W ('<level>/<pattern>/w<W>', `--write-tables --by-workers`): with fewer workers than "
+                  "slots the default is off (W = 1 static is full backprop, eta 1; at W = 2 rotating SPB measured "
+                  "far lower for tiny_mlp, bench/results/eta/w2). Tables of other models keep the eq. E1 prior; "
+                  "using these values for them would be extrapolation (docs/spb_model.md, section 7)"),
     }
 
 
@@ -466,19 +473,33 @@ def _optimizer_name(model: str) -> str:
     return str(getattr(ctor, "optimizer_name", "unknown"))
 
 
-def write_tables(doc: dict[str, Any], tables_dir: Path, models: list[str] | None = None) -> list[Path]:
+def write_tables(doc: dict[str, Any], tables_dir: Path, models: list[str] | None = None,
+                 by_workers: bool = False) -> list[Path]:
     """Set meta['eta'] and meta['eta_source'] in every table of ``tables_dir`` whose model was measured
-    (only those two keys change). Returns the files written."""
+    (only those two keys change). ``by_workers``: add the values under W-qualified keys
+    ``"<level>/<pattern>/w<W>"`` (and the source under ``meta["eta_source"]["w<W>"]``), keeping
+    every existing key. Returns the files written."""
+    from jigsaw_env.cost_table import table_files
+
     models = list(doc["summary"]) if models is None else models
+    world = int(doc["setup"]["world"])
     written = []
-    for path in sorted(Path(tables_dir).glob("*.json")):
+    for path in table_files(tables_dir):
         d = json.loads(path.read_text())
         m = d.get("model")
         if m not in models or m not in doc["summary"]:
             continue
         meta = d.setdefault("meta", {})
-        meta["eta"] = table_eta_values(doc, m)
-        meta["eta_source"] = eta_source(doc, m)
+        if by_workers:
+            eta = dict(meta.get("eta") or {})
+            eta.update({f"{k}/w{world}": v for k, v in table_eta_values(doc, m).items()})
+            meta["eta"] = eta
+            src = dict(meta.get("eta_source") or {})
+            src[f"w{world}"] = eta_source(doc, m)
+            meta["eta_source"] = src
+        else:
+            meta["eta"] = table_eta_values(doc, m)
+            meta["eta_source"] = eta_source(doc, m)
         path.write_text(json.dumps(d, indent=1, sort_keys=False) + "\n")  # as CostTable.save writes
         written.append(path)
     return written
@@ -534,6 +555,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke mode: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--write-tables", action="store_true", help="write meta['eta'] into the measured models' tables")
     p.add_argument("--tables-dir", default=str(DEFAULT_TABLES), help="cost-table folder for --write-tables")
+    p.add_argument("--by-workers", action="store_true",
+                   help="with --write-tables: write W-qualified keys '<level>/<pattern>/w<W>', keeping the others")
     p.add_argument("--from-json", default=None, help="skip training: read an eta.json (e.g. to --write-tables)")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
@@ -592,7 +615,7 @@ def _main(argv: list[str] | None) -> int:
         print(markdown(doc))
         print(f"wrote {out / 'eta.json'} and {out / 'eta.md'} ({wall:.0f} s)")
     if a.write_tables:
-        written = write_tables(doc, Path(a.tables_dir))
+        written = write_tables(doc, Path(a.tables_dir), by_workers=a.by_workers)
         print(f"wrote meta['eta'] into {len(written)} table(s): {', '.join(p.name for p in written)}")
     return 0
 

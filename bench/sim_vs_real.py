@@ -1,33 +1,35 @@
 """Sim vs real: the same small job set run live (several times) and replayed in the simulator.
 
     python -m bench.sim_vs_real [--repeats 3] [--round-s 2] [--policy gandiva+spb] [--out DIR]
+                                [--calibration-repeats 3] [--calibration-iterations 300]
 
-1. **Live.** Four backlogged jobs on 2 CPU slots (tiny CNN on 1 slot, tiny MLP, tiny Transformer,
-   tiny CNN on 2 slots; sklearn digits) under ``gandiva+spb`` (co-location on a shared slot, SPB
-   levels, a 2-slot job), ``--repeats`` times in one Ray session. Run-to-run noise: the
-   coefficient of variation (std / mean) over the repeats of each job's mean iteration time and
-   JCT.
-2. **Replay.** Every run's decision log through the simulator (same decisions, each round as long
-   as it lasted live; restart = the measured start-up of resumed incarnations), with three sets
-   of cost numbers:
+1. **Calibration** (separate from the measured runs, before them): ``jigsaw calibrate --device cpu
+   --executor`` (a subprocess, its own Ray session) for the three tiny models: a fresh plain-loop
+   CPU table of each, plus the executor's per-iteration overhead (median over
+   ``--calibration-repeats`` live runs of each model's **level-0** iteration **alone** on one
+   slot, minus the table's compute; docs/deploy.md eq. X1) and the slot-to-slot latency fitted to
+   the **2-slot level-0** runs (eq. X2, ``link.json``).
+2. **Live.** Four backlogged jobs on 2 CPU slots (tiny CNN on 1 slot, tiny MLP, tiny Transformer,
+   tiny CNN on 2 slots; sklearn digits) under ``gandiva+spb`` (co-location on a shared slot in
+   lockstep, SPB level 3, a 2-slot job), ``--repeats`` times in one Ray session. Run-to-run
+   noise: the coefficient of variation (std / mean) over the repeats of each job's mean iteration
+   time and JCT. The measured set runs at SPB level 3 and co-located, the calibration at level 0
+   alone: the calibrated model is checked, not fitted to the answer.
+3. **Replay.** Every run's decision log through the simulator (same decisions, each round as long
+   as it lasted live; restart = the measured start-up of resumed incarnations), with:
 
    * ``shipped``: the shipped CPU tables (``jigsaw_env/tables/*-cpu.json``) and the simulator's
-     intra-node link;
-   * ``recalibrated``: ``jigsaw calibrate --device cpu`` run now, pinned to one core, into a temp
-     folder (the same plain-PyTorch-loop measurement as the shipped tables, on today's machine);
-   * ``executor``: the recalibrated tables plus the executor's own per-iteration overhead (its
-     median level-0 iteration time of each model alone on one slot, minus the table's plain-loop
-     compute; added to ``optimizer_s``, paid by every iteration whatever its start group), and a
-     slot-to-slot link whose latency is fitted to a 2-slot level-0 job (loopback gloo; bandwidth
-     kept). The calibration jobs are separate runs at level 0, alone or on 2 slots; the measured
-     set runs at SPB levels, co-located, so this checks the model rather than fitting the answer.
+     intra-node link (10 us, 7.67 GB/s);
+   * ``recalibrated``: the calibration's fresh plain-loop tables (overhead 0), intra-node link;
+   * ``executor``: the calibration's output as written (``executor_overhead_s`` and ``link.json``:
+     what ``jigsaw deploy --tables OUT`` uses).
 
    Per job: measured vs simulated mean iteration time and JCT, the relative error (mean over the
-   repeats), and whether it meets the target: |error| <= 10 %, or <= 2 x the noise where the
-   noise is larger than 5 %.
+   repeats), and whether it meets the target: |error| <= 10 %, or <= 2 x the noise where that is
+   larger.
 
-Writes ``OUT/sim_vs_real.json`` (and the runs' logs under ``OUT/runs/``); prints a table.
-docs/deploy.md section 5 has the results and what they mean.
+Writes ``OUT/sim_vs_real.json`` (and the runs' logs under ``OUT/runs/``, the calibration under
+``OUT/calibration/``); prints a table. docs/deploy.md section 5 has the results and what they mean.
 """
 from __future__ import annotations
 
@@ -56,13 +58,6 @@ def job_set(scale: float = 1.0):
             LiveJob(3, "tiny_cnn", 2, round(1000 * scale), seed=3)]
 
 
-def calibration_set(n: int):
-    from jigsaw_executor.live import LiveJob
-
-    return [LiveJob(10, "tiny_cnn", 1, n, seed=0), LiveJob(11, "tiny_mlp", 1, n, seed=1, lr=0.02),
-            LiveJob(12, "tiny_transformer", 1, n, seed=2), LiveJob(13, "tiny_cnn", 2, n, seed=3)]
-
-
 def _iters(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "iterations.jsonl").read_text().splitlines() if x.strip()]
 
@@ -82,58 +77,44 @@ def run_live(jobs, policy: str, out: Path, pool, hub, round_s: float, steps_per_
         ex.close()
 
 
-def executor_tables(calib_out: Path, base_folder: Path, folder: Path) -> dict:
-    """The ``executor`` variant (module docstring): the recalibrated tables in ``base_folder`` plus
-    the executor's own per-iteration overhead (its level-0 iteration time alone on one slot minus
-    the table's plain-loop compute), added to ``optimizer_s`` because every iteration pays it
-    whatever its start group; and a slot-to-slot link whose latency is fitted to the 2-slot job."""
+def calibrate(folder: Path, repeats: int, iterations: int) -> dict:
+    """``jigsaw calibrate --device cpu --executor`` for the tiny models into ``folder`` (a
+    subprocess with its own Ray session); returns the written link and per-model overheads."""
     from jigsaw_env.cost_table import CostTable
-    from jigsaw_env.network import INTRA_NODE, Link, ring_allreduce_s
+    from jigsaw_env.network import LINK_FILE, load_link
 
-    its = _iters(calib_out)
-    med = {}
-    for jid in (10, 11, 12, 13):
-        xs = [it["iter_s"] for it in its if it["job"] == jid and it["iter_s"]]
-        med[jid] = float(np.median(xs[20:] if len(xs) > 40 else xs))
-    overhead = {}
-    folder.mkdir(parents=True, exist_ok=True)
-    for jid, model in ((10, "tiny_cnn"), (11, "tiny_mlp"), (12, "tiny_transformer")):
-        t = CostTable.load(base_folder / f"{model}-bs32-cpu.json")
-        extra = max(0.0, med[jid] - t.compute_s(0))
-        overhead[model] = extra
-        src = dict(t.sources)
-        src["optimizer_s"] = (src.get("optimizer_s", "") + f"; plus {extra * 1e3:.3f} ms of executor overhead per "
-                              f"iteration (bench/sim_vs_real.py: the live executor's median level-0 iteration of "
-                              f"{model} alone on one slot, {med[jid] * 1e3:.3f} ms, minus this table's compute_s(0))")
-        CostTable(t.model, t.batch_size, "cpu", t.groups, t.optimizer_s + extra, t.fixed_memory_bytes, src,
-                  dict(t.meta, kind="executor-overhead")).save(folder / f"{model}-bs32-cpu.json")
-    # link: 2-slot tiny_cnn at level 0: iteration = the 1-slot iteration + one 2-rank ring per group
-    t = CostTable.load(base_folder / "tiny_cnn-bs32-cpu.json")
-    comm = med[13] - med[10]
-    nbytes = [g.param_bytes for g in t.groups if g.param_bytes > 0]
-    bw = INTRA_NODE.bandwidth_Bps
-    beta_part = sum(ring_allreduce_s(2, m, Link(0.0, bw)) for m in nbytes)
-    alpha = max(1e-6, (comm - beta_part) / (2 * len(nbytes)))
-    return {"overhead_s": overhead, "median_iter_s": {str(k): v for k, v in med.items()}, "comm_s": comm,
-            "link_alpha_s": alpha, "link_bandwidth_Bps": bw}
-
-
-def recalibrate(folder: Path) -> dict:
-    """`jigsaw calibrate --device cpu` for the tiny models, pinned to core 0, into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     jig = str(Path(sys.executable).with_name("jigsaw"))
-    out = {}
-    for m in MODELS:
-        cmd = ["taskset", "-c", "0", jig, "calibrate", "--model", m, "--batch-size", "32", "--device", "cpu",
-               "--out", str(folder / f"{m}-bs32-cpu.json"), "--no-progress"]
-        if not shutil.which("taskset"):
-            cmd = cmd[3:]
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-        from jigsaw_env.cost_table import CostTable
+    cmd = [jig, "calibrate", "--device", "cpu", "--executor", "--only", *MODELS, "--out", str(folder),
+           "--executor-repeats", str(repeats), "--executor-iterations", str(iterations), "--no-progress"]
+    subprocess.run(cmd, check=True, env=env)
+    return dict(_read_calibration(folder), command=" ".join(["jigsaw"] + cmd[1:]))
 
-        out[m] = CostTable.load(folder / f"{m}-bs32-cpu.json").compute_s(0)
+
+def _read_calibration(folder: Path) -> dict:
+    from jigsaw_env.cost_table import CostTable
+    from jigsaw_env.network import LINK_FILE, load_link
+
+    link = load_link(folder / LINK_FILE)
+    out = {"command": f"(reused {folder})", "link_alpha_s": link.alpha_s, "link_bandwidth_Bps": link.bandwidth_Bps,
+           "link_source": json.loads((folder / LINK_FILE).read_text()), "models": {}}
+    for m in MODELS:
+        t = CostTable.load(folder / f"{m}-bs32-cpu.json")
+        out["models"][m] = {"plain_compute_s0": t.plain_compute_s(0), "executor_overhead_s": t.executor_overhead_s,
+                            "calibration": t.meta.get("executor_calibration")}
     return out
+
+
+def plain_tables(src: Path, folder: Path) -> None:
+    """The calibration's tables with the executor overhead removed (the ``recalibrated`` variant)."""
+    import dataclasses
+
+    from jigsaw_env.cost_table import CostTable, table_files
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in table_files(src):
+        t = CostTable.load(f)
+        dataclasses.replace(t, executor_overhead_s=0.0).save(folder / f.name)
 
 
 def cv(xs: list[float]) -> float | None:
@@ -149,31 +130,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-s", type=float, default=2.0)
     ap.add_argument("--policy", default="gandiva+spb")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the jobs' iterations")
-    ap.add_argument("--calibration-iterations", type=int, default=400)
+    ap.add_argument("--calibration-repeats", type=int, default=3, help="executor calibration runs (median)")
+    ap.add_argument("--calibration-iterations", type=int, default=300, help="iterations per calibration job")
+    ap.add_argument("--calibration", default=None, metavar="DIR",
+                    help="reuse the output of an earlier `jigsaw calibrate --device cpu --executor` instead of running it")
     ap.add_argument("--out", default="bench/results/sim_vs_real")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from jigsaw_env.network import Link
     from jigsaw_executor.cluster_ray import RaySession, SlotPool, get_or_create_hub, kill_actor
     from jigsaw_executor.decision_log import replay_decision_log
 
     out = Path(args.out)
-    if (out / "runs").exists():
-        shutil.rmtree(out / "runs")
+    for d in ("runs", "calibration"):
+        if (out / d).exists() and not (args.calibration and Path(args.calibration).resolve() == (out / d).resolve()):
+            shutil.rmtree(out / d)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="jigsaw-svr-"))
     load0 = os.getloadavg()
     t0 = time.time()
-    print("recalibrating with `jigsaw calibrate --device cpu` (pinned to core 0)", flush=True)
-    recal = recalibrate(tmp / "recalibrated")
+    cal_dir = Path(args.calibration) if args.calibration else out / "calibration"
+    if not args.calibration:
+        print(f"calibrating: jigsaw calibrate --device cpu --executor ({args.calibration_repeats} runs, "
+              f"{args.calibration_iterations} iterations per job, level 0)", flush=True)
+    cal = calibrate(cal_dir, args.calibration_repeats, args.calibration_iterations) if not args.calibration else \
+        _read_calibration(cal_dir)
+    load_cal = os.getloadavg()
+    plain_tables(cal_dir, tmp / "recalibrated")
     sess = RaySession(2, allow_oversubscribe=True).start()
     pool = SlotPool(2, 2, prefix=f"jigsaw-svr-{os.getpid()}")
     hub = get_or_create_hub(f"jigsaw-svr-{os.getpid()}-hub")
     try:
-        print(f"calibration run ({args.calibration_iterations} iterations per job, level 0)", flush=True)
-        run_live(calibration_set(args.calibration_iterations), "fifo", out / "runs" / "calibration", pool, hub,
-                 round_s=1000.0)
-        ex_cal = executor_tables(out / "runs" / "calibration", tmp / "recalibrated", tmp / "executor")
         summaries = []
         for r in range(args.repeats):
             print(f"live run {r + 1}/{args.repeats}", flush=True)
@@ -184,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         kill_actor(hub)
         sess.stop()
     load1 = os.getloadavg()
-    link = Link(ex_cal["link_alpha_s"], ex_cal["link_bandwidth_Bps"])
+    # the executor variant: the calibration folder as written (its link.json is picked up by the replay)
     variants = {"shipped": dict(), "recalibrated": dict(tables=tmp / "recalibrated"),
-                "executor": dict(tables=tmp / "executor", link=link)}
+                "executor": dict(tables=cal_dir)}
     replays = {v: [] for v in variants}
     for r in range(args.repeats):
         log = out / "runs" / f"run{r}" / "decision_log.jsonl"
@@ -224,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ovh = sum(a for a, _ in overhead) / max(1e-9, sum(b for _, b in overhead))
     result = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeats": args.repeats,
               "policy": args.policy, "round_s": args.round_s, "jobs": [j.to_dict() for j in job_set(args.scale)],
-              "loadavg_start_end": [load0, load1], "wall_s": time.time() - t0, "cpus": os.cpu_count(),
-              "calibration": {"executor": ex_cal, "recalibrated_compute_s0": recal},
+              "loadavg_start_end": [load0, load1], "loadavg_after_calibration": load_cal,
+              "wall_s": time.time() - t0, "cpus": os.cpu_count(), "calibration": cal,
               "decisions_match": {v: all(rep.decisions_match for rep in reps) for v, reps in replays.items()},
               "restart_s": [rep.restart_s for rep in replays["shipped"]],
               "round_boundary_overhead_fraction": ovh, "rows": rows,

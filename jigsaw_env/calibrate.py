@@ -6,11 +6,20 @@ Examples::
     jigsaw calibrate --model resnet18 --batch-size 64 --device v100 --out r18-v100.json
     python -m jigsaw_env.calibrate --ship                 # rebuild every shipped table
     python -m jigsaw_env.calibrate --ship --derive-only   # re-derive GPU tables from shipped CPU ones
+    jigsaw calibrate --device cpu --executor --out cal/  # + the live executor's overhead and link
 
 ``--device cpu`` / ``cuda`` measure on the local CPU / GPU. ``--device k80|p100|v100`` measures on
 the local CPU and anchors the times to Gavel's measured throughput on that GPU type (or, for a
 model Gavel did not measure, extrapolates with the shipped CPU tables of the Gavel models); see
 docs/cost_tables.md.
+
+``--executor`` (with ``--device cpu``) measures, under the live executor on CPU slots (Ray), each
+model's level-0 iteration ``--executor-repeats`` times (median), and writes into the folder
+``--out``: each model's plain-loop table plus ``executor_overhead_s`` (the executor's own cost per
+iteration), and ``link.json`` (the fitted slot-to-slot latency) unless ``--no-link``.
+``jigsaw deploy --tables OUT`` and the replay use them. Models: ``--model`` (one) or ``--only``
+(several); default the tiny models. See ``jigsaw_executor.calibrate_executor`` and docs/deploy.md
+section 5.
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from jigsaw_env.cli_args import positive_int
 from jigsaw_env.cost_table import TABLES_DIR, CostTable, table_filename
 
 # model -> batch size of its shipped tables (a Gavel batch size where Gavel has the job type)
@@ -189,6 +199,17 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", default=None, help="with --ship: only these models")
     p.add_argument("--derive-only", action="store_true",
                    help="with --ship: reuse the shipped CPU tables, only re-derive the GPU tables")
+    p.add_argument("--executor", action="store_true",
+                   help="also measure the live executor's per-iteration overhead (and the slot-to-slot link) on CPU "
+                        "slots; --out is then a folder (docs/deploy.md section 5)")
+    p.add_argument("--executor-repeats", type=positive_int("--executor-repeats"), default=3, metavar="N",
+                   help="with --executor: separate live runs; the median is kept (default 3)")
+    p.add_argument("--executor-iterations", type=positive_int("--executor-iterations"), default=300, metavar="N",
+                   help="with --executor: iterations per calibration job (default 300)")
+    p.add_argument("--no-link", action="store_true", help="with --executor: do not fit the link (1 slot is enough)")
+    p.add_argument("--base-tables", default=None, metavar="DIR",
+                   help="with --executor: take the plain-loop tables from DIR (e.g. jigsaw_env/tables) instead of "
+                        "measuring them now")
 
 
 def _check_out_file(out: Path, example: str) -> None:
@@ -207,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     if args.warmup is not None and args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     progress = not args.no_progress and sys.stderr.isatty()
+    if getattr(args, "executor", False):
+        return run_executor(args)
     if args.ship:
         ship(models=args.only, repeats=args.repeats, derive_only=args.derive_only, progress=progress)
         return 0
@@ -223,6 +246,62 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(table_filename(table.model, table.batch_size, table.device))
     table.save(out)
     print(f"{_summary(table)} -> {out}")
+    return 0
+
+
+def run_executor(args: argparse.Namespace) -> int:
+    """``--executor``: every argument is checked before Ray or any measurement starts."""
+    if args.ship:
+        raise ValueError("--executor and --ship do not go together")
+    if args.device != "cpu":
+        raise ValueError(f"--executor measures the live executor on CPU slots: use --device cpu, got {args.device!r}")
+    if args.anchor_device is not None:
+        raise ValueError("--executor measures CPU tables: --anchor-device does not apply")
+    if not args.out:
+        raise ValueError("--executor writes a folder of tables and link.json: give --out FOLDER")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; --executor writes a folder")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder does not exist: {out.parent}")
+    if args.model and args.only:
+        raise ValueError("give --model (one model) or --only (several), not both")
+    from jigsaw_executor.calibrate_executor import DEFAULT_MODELS, calibrate_executor
+
+    models = list(args.only or ([args.model] if args.model else DEFAULT_MODELS))
+    allowed = _allowed_models()
+    for m in models:
+        if m not in allowed:
+            raise ValueError(f"unknown model {m!r}; allowed: {allowed}")
+    sizes = {}
+    for m in models:
+        bs = args.batch_size if args.batch_size is not None else SHIPPED.get(m)
+        if bs is None:
+            raise ValueError(f"--batch-size is required for {m} (it has no shipped table)")
+        _validate(m, bs, "cpu", args.repeats, None)
+        sizes[m] = bs
+    base = None
+    if args.base_tables:
+        from jigsaw_env.cost_table import table_files
+
+        d = Path(args.base_tables)
+        if not d.is_dir():
+            raise FileNotFoundError(f"cost-table folder not found: {d}")
+        found = {}
+        for f in table_files(d):
+            t = CostTable.load(f)
+            if t.device == "cpu" and t.model in sizes and t.batch_size == sizes[t.model]:
+                found[t.model] = t
+        missing = [m for m in models if m not in found]
+        if missing:
+            raise ValueError(f"--base-tables {d} has no cpu table for {missing[0]} at batch size {sizes[missing[0]]}")
+        base = found
+    cmd = "jigsaw calibrate --device cpu --executor " + " ".join(
+        x for x in (f"--only {' '.join(models)}", f"--executor-repeats {args.executor_repeats}",
+                    f"--executor-iterations {args.executor_iterations}", "--no-link" if args.no_link else "",
+                    f"--base-tables {args.base_tables}" if args.base_tables else "") if x)
+    calibrate_executor(models, sizes, out, repeats=args.executor_repeats, iterations=args.executor_iterations,
+                       link=not args.no_link, base_tables=base, plain_repeats=args.repeats, command=cmd)
     return 0
 
 

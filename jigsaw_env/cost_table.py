@@ -9,8 +9,16 @@ at the table's batch size, on an otherwise idle device.
 
 Every number carries a source: ``sources`` maps a field name (``"param_bytes"``,
 ``"activation_bytes"``, ``"forward_s"``, ``"backward_weight_s"``, ``"backward_input_s"``,
-``"optimizer_s"``, ``"fixed_memory_bytes"``, ``"anchor"``) to a sentence naming where it came from
-(measured here with which command, a data file and column, or a paper).
+``"optimizer_s"``, ``"fixed_memory_bytes"``, ``"anchor"``, ``"executor_overhead_s"``) to a sentence
+naming where it came from (measured here with which command, a data file and column, or a paper).
+
+``executor_overhead_s`` (seconds per iteration, default 0) is the live executor's own cost of one
+iteration beyond the plain training loop the other times measure (SPB trainer bookkeeping, the
+control read, the per-iteration command broadcast): every worker iteration pays it, whatever its
+start group (docs/spb_model.md eq. C1). It is 0 in every table that measures a plain training loop
+(all shipped tables) and is filled by ``jigsaw calibrate --device cpu --executor`` (docs/deploy.md
+section 5). A table with overhead 0 is written without the field, so its JSON and digest are what
+they were before the field existed.
 
 Shipped tables live in ``jigsaw_env/tables/<model>-bs<batch>-<device>.json``.
 """
@@ -64,8 +72,15 @@ class CostTable:
     fixed_memory_bytes: int
     sources: dict[str, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    executor_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
+        x = self.executor_overhead_s
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(x) or x < 0:
+            raise ValueError(f"cost table {self.model}: field executor_overhead_s must be a finite number >= 0 "
+                             f"(seconds per iteration), got {x!r}")
+        object.__setattr__(self, "executor_overhead_s", float(x))
         if not self.groups:
             raise ValueError(f"cost table {self.model}: needs at least one layer group")
         if self.batch_size <= 0:
@@ -102,7 +117,8 @@ class CostTable:
         """Compute time (s) of one worker iteration that backpropagates groups ``start..B-1``.
 
         forward of every group + weight-gradient time of groups >= start + input-gradient time of
-        groups > start + optimizer step (DESIGN.md section 2; docs/spb_model.md eq. C1).
+        groups > start + optimizer step + executor overhead (DESIGN.md section 2; docs/spb_model.md
+        eq. C1). With ``executor_overhead_s = 0`` (every plain-loop table) the last term is 0.
         """
         return float(self.compute_by_start()[start])
 
@@ -117,6 +133,8 @@ class CostTable:
             # input-gradient time of groups strictly above `start`
             bw_i_above = np.concatenate([np.cumsum(bw_i[::-1])[::-1][1:], [0.0]])
             cache = fwd + bw_w_suffix + bw_i_above + self.optimizer_s
+            if self.executor_overhead_s:
+                cache = cache + self.executor_overhead_s
             object.__setattr__(self, "_compute", cache)
         return cache
 
@@ -129,13 +147,20 @@ class CostTable:
         return int(self.fixed_memory_bytes + self.activation_peak_bytes(start))
 
     def iteration_time_s(self) -> float:
-        """Full-backprop compute time of one worker iteration (seconds), no communication."""
+        """Full-backprop compute time of one worker iteration (seconds), no communication; includes
+        ``executor_overhead_s``."""
         return self.compute_s(0)
+
+    def plain_compute_s(self, start: int) -> float:
+        """:meth:`compute_s` without the executor overhead: the plain training loop (seconds)."""
+        return self.compute_s(start) - self.executor_overhead_s
 
     # ----- serialisation -----
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["groups"] = [asdict(g) for g in self.groups]
+        if not self.executor_overhead_s:  # plain-loop tables keep their pre-field JSON and digest
+            d.pop("executor_overhead_s")
         return d
 
     @classmethod
@@ -151,11 +176,16 @@ class CostTable:
             except TypeError as e:
                 raise ValueError(f"{origin}: groups[{i}] is malformed ({e}); expected fields "
                                  f"{[f for f in LayerGroup.__dataclass_fields__]}") from None
+        x = d.get("executor_overhead_s", 0.0)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
+            raise ValueError(f"{origin}: field executor_overhead_s must be a finite number >= 0 (seconds per "
+                             f"iteration), got {x!r}")
         return cls(
             model=str(d["model"]), batch_size=int(d["batch_size"]), device=str(d["device"]),
             groups=tuple(groups), optimizer_s=float(d["optimizer_s"]),
             fixed_memory_bytes=int(d["fixed_memory_bytes"]),
             sources=dict(d.get("sources", {})), meta=dict(d.get("meta", {})),
+            executor_overhead_s=float(x),
         )
 
     def save(self, path: str | Path) -> None:
@@ -198,13 +228,21 @@ def unregister_table(model: str, batch_size: int, device: str) -> None:
     get_table.cache_clear()
 
 
+def table_files(folder: str | Path) -> list[Path]:
+    """The cost-table files of a folder: every ``*.json`` except ``link.json`` (the fitted link
+    that ``jigsaw calibrate --executor`` writes next to its tables; :mod:`jigsaw_env.network`)."""
+    from .network import LINK_FILE
+
+    return [f for f in sorted(Path(folder).glob("*.json")) if f.name != LINK_FILE]
+
+
 def register_tables_dir(path: str | Path) -> int:
     """Register every ``*.json`` cost table in ``path``; returns how many."""
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"cost-table folder not found: {p}")
     n = 0
-    for f in sorted(p.glob("*.json")):
+    for f in table_files(p):
         register_table(CostTable.load(f))
         n += 1
     return n

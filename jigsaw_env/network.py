@@ -126,3 +126,63 @@ def fit_pollux_alpha_beta(data_dir: str | Path) -> dict[str, tuple[float, float,
         err = float(np.median(np.abs(pred - s["sync_time"].to_numpy()) / s["sync_time"].to_numpy()))
         out[name] = (float(x[0]), float(1.0 / x[1]), err)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# a calibrated slot-to-slot link (jigsaw calibrate --executor), stored next to the tables
+# --------------------------------------------------------------------------------------------
+LINK_FILE = "link.json"
+
+
+def fit_executor_alpha(points: list[tuple[int, float, float]], bandwidth_Bps: float) -> float:
+    """Per-message latency (s) of the live executor's slot-to-slot link, least squares.
+
+    ``points``: one per 2-slot level-0 calibration job, ``(messages, gradient_bytes, comm_s)``:
+    ``messages`` = ``2 x`` the layer groups with parameters (one W = 2 ring all-reduce per group
+    sends 2 messages per rank, eq. N1), ``gradient_bytes`` = the model's parameter bytes,
+    ``comm_s`` = the measured iteration time on 2 slots minus the one on 1 slot. With the bandwidth
+    held at ``bandwidth_Bps``, N1 for W = 2 summed over the groups is
+    ``comm = messages x alpha + gradient_bytes / bandwidth``, so
+    ``alpha = sum_m n_m (c_m - P_m / beta) / sum_m n_m^2``, clipped at 1 us (docs/deploy.md
+    section 5, eq. X2). Raises ValueError without a usable point.
+    """
+    pts = [(float(n), float(p), float(c)) for n, p, c in points if n > 0]
+    if not pts:
+        raise ValueError("fitting the link needs at least one 2-slot calibration job with parameters")
+    num = sum(n * (c - p / bandwidth_Bps) for n, p, c in pts)
+    den = sum(n * n for n, _, _ in pts)
+    return max(1e-6, num / den)
+
+
+def save_link(path: str | Path, link: Link, source: str, extra: dict | None = None) -> None:
+    """Write ``link`` to ``path`` (JSON: alpha_s, bandwidth_Bps, the same in us and GB/s, source)."""
+    import json
+
+    d = {"alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps, "alpha_us": link.alpha_s * 1e6,
+         "gbps": link.bandwidth_Bps / 1e9, "source": source}
+    d.update(extra or {})
+    Path(path).write_text(json.dumps(d, indent=1) + "\n")
+
+
+def load_link(path: str | Path) -> Link:
+    """Read a link written by :func:`save_link`. A missing file, bad JSON, or a field that is not a
+    finite number (alpha_s >= 0, bandwidth_Bps > 0) raises one line naming the file and field."""
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"link file not found: {p}")
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{p}: expected a JSON object with alpha_s and bandwidth_Bps")
+    vals = {}
+    for name, ok, what in (("alpha_s", lambda v: v >= 0, ">= 0 (seconds per message)"),
+                           ("bandwidth_Bps", lambda v: v > 0, "> 0 (bytes per second)")):
+        v = d.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not ok(v):
+            raise ValueError(f"{p}: field {name} must be a finite number {what}, got {v!r}")
+        vals[name] = float(v)
+    return Link(vals["alpha_s"], vals["bandwidth_Bps"])

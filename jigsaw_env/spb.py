@@ -190,20 +190,39 @@ class JobProfile:
         return self.compute_s.max(axis=1) + self.comm_s
 
 
+def eta_key(level: int, pattern: "Pattern | str", num_workers: int | None = None) -> str:
+    """Key of a measured eta in ``table.meta["eta"]``: ``"<level>/<pattern>"`` (measured at the
+    worker count ``meta["eta_source"]["workers"]`` records, or at an unrecorded one in older tables)
+    or, with ``num_workers``, ``"<level>/<pattern>/w<W>"`` (measured at exactly ``W`` workers)."""
+    base = f"{int(level)}/{Pattern.parse(pattern).value}"
+    return base if num_workers is None else f"{base}/w{int(num_workers)}"
+
+
+def eta_measured_workers(table: CostTable) -> int | None:
+    """Worker count at which the table's plain ``"<level>/<pattern>"`` eta values were measured
+    (``meta["eta_source"]["workers"]``, written by ``bench.eta --write-tables``); None when the
+    table does not say (older tables, or no measured eta)."""
+    src = table.meta.get("eta_source") if isinstance(table.meta, dict) else None
+    w = src.get("workers") if isinstance(src, dict) else None
+    return int(w) if isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 1 else None
+
+
 def eta_for(table: CostTable, level: int, pattern: Pattern, spb: SPBConfig, slots: tuple[int, ...],
             num_workers: int) -> float:
     """Statistical efficiency of one SPB iteration relative to full backprop (eq. E1).
 
-    A measured value in the table's ``meta["eta"]["<level>/<pattern>"]`` wins; otherwise the
-    assumed prior ``1 - c * mean skipped fraction``, the mean taken over the workers and phases of
-    the cycle. Level 0 is exactly 1.
+    Lookup order in ``table.meta["eta"]``: the value measured at this job's worker count
+    (``"<level>/<pattern>/w<W>"``), then the table's default value (``"<level>/<pattern>"``,
+    measured at :func:`eta_measured_workers` workers and applied at every W), then the assumed
+    prior ``1 - c * mean skipped fraction``, the mean taken over the workers and phases of the
+    cycle. Level 0 is exactly 1.
     """
     if level == 0:
         return 1.0
     measured = table.meta.get("eta", {}) if isinstance(table.meta, dict) else {}
-    key = f"{level}/{pattern.value}"
-    if key in measured:
-        return float(measured[key])
+    for key in (eta_key(level, pattern, num_workers), eta_key(level, pattern)):
+        if key in measured:
+            return float(measured[key])
     period = cycle_length(slots, pattern)
     starts = np.stack([worker_starts(slots, pattern, num_workers, t) for t in range(period)])
     mean_skip = float(starts.mean()) / table.num_groups

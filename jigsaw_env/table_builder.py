@@ -583,7 +583,7 @@ def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None
             job = build_model(base.model).gavel_job
         except ValueError:
             job = None
-    base_t = base.compute_s(0)
+    base_t = base.plain_compute_s(0)  # a GPU table has no live-executor overhead (it stays 0)
     fixed_b, fixed_text = _gpu_fixed_memory(base)
     meta = {k: v for k, v in base.meta.items()
             if k not in ("kind", "command", "calibration_wall_s", "loadavg_1min_start_end")}
@@ -608,7 +608,7 @@ def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None
             rh = gavel_alone_throughput(rjob, ref.batch_size, gpu, path)
             if rh is None or ref.model == base.model and ref.batch_size == base.batch_size:
                 continue
-            ratios[f"{ref.model}-bs{ref.batch_size}"] = (1.0 / rh[1]) / ref.compute_s(0)
+            ratios[f"{ref.model}-bs{ref.batch_size}"] = (1.0 / rh[1]) / ref.plain_compute_s(0)
         if not ratios:
             raise ValueError(f"cannot extrapolate {base.model} to {gpu}: no Gavel-anchored reference tables "
                              f"measured on {base.device} (ship the CPU tables of the Gavel models first)")

@@ -305,7 +305,7 @@ class _tables_registered:
 
         if not self.folder.is_dir():
             raise FileNotFoundError(f"cost-table folder not found: {self.folder}")
-        self.tables = [ct.CostTable.load(f) for f in sorted(self.folder.glob("*.json"))]
+        self.tables = [ct.CostTable.load(f) for f in ct.table_files(self.folder)]
         self.prev = {(t.model, t.batch_size, t.device): ct._REGISTERED.get((t.model, t.batch_size, t.device))
                      for t in self.tables}
         for t in self.tables:
@@ -327,8 +327,14 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
                  ) -> tuple[list[dict], list[dict], list[str], float]:
     """Step 2 of the replay: the logged decisions through the simulator. Returns (jobs, rounds,
     notes, restart_s used). ``link``: replace the logged slot-to-slot link (e.g. one fitted to
-    loopback gloo)."""
+    loopback gloo); with ``tables`` and no ``link``, ``tables/link.json`` is used when it exists
+    (what ``jigsaw calibrate --executor`` writes)."""
     if tables:
+        from jigsaw_env.network import LINK_FILE, load_link
+
+        lf = Path(tables) / LINK_FILE
+        if link is None and lf.is_file():  # `jigsaw calibrate --executor` wrote the link next to its tables
+            link = load_link(lf)
         with _tables_registered(tables):
             return simulate_log(header, rounds, restart_s, None, link)
     from jigsaw_env.simulator import SimConfig, Simulator

@@ -163,7 +163,9 @@ def register(subparsers) -> None:
     p.add_argument("--recovery", choices=("full", "partial"), default="full",
                    help="after a worker failure: restart the job from its last checkpoint (full, default) or "
                         "replace the dead workers, copying the weights from a surviving peer (partial, CPR-style)")
-    p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones")
+    p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones or "
+                                                  "`jigsaw calibrate --executor` output (its link.json is used unless "
+                                                  "--link-alpha-us/--link-gbps are given)")
     p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")
     p.add_argument("--allow-oversubscribe", action="store_true", help="allow more slots than physical cores")
     p.add_argument("--no-replay", action="store_true", help="skip replaying the decision log at the end")
@@ -216,8 +218,16 @@ def run(args) -> int:
 
     if args.tables:
         from jigsaw_env.cost_table import register_tables_dir
+        from jigsaw_env.network import LINK_FILE, load_link
 
         register_tables_dir(args.tables)
+        link_file = Path(args.tables) / LINK_FILE
+        if link_file.is_file() and args.link_alpha_us is None and args.link_gbps is None:
+            # the link `jigsaw calibrate --executor` fitted next to its tables (docs/deploy.md section 5)
+            link = load_link(link_file)
+            args.link_alpha_us, args.link_gbps = link.alpha_s * 1e6, link.bandwidth_Bps / 1e9
+            if not args.json:
+                print(f"link from {link_file}: alpha {args.link_alpha_us:.1f} us, {args.link_gbps:.3g} GB/s")
     if args.resume:
         return _resume(args)
     if args.policy is None:
