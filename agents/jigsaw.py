@@ -31,8 +31,8 @@ from jigsaw_env.placement import GpuLedger
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, register_scheduler
-from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_gpus, current_pairs, parse_thresholds,
-                     select_by_budget)
+from .common import (LASQueues, PairPlan, _phase_mod, _placement_sig, _summary, best_pairing, best_solo,
+                     consolidated_gpus, current_pairs, guest_orders, parse_thresholds, select_by_budget, spb_configs)
 
 
 @register_scheduler("jigsaw")
@@ -65,10 +65,84 @@ class Jigsaw(Scheduler):
         self.horizon_s = float(horizon_s)
         self.displace = bool(displace)
         self._host_of: dict[int, int] = {}
+        self._memo_costs = None
+        self._memo: dict = {}
+        # skip pairing searches that a bound shows cannot matter (speed only; valid while the
+        # restart discount keeps a pair's work at most its value)
+        self.prune = self.restart_s >= 0 and self.horizon_s > 0
 
     def reset(self) -> None:
         self.las.reset()
         self._host_of = {}
+        self._memo_costs = None
+        self._memo = {}
+
+    # ----------------------------------------------------------------------------------------
+    # memos of pure functions of static inputs (speed only: each returns what the call would)
+    def _memos(self, state: ClusterState) -> dict:
+        """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
+        if self._memo_costs is not state.costs:
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "pair": {}, "jd": {}, "bound": {}}
+        return self._memo
+
+    def _current_jd(self, state: ClusterState, j: JobState) -> JobDecision:
+        """``JobDecision(j.placement, j.level, j.pattern)``, the same (immutable) object while the
+        job keeps that configuration."""
+        memo = self._memos(state)["jd"]
+        key = (j.job_id, j.placement, j.level, j.pattern)
+        jd = memo.get(key)
+        if jd is None:
+            if len(memo) > 100_000:
+                memo.clear()
+            jd = memo[key] = JobDecision(j.placement, j.level, j.pattern)
+        return jd
+
+    def _pairing_bound(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
+        """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
+        candidate order): the bound its own branch and bound ranks candidates by, maximised over
+        every (host config, guest config, guest placement group). The mean shared step is at least
+        ``max(mean summed load / host GPUs, either job's mean slowest worker) + max(either job's
+        mean sync)``, so no candidate's value exceeds it. It does not depend on the jobs' phases,
+        so it is memoised by models, batch sizes, the host's GPUs and the guest's width."""
+        memo = self._memos(state)["bound"]
+        key = (host.model, host.batch_size, hgpus, guest.model, guest.batch_size, guest.num_gpus)
+        ub = memo.get(key)
+        if ub is None:
+            if len(memo) > 100_000:
+                memo.clear()
+            costs = state.costs
+            wa, wb = len(hgpus), guest.num_gpus
+            reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
+            for o in guest_orders(wa, wb):
+                g = tuple(hgpus[c] for c in o)
+                reps.setdefault(_placement_sig(state, g), g)
+            iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+            ub = -float("inf")
+            for hc in spb_configs(state, host) if reps else ():
+                ph = costs.profile(host, hc[0], hc[1], hgpus)
+                th, mh, ch = _summary(costs, ph)
+                for gc in spb_configs(state, guest):
+                    for g in reps.values():
+                        pg = costs.profile(guest, gc[0], gc[1], g)
+                        tg, mg, cg = _summary(costs, pg)
+                        lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                        ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
+            memo[key] = ub
+        return ub
+
+    def _pairing(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState, pm: int) -> PairPlan | None:
+        """``best_pairing(state, host, hgpus, guest)``, memoised by the inputs it depends on (its own
+        cache key: both jobs' models and batch sizes, the host's GPUs, the guest's width and the
+        phase difference modulo ``pm``); the plan is immutable."""
+        memo = self._memos(state)["pair"]
+        key = (host.model, host.batch_size, hgpus, guest.model, guest.batch_size, guest.num_gpus,
+               (guest.iteration - host.iteration) % pm if len(hgpus) > 1 else 0)
+        plan = memo.get(key, False)
+        if plan is False:
+            if len(memo) > 200_000:
+                memo.clear()
+            plan = memo[key] = best_pairing(state, host, hgpus, guest)
+        return plan
 
     def quiet_until(self, state: ClusterState) -> float:
         # every rule reads the LAS order, statuses, placements and static costs: only the order
@@ -86,7 +160,8 @@ class Jigsaw(Scheduler):
         ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
         # 3. fitting
         self._host_of = {}
-        hostable = {jid for jid, jd in ledger.decision.items() if all(ledger.workers[g] == 1 for g in jd.gpus)}
+        wl = ledger._wl
+        hostable = {jid for jid, jd in ledger.decision.items() if all(wl[g] == 1 for g in jd.gpus)}
         guests = [j for j in rest if j.job_id in pairs] + [j for j in rest if j.job_id not in pairs][: self.max_waiting]
         guests.sort(key=lambda j: rank[j.job_id])
         paired: set[int] = set()
@@ -135,6 +210,16 @@ class Jigsaw(Scheduler):
     def _spread_ok(self, state: ClusterState, job: JobState, gpus) -> bool:
         """Rule 4: a job may sit on more nodes than it needs only if it keeps ``spread_tolerance``
         of the useful throughput it has on the fewest nodes (its comm share is small)."""
+        memo = self._memos(state)["spread"]
+        key = (job.model, job.batch_size, job.num_gpus, tuple(gpus))
+        ok = memo.get(key)
+        if ok is None:
+            if len(memo) > 100_000:
+                memo.clear()
+            ok = memo[key] = self._spread_ok_uncached(state, job, gpus)
+        return ok
+
+    def _spread_ok_uncached(self, state: ClusterState, job: JobState, gpus) -> bool:
         if self._nodes(state, gpus) <= self._min_nodes(state, job):
             return True
         _, x = best_solo(state, job, gpus, None, 0.0)
@@ -166,8 +251,9 @@ class Jigsaw(Scheduler):
             own = j.status is JobStatus.RUNNING and bool(j.placement)
             if own:
                 reserved[list(j.placement)] = False  # its own reservation no longer blocks anyone
-                still_free = not ledger.workers[list(j.placement)].any()
-                cur = JobDecision(j.placement, j.level, j.pattern) if still_free else None
+                wl = ledger._wl
+                still_free = not any(wl[g] for g in j.placement)
+                cur = self._current_jd(state, j) if still_free else None
                 if cur is not None and self._spread_ok(state, j, cur.gpus) and ledger.fits(j.job_id, cur):
                     ledger.add(j.job_id, cur, checked=True)
                     continue
@@ -197,18 +283,27 @@ class Jigsaw(Scheduler):
         # backfill free GPUs with lower-priority jobs that fit them well
         left = []
         nfree = int((ledger.workers == 0).sum())
+        # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
+        # another job of the same model, batch size and width (the outcome depends on nothing else)
+        no_fit: set[tuple] = set()
         for j in rest:
             if j.num_gpus <= nfree:
                 jd = None
-                if j.status is JobStatus.RUNNING and j.placement and not ledger.workers[list(j.placement)].any():
-                    jd = JobDecision(j.placement, j.level, j.pattern)  # stays where it is: no restart
+                wl = ledger._wl
+                stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
+                if stays:
+                    jd = self._current_jd(state, j)  # stays where it is: no restart
                     if not ledger.fits(j.job_id, jd):
                         jd = None
-                if jd is None:
+                kind = (j.model, j.batch_size, j.num_gpus)
+                if jd is None and kind not in no_fit:
                     jd = self._consolidated(state, ledger, j, ledger.workers == 0)
+                    if jd is None or not self._spread_ok(state, j, jd.gpus):
+                        no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
                     ledger.add(j.job_id, jd, checked=True)
                     nfree -= j.num_gpus
+                    no_fit.clear()
                     continue
             left.append(j)
         left = deferred + left
@@ -249,6 +344,7 @@ class Jigsaw(Scheduler):
         most useful work, if it clears ``1 + margin``."""
         best_gain, best = -float("inf"), (None, None)
         n = 0
+        pm = _phase_mod(state)
         for host in hosts_by_priority:
             if host.job_id not in hostable or host.num_gpus < guest.num_gpus:
                 continue
@@ -256,10 +352,15 @@ class Jigsaw(Scheduler):
             if n > self.max_hosts:
                 break
             hgpus = ledger.decision[host.job_id].gpus
-            plan = best_pairing(state, host, hgpus, guest)
+            alone = self._host_alone(state, ledger, host)
+            if self.prune and self._pairing_bound(state, host, hgpus, guest) * (1.0 + 1e-9) < max(
+                    alone * (1.0 + self.margin) - 1e-9, alone + best_gain + 1e-12):
+                # no pairing can clear the margin or beat the best host so far (the work below is
+                # at most the plan's value, and the value at most the bound): skip the search
+                continue
+            plan = self._pairing(state, host, hgpus, guest, pm)
             if plan is None:
                 continue
-            alone = self._host_alone(state, ledger, host)
             # a guest that resumes or moves restarts, and the lockstep pair waits for it (rule 5):
             # over the horizon the pair works horizon - restart seconds, the host alone horizon
             restarts = guest.status is JobStatus.PAUSED or (

@@ -121,6 +121,8 @@ class RoundBuilder:
         self.step_cap = 2 * codec.window_k + 2 + len(self._queue)
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
+        self._need_cache: dict[tuple, np.ndarray] = {}  # masks' per-round caches (speed only)
+        self._keep_cache: dict[tuple, list[bool]] = {}
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -201,7 +203,7 @@ class RoundBuilder:
         cap0 = float(capacity[0])
         base_free = base._wl.count(0)
         jobs = [st.jobs[jid] for _, jid in slots]
-        need = np.stack([st.costs.need_vector(job, combos) for job in jobs])  # (S, n_lp)
+        need = self._need_matrix(jobs)                                      # (S, n_lp)
         n = np.array([job.num_gpus for job in jobs])                        # (S,)
         # packed: ``mem + need <= capacity`` is monotone in mem, so at least n GPUs under the
         # worker cap fit iff the n-th smallest memory among them does (same float comparison)
@@ -239,9 +241,7 @@ class RoundBuilder:
             pref.sort()
             packed_ok[i] = (pref[nj - 1] + need[i] <= cap0) if nj <= len(pref) else False
             if job.status is JobStatus.RUNNING:
-                caps = [cl[g] for g in jd.gpus]
-                keep_rows.append((i, [all(m + p <= c for m, p, c in zip(m_new, row, caps))
-                                      for row in st.costs.peak_rows(job, combos)]))
+                keep_rows.append((i, self._keep_row(job, jd.gpus, m_new)))
         excl_ok = (free_excl[:, None] >= n[:, None]) & (need <= cap0)          # (S, n_lp)
         rows = mask[: c.advance].reshape(c.window_k, c.per_job)             # a view into mask
         idx = np.array([slot for slot, _ in slots])
@@ -255,6 +255,29 @@ class RoundBuilder:
         for i, keep in keep_rows:
             rows[slots[i][0], :n_lp] = keep
         return mask
+
+    def _need_matrix(self, jobs: list) -> np.ndarray:
+        """(S, n_lp) the largest worker peak (bytes) of each job at each combo, stacked (cached
+        for the round by the window's jobs: it depends on nothing else)."""
+        key = tuple(j.job_id for j in jobs)
+        need = self._need_cache.get(key)
+        if need is None:
+            combos = self.codec.combos
+            need = self._need_cache[key] = np.stack([self.state.costs.need_vector(j, combos) for j in jobs])
+        return need
+
+    def _keep_row(self, job, gpus: tuple[int, ...], m_new: list[float]) -> list[bool]:
+        """Per combo: do the job's workers fit its own GPUs, holding ``m_new`` bytes without it
+        (``m + peak <= capacity`` on every GPU)? Cached for the round by the job's model, size,
+        GPUs and those bytes: it depends on nothing else."""
+        key = (job.model, job.batch_size, gpus, tuple(m_new))
+        row = self._keep_cache.get(key)
+        if row is None:
+            cl = self.ledger._cl
+            caps = [cl[g] for g in gpus]
+            row = self._keep_cache[key] = [all(m + p <= c for m, p, c in zip(m_new, r, caps))
+                                           for r in self.state.costs.peak_rows(job, self.codec.combos)]
+        return row
 
     def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:
         """Exact masks by trying every action (clusters with several GPU types)."""

@@ -33,6 +33,7 @@ class Member:
     gpus: tuple[int, ...]
     iteration0: int  # iteration counter of the job when the component formed
     iso_s: float = 0.0  # the job's isolated iteration time (s), cached by the simulator
+    slot: int = -1  # the job's row in the simulator's running-job arrays, while it runs
 
 
 def _computed(row: list[float], partial: float) -> float:
@@ -45,48 +46,76 @@ def _computed(row: list[float], partial: float) -> float:
     return sum(x if x < partial else partial for x in row)
 
 
+def _step_tables(members: list[Member], col: dict[int, int]) -> tuple:
+    """A component's step tables over its hyper-period (eqs. K1, K2), in ``Component._SHARED``
+    order: H, per-GPU loads (H, C), step times, their cumulative sums, the cycle, cumulative
+    loads, per-member bytes and cumulative bytes, and Python-float copies of what the scalar
+    path reads (numpy's per-call overhead dominates for the usual 1-4 step cycles)."""
+    H = 1
+    for m in members:
+        H = H * m.profile.period // math.gcd(H, m.profile.period)
+    n = len(col)
+    loads = np.zeros((H, n))
+    comm = np.zeros(H)
+    phase_bytes = []  # per member: (H,) bytes at each step of the hyper-period
+    ks = np.arange(H)
+    for m in members:
+        ph = (m.iteration0 + ks) % m.profile.period
+        c = m.profile.compute_s[ph]  # (H, W)
+        for w, g in enumerate(m.gpus):
+            loads[:, col[g]] += c[:, w]
+        comm = np.maximum(comm, m.profile.comm_s[ph])
+        phase_bytes.append(m.profile.bytes[ph])
+    step = loads.max(axis=1) + comm
+    if np.any(step <= 0):
+        raise ValueError("a co-location step of zero length: cost tables must have positive times")
+    cum = np.concatenate([[0.0], np.cumsum(step)])
+    cycle = float(cum[-1])
+    cum_loads = np.vstack([np.zeros(n), np.cumsum(loads, axis=0)])
+    cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in phase_bytes]
+    for arr in (loads, step, cum, cum_loads, *phase_bytes, *cum_bytes):
+        arr.setflags(write=False)  # shared between components: read-only
+    return (H, loads, step, cum, cycle, cum_loads, phase_bytes, cum_bytes, cum.tolist(), _EPS * max(1.0, cycle),
+            loads.tolist(), np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
+            [cb.tolist() for cb in cum_bytes])
+
+
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
-    def __init__(self, members: list[Member], ready_s: float):
+    _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
+               "_loads_l", "_cum_tot", "_cum_bytes_l")
+
+    def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None):
+        """``cache``: a dict the caller keeps for one cost model (the simulator does); components
+        whose members have the same profiles, phases modulo their periods and GPU layout share
+        their step tables (read-only arrays), computed once."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
-        self.H = 1
-        for m in members:
-            self.H = self.H * m.profile.period // math.gcd(self.H, m.profile.period)
         gpus = sorted({g for m in members for g in m.gpus})
         self.gpus = np.array(gpus, dtype=np.int64)
         col = {g: i for i, g in enumerate(gpus)}
-        H = self.H
-        loads = np.zeros((H, len(gpus)))
-        comm = np.zeros(H)
-        self.phase_bytes = []  # per member: (H,) bytes at each step of the hyper-period
-        ks = np.arange(H)
-        for m in members:
-            ph = (m.iteration0 + ks) % m.profile.period
-            c = m.profile.compute_s[ph]  # (H, W)
-            for w, g in enumerate(m.gpus):
-                loads[:, col[g]] += c[:, w]
-            comm = np.maximum(comm, m.profile.comm_s[ph])
-            self.phase_bytes.append(m.profile.bytes[ph])
-        self.loads = loads
-        self.step = loads.max(axis=1) + comm
-        if np.any(self.step <= 0):
-            raise ValueError("a co-location step of zero length: cost tables must have positive times")
-        self.cum = np.concatenate([[0.0], np.cumsum(self.step)])
-        self.cycle = float(self.cum[-1])
-        self.cum_loads = np.vstack([np.zeros(len(gpus)), np.cumsum(loads, axis=0)])
-        self.cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in self.phase_bytes]
+        if cache is None:
+            tables = _step_tables(members, col)
+        else:
+            # the tables depend on each member's profile, its phase offset (i0 + k) mod P and which
+            # columns its workers load; the profile object is kept in the entry so its id stays its own
+            key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
+                        for m in members) + (len(gpus),)
+            hit = cache.get(key)
+            if hit is not None and any(p is not m.profile for p, m in zip(hit[1], members)):
+                hit = None  # an id reused by another profile (a copied simulator): recompute
+            if hit is None:
+                if len(cache) > 50_000:
+                    cache.clear()
+                hit = cache[key] = (_step_tables(members, col), [m.profile for m in members])
+            tables = hit[0]
+        for name, v in zip(self._SHARED, tables):
+            setattr(self, name, v)
         self.k = 0            # steps completed since the component formed
         self.partial = 0.0    # seconds into step k
-        # Python-float copies for the scalar fast path (advance_totals): the same numbers, read
-        # without numpy's per-call overhead, which dominates for the usual 1-4 step cycles
-        self._cum_l = self.cum.tolist()
-        self._eps = _EPS * max(1.0, self.cycle)
-        self._loads_l = loads.tolist()
-        self._cum_tot = np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist()
-        self._cum_bytes_l = [cb.tolist() for cb in self.cum_bytes]
         self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
+        self.slot = -1  # its slot in a ComponentSet, while it is in one
 
     # ----- step arithmetic -----
     def T(self, x: int) -> float:
@@ -190,3 +219,180 @@ class Advance:
     run_s: float
     busy: np.ndarray  # per component GPU, seconds of compute
     bytes: list[float]  # per member, bytes on the wire
+
+
+class ComponentSet:
+    """The live components' step state in arrays, so one round advances all of them at once.
+
+    Each live :class:`Component` holds a slot: its step counter ``k``, the seconds ``partial`` into
+    step ``k``, its cumulative step times and loads, and (in a flat pool) its per-GPU loads per
+    phase. :meth:`advance` does :meth:`Component.advance_totals`' arithmetic for every given slot
+    with numpy, operation for operation in the same order, so the results are the same floats
+    (tests/test_perf.py compares them with the scalar path). Times in seconds.
+
+    After :meth:`advance` the set's ``k`` and ``partial`` are ahead of the objects; :meth:`sync`
+    writes them back (the simulator does it at the end of each round), and :meth:`load` refreshes a
+    slot from its object after the object was advanced on its own (the simulator's scalar path).
+    """
+
+    def __init__(self, capacity: int = 64, width: int = 2):
+        self._cap = 0
+        self._width = width  # H + 1 of the longest hyper-period seen
+        self._free: list[int] = []
+        self._pool = np.zeros(1024)
+        self._pool_used = 0
+        self.comps: dict[int, Component] = {}  # slot -> component
+        self._grow(capacity)
+
+    # ----- storage
+    _INT = ("H", "k", "ncol", "off")
+    _FLOAT = ("cycle", "eps", "ready", "partial", "ctH", "prev", "fin")
+
+    def _grow(self, cap: int) -> None:
+        """Room for ``cap`` slots (the old ones keep their values)."""
+        old = self._cap
+        for name in self._INT + self._FLOAT:
+            new = np.zeros(cap, dtype=np.int64 if name in self._INT else np.float64)
+            if old:
+                new[:old] = getattr(self, name)
+            setattr(self, name, new)
+        for name, fill in (("cum", np.inf), ("ct", 0.0)):
+            new = np.full((cap, self._width), fill)
+            if old:
+                new[:old] = getattr(self, name)
+            setattr(self, name, new)
+        self._free.extend(range(cap - 1, old - 1, -1))
+        self._cap = cap
+
+    def _widen(self, width: int) -> None:
+        cum = np.full((self._cap, width), np.inf)
+        cum[:, : self._width] = self.cum
+        ct = np.zeros((self._cap, width))
+        ct[:, : self._width] = self.ct
+        self.cum, self.ct, self._width = cum, ct, width
+
+    def _pool_put(self, loads: np.ndarray) -> int:
+        """Store a component's (H, C) loads in the flat pool; returns the offset."""
+        n = loads.size
+        if self._pool_used + n > self._pool.size:
+            self._compact(n)
+        off = self._pool_used
+        self._pool[off: off + n] = loads.ravel()
+        self._pool_used += n
+        return off
+
+    def _compact(self, extra: int) -> None:
+        """Rewrite the pool with only the live components' loads (and room for ``extra`` more)."""
+        live = sum(c.loads.size for c in self.comps.values())
+        size = max(1024, 2 * (live + extra))
+        pool = np.zeros(size)
+        used = 0
+        for slot, c in self.comps.items():
+            n = c.loads.size
+            pool[used: used + n] = c.loads.ravel()
+            self.off[slot] = used
+            used += n
+        self._pool, self._pool_used = pool, used
+
+    # ----- membership
+    def add(self, comp: Component) -> int:
+        """Give ``comp`` a slot (its current ``k`` and ``partial`` included); returns the slot."""
+        if not self._free:
+            self._grow(2 * self._cap)
+        H = comp.H
+        if H + 1 > self._width:
+            self._widen(H + 1)
+        slot = self._free.pop()
+        self.H[slot] = H
+        self.k[slot] = comp.k
+        self.partial[slot] = comp.partial
+        self.cycle[slot] = comp.cycle
+        self.eps[slot] = comp._eps
+        self.ready[slot] = comp.ready_s
+        self.cum[slot, : H + 1] = comp._cum_l
+        self.cum[slot, H + 1:] = np.inf
+        self.ct[slot, : H + 1] = comp._cum_tot
+        self.ctH[slot] = comp._cum_tot[-1]
+        self.ncol[slot] = comp.loads.shape[1]
+        # the computed part of the step in flight, already counted (nothing before the first step)
+        self.prev[slot] = _computed(comp._loads_l[comp.k % H], comp.partial)
+        self.comps[slot] = comp
+        self.off[slot] = self._pool_put(comp.loads)
+        comp.slot = slot
+        return slot
+
+    def load(self, comp: Component) -> None:
+        """Refresh ``comp``'s slot from the object (after it was advanced by the scalar path)."""
+        slot = comp.slot
+        self.k[slot] = comp.k
+        self.partial[slot] = comp.partial
+        self.prev[slot] = _computed(comp._loads_l[comp.k % comp.H], comp.partial)
+
+    def remove(self, comp: Component, write_back: bool = True) -> None:
+        """Free ``comp``'s slot, first writing its state back to the object (unless the object
+        is the more recent: ``write_back=False``)."""
+        slot = comp.slot
+        if write_back:
+            comp.k = int(self.k[slot])
+            comp.partial = float(self.partial[slot])
+        del self.comps[slot]
+        self._free.append(slot)
+        comp.slot = -1
+
+    def sync(self) -> None:
+        """Write every live slot's ``k`` and ``partial`` back to its component object."""
+        if not self.comps:
+            return
+        slots = list(self.comps)
+        for c, k, p in zip(self.comps.values(), self.k[slots].tolist(), self.partial[slots].tolist()):
+            c.k, c.partial = k, p
+
+    # ----- stepping
+    def gather(self, slots: np.ndarray) -> tuple:
+        """What :meth:`advance` reads of ``slots`` that does not change while they live: H, the
+        cycle, the tolerance, the ready time, the cumulative step times and loads, and the pool
+        indices of each slot's first load row (computed once per set of live components)."""
+        n = self.ncol[slots]
+        seg = np.repeat(np.arange(len(slots)), n)
+        base = np.arange(int(n.sum())) - (np.cumsum(n) - n)[seg] + self.off[slots][seg]
+        return (slots, self.H[slots], self.cycle[slots], self.eps[slots][:, None], self.ready[slots], self.cum[slots],
+                self.ct[slots], self.ctH[slots], n, seg, base, np.arange(len(slots)))
+
+    def computed(self, g: tuple, rows: np.ndarray, partial: np.ndarray) -> np.ndarray:
+        """Per slot of ``g`` (:meth:`gather`), :func:`_computed` of load row ``rows[i]`` at
+        ``partial[i]`` seconds: the sum over the component's GPUs of min(load, partial), added in
+        GPU order as ``_computed`` does (np.bincount adds each bin's weights in input order), 0
+        where ``partial <= 0``."""
+        n, seg, base = g[8], g[9], g[10]
+        vals = np.minimum(self._pool[base + (rows * n)[seg]], partial[seg])
+        out = np.bincount(seg, weights=vals, minlength=len(n))
+        return np.where(partial > 0, out, 0.0)
+
+    def advance(self, g: tuple, now_s: float, dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Advance the components of ``g`` (:meth:`gather`) by ``dt`` seconds from ``now_s``: per
+        slot, (steps, run seconds, busy GPU-seconds), as :meth:`Component.advance_totals` returns
+        them, with the same operations in the same order."""
+        slots, H, cyc, eps, ready, cum, ct, ctH, _, _, _, ar = g
+        run = dt - np.minimum(dt, np.maximum(0.0, ready - now_s))
+        k0 = self.k[slots]
+        p0 = self.partial[slots]
+        q0, r0 = np.divmod(k0, H)
+        target = q0 * cyc + cum[ar, r0] + p0 + run
+        # steps_within(target): whole cycles, then the last step boundary within the cycle
+        q = np.floor_divide(target, cyc)
+        j = np.count_nonzero(cum <= (target - q * cyc)[:, None] + eps, axis=1) - 1
+        k1 = q.astype(np.int64) * H + np.minimum(j, H)
+        q1, r1 = np.divmod(k1, H)
+        p1 = np.maximum(0.0, target - (q1 * cyc + cum[ar, r1]))
+        moved = run > 0
+        if not moved.all():
+            k1 = np.where(moved, k1, k0)
+            p1 = np.where(moved, p1, p0)
+            q1 = np.where(moved, q1, q0)
+            r1 = np.where(moved, r1, r0)
+        c1 = self.computed(g, r1, p1)
+        busy = (q1 - q0) * ctH + ct[ar, r1] - ct[ar, r0] + c1 - self.prev[slots]
+        self.k[slots] = k1
+        self.partial[slots] = p1
+        self.prev[slots] = c1
+        return k1 - k0, run, busy

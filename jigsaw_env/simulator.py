@@ -22,7 +22,7 @@ import pandas as pd
 
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
-from .engine import Component, Member
+from .engine import Component, ComponentSet, Member
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
 from .spb import Pattern, SPBConfig
 from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
@@ -147,6 +147,75 @@ def _same_decision(d, in_force: Decision) -> bool:
     return True
 
 
+class RunningJobs:
+    """The running jobs' progress counters in arrays, one row per job in a live component, so a
+    round credits every job at once (the per-job formulas of ``Simulator._advance_components``,
+    element by element). While a job has a row, the row is the truth; :meth:`write_back` copies
+    it to the :class:`JobState` (the simulator does it at the end of every round and when the
+    job's component dissolves). Units: iterations, seconds, GPU-seconds."""
+
+    _FIELDS = ("progress", "iterations", "eta", "iso", "ngpus", "run_s", "attained", "comp")
+
+    def __init__(self, capacity: int = 64):
+        self._cap = 0
+        self._free: list[int] = []
+        self.jobs: dict[int, JobState] = {}  # row -> job
+        self._grow(capacity)
+
+    def _grow(self, cap: int) -> None:
+        old = self._cap
+        for name in self._FIELDS + ("iteration",):
+            new = np.zeros(cap, dtype=np.int64 if name in ("iteration", "comp") else np.float64)
+            if old:
+                new[:old] = getattr(self, name)
+            setattr(self, name, new)
+        self._free.extend(range(cap - 1, old - 1, -1))
+        self._cap = cap
+
+    def add(self, job: JobState, m: Member, comp_slot: int) -> int:
+        """A row for ``job`` (member ``m`` of the component in ``comp_slot``), filled from the job."""
+        if not self._free:
+            self._grow(2 * self._cap)
+        row = self._free.pop()
+        self.progress[row] = job.progress
+        self.iterations[row] = job.iterations
+        self.eta[row] = m.profile.eta
+        self.iso[row] = m.iso_s
+        self.ngpus[row] = job.num_gpus
+        self.run_s[row] = job.run_s
+        self.attained[row] = job.attained_gpu_s
+        self.iteration[row] = job.iteration
+        self.comp[row] = comp_slot
+        self.jobs[row] = job
+        m.slot = row
+        return row
+
+    def write_back(self, rows=None) -> None:
+        """Copy rows (default: all) to their jobs' progress, iteration, run_s, attained_gpu_s."""
+        rows = list(self.jobs) if rows is None else list(rows)
+        if not rows:
+            return
+        for row, p, it, r, a in zip(rows, self.progress[rows].tolist(), self.iteration[rows].tolist(),
+                                    self.run_s[rows].tolist(), self.attained[rows].tolist()):
+            j = self.jobs[row]
+            j.progress, j.iteration, j.run_s, j.attained_gpu_s = p, it, r, a
+
+    def load(self, rows=None) -> None:
+        """Refresh rows (default: all) from their jobs (after the scalar path credited them)."""
+        rows = list(self.jobs) if rows is None else list(rows)
+        for row in rows:
+            j = self.jobs[row]
+            self.progress[row], self.iteration[row] = j.progress, j.iteration
+            self.run_s[row], self.attained[row] = j.run_s, j.attained_gpu_s
+
+    def remove(self, row: int, write_back: bool = True) -> None:
+        """Free a row, first writing it back to its job (unless the job is the more recent)."""
+        if write_back:
+            self.write_back((row,))
+        del self.jobs[row]
+        self._free.append(row)
+
+
 class Simulator:
     """Round-based cluster simulator. See module docstring.
 
@@ -220,6 +289,16 @@ class Simulator:
         self._pending_pos = 0
         self._components: dict[tuple, Component] = {}
         self._comp_of: dict[int, tuple] = {}
+        self._gpu_comp: dict[int, tuple] = {}  # GPU -> key of the component using it
+        self._cset = ComponentSet()             # the live components' step state, vectorised
+        self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
+        self._order = None                      # index arrays over the live components (cached)
+        self._gathered = None                   # the component set's constants in that order (cached)
+        # which copy of the step counters and job counters is current: "both" (at a round's end),
+        # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
+        self._current = "both"
+        self._need_finish: list[Component] = []  # built, next completion not computed yet
+        self._tables: dict = {}                 # shared step tables of components (engine.Component)
         self._round_rows: list[tuple] = []
         self._cluster_rows: list[tuple] = []
         self.num_finished = 0
@@ -304,30 +383,57 @@ class Simulator:
         self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s,
                                             running_ids=list(self._in_force.decision)))
 
+    def _dissolve(self, key: tuple) -> Component:
+        """Take a component out: its step state and its jobs' counters go back to the objects,
+        and its per-GPU busy seconds are added to the dissolved total."""
+        comp = self._components.pop(key)
+        from_arrays = self._current != "objects"
+        self._cset.remove(comp, write_back=from_arrays)
+        self._flush(comp)
+        for m in comp.members:
+            self._rjobs.remove(m.slot, write_back=from_arrays)
+            m.slot = -1
+        gc = self._gpu_comp
+        for g in comp.gpus.tolist():
+            if gc.get(g) == key:
+                del gc[g]
+        self._order = self._gathered = None
+        return comp
+
+    def _form(self, key: tuple, comp: Component) -> None:
+        """Put a new component in: a slot in the component set, a row per job, its GPUs."""
+        self._components[key] = comp
+        slot = self._cset.add(comp)
+        jobs = self.state.jobs
+        for m in comp.members:
+            self._rjobs.add(jobs[m.job_id], m, slot)
+            self._comp_of[m.job_id] = key
+        for g in comp.gpus.tolist():
+            self._gpu_comp[g] = key
+        self._need_finish.append(comp)
+        self._order = self._gathered = None
+
     def _rebuild(self, changed: set[int]) -> None:
         """Recompute the co-location components touched by ``changed`` jobs."""
+        if not changed:
+            return
         st = self.state
         # components that lose or gain members are dissolved; their surviving jobs are regrouped
         dirty = set(changed)
         for jid in changed:
             key = self._comp_of.get(jid)
             if key is not None and key in self._components:
-                comp = self._components.pop(key)
-                self._flush(comp)
+                comp = self._dissolve(key)
                 dirty.update(m.job_id for m in comp.members)
         # GPUs of dirty running jobs may touch clean components: dissolve those too
-        gpu_owner: dict[int, tuple] = {}
-        for key, comp in self._components.items():
-            for g in comp.gpus:
-                gpu_owner[int(g)] = key
+        gpu_owner = self._gpu_comp
         frontier = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
         while frontier:
             jid = frontier.pop()
             for g in st.jobs[jid].placement:
                 key = gpu_owner.get(g)
                 if key is not None and key in self._components:
-                    comp = self._components.pop(key)
-                    self._flush(comp)
+                    comp = self._dissolve(key)
                     for m in comp.members:
                         if m.job_id not in dirty:
                             dirty.add(m.job_id)
@@ -344,9 +450,7 @@ class Simulator:
                 members.append(Member(jid, prof, j.placement, j.iteration, self.costs.isolated_iteration_s(j)))
                 ready = max(ready, j.restart_until_s)
             key = tuple((jid, st.jobs[jid].placement, st.jobs[jid].level, st.jobs[jid].pattern.value) for jid in jids)
-            self._components[key] = Component(members, ready)
-            for jid in jids:
-                self._comp_of[jid] = key
+            self._form(key, Component(members, ready, self._tables))
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
@@ -370,16 +474,120 @@ class Simulator:
         comp.finish = (best, who)
         return best, who
 
+    def _member_row(self, jid: int) -> int:
+        """The running-job row of job ``jid`` (a member of a live component)."""
+        for m in self._components[self._comp_of[jid]].members:
+            if m.job_id == jid:
+                return m.slot
+        raise KeyError(jid)
+
+    def _next_completion(self, now: float, t_end: float) -> tuple[float, list[int]]:
+        """The next completion before ``t_end`` (or ``t_end``) and the jobs finishing then: the
+        earliest cached finish time across components, ties within 1e-9 s. Only components whose
+        finish is near or before ``t_end`` can matter; they are scanned in the components' order,
+        exactly as a scan over all of them would go."""
+        cset = self._cset
+        for comp in self._need_finish:
+            if comp.slot >= 0:
+                cset.fin[comp.slot] = self._finish_time(comp, now)[0]
+        self._need_finish.clear()
+        t_next, who_all = t_end, []
+        slots, comps = self._live_order()[:2]
+        if not comps:
+            return t_next, who_all
+        for i in np.flatnonzero(cset.fin[slots] <= t_end + 2e-9).tolist():
+            t_fin, who = comps[i].finish
+            if t_fin < t_next - 1e-9:
+                t_next, who_all = t_fin, list(who)
+            elif abs(t_fin - t_next) <= 1e-9:
+                who_all.extend(who)
+        return t_next, who_all
+
+    def _live_order(self) -> tuple:
+        """Index arrays over the live components in their dict order (cached until one forms or
+        dissolves): component slots, the components, job rows, each row's position among the
+        components, the GPUs they hold, and the component set's per-slot constants."""
+        if self._order is None:
+            comps = list(self._components.values())
+            slots = np.array([c.slot for c in comps], dtype=np.int64)
+            rows = [m.slot for c in comps for m in c.members]
+            pos = np.repeat(np.arange(len(comps)), [len(c.members) for c in comps])
+            n_gpus = sum(len(c.gpus) for c in comps)
+            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos, n_gpus)
+        return self._order
+
+    # below this many live components the scalar path is faster than numpy's per-call overhead
+    VECTOR_MIN_COMPONENTS = 12
+
+    def _use_arrays(self) -> None:
+        """Make the arrays current (load what the scalar path advanced since)."""
+        if self._current == "objects":
+            for comp in self._components.values():
+                self._cset.load(comp)
+            self._rjobs.load()
+        self._current = "arrays"
+
+    def _use_objects(self) -> None:
+        """Make the objects current (write back what the vectorised path advanced since)."""
+        if self._current == "arrays":
+            self._rjobs.write_back()
+            self._cset.sync()
+        self._current = "objects"
+
+    def _end_round(self) -> None:
+        """At the round's end the objects are current, for whoever reads the state next."""
+        if self._current == "arrays":
+            self._rjobs.write_back()
+            self._cset.sync()
+            self._current = "both"
+
     def _advance_components(self, now: float, dt: float, acc: dict) -> None:
+        """Advance every live component by ``dt`` seconds from ``now`` and credit its jobs: each
+        job gains ``steps x eta`` full-backprop-equivalent iterations capped at what it still
+        needs, ``steps`` raw iterations, the component's run seconds, and ``dt x GPUs``
+        GPU-seconds held. Sums go into ``acc`` (busy, useful and allocated GPU-seconds) in the
+        components' order, one by one, as a scalar loop would add them."""
+        slots, comps, rows, pos, n_gpus = self._live_order()
+        if not comps:
+            return
+        if len(comps) < self.VECTOR_MIN_COMPONENTS:
+            self._use_objects()
+            self._advance_scalar(comps, now, dt, acc)
+            return
+        self._use_arrays()
+        if self._gathered is None:
+            self._gathered = self._cset.gather(slots)
+        steps, run, busy = self._cset.advance(self._gathered, now, dt)
+        rj = self._rjobs
+        msteps = steps[pos]
+        gain = msteps * rj.eta[rows]
+        progress = rj.progress[rows]
+        rem = rj.iterations[rows] - progress
+        gain = np.where(gain > rem, np.where(rem > 0.0, rem, 0.0), gain)
+        rj.progress[rows] = progress + gain
+        rj.iteration[rows] += msteps
+        mrun = run[pos]
+        rj.run_s[rows] += mrun
+        ng = rj.ngpus[rows]
+        rj.attained[rows] += dt * ng
+        useful_sum = sum((gain * rj.iso[rows] * ng).tolist())
+        if self.config.log_rounds:
+            self._log_jobs(acc["jobs"], comps, steps, mrun, msteps, gain)
+        acc["busy"] += sum(busy.tolist())
+        acc["useful"] += useful_sum
+        acc["alloc"] += dt * n_gpus
+
+    def _advance_scalar(self, comps: list, now: float, dt: float, acc: dict) -> None:
+        """:meth:`_advance_components` one component and one job at a time, on the objects (the
+        same formulas and summation order; faster for a few components)."""
         jobs = self.state.jobs
         log = self.config.log_rounds
         per_job = acc["jobs"]
         busy_sum = useful_sum = 0.0
         n_gpus = 0
-        for comp in self._components.values():
+        for comp in comps:
             steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
             busy_sum += busy
-            # GPU-seconds held: each GPU of the component once, however many jobs share it
             n_gpus += len(comp.gpus)
             for m, by in zip(comp.members, bytes_):
                 j = jobs[m.job_id]
@@ -404,6 +612,31 @@ class Simulator:
         acc["busy"] += busy_sum
         acc["useful"] += useful_sum
         acc["alloc"] += dt * n_gpus
+
+    def _log_jobs(self, per_job: dict, comps: list, steps: np.ndarray, mrun: np.ndarray, msteps: np.ndarray,
+                  gain: np.ndarray) -> None:
+        """Add this advance to the round log's per-job sums: run seconds, steps, progress gained,
+        bytes on the wire (the component's per-member cumulative bytes over the steps taken)."""
+        i = 0
+        ks = self._cset.k
+        for comp, dk in zip(comps, steps.tolist()):
+            k1 = int(ks[comp.slot])
+            k0 = k1 - dk
+            H = comp.H
+            q0, r0 = divmod(k0, H)
+            q1, r1 = divmod(k1, H)
+            for m, cb in zip(comp.members, comp._cum_bytes_l):
+                by = (q1 - q0) * cb[-1] + cb[r1] - cb[r0]
+                run_s, st, g = float(mrun[i]), int(msteps[i]), float(gain[i])
+                i += 1
+                r = per_job.get(m.job_id)
+                if r is None:
+                    per_job[m.job_id] = [run_s, st, g, by]
+                else:
+                    r[0] += run_s
+                    r[1] += st
+                    r[2] += g
+                    r[3] += by
 
     def _snap_window(self, t: float) -> None:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
@@ -453,13 +686,7 @@ class Simulator:
         job_seconds = 0.0
         n_active = active_at_start
         while now < t_end - 1e-12:
-            t_next, who_all = t_end, []
-            for comp in self._components.values():
-                t_fin, who = self._finish_time(comp, now)
-                if t_fin < t_next - 1e-9:
-                    t_next, who_all = t_fin, list(who)
-                elif abs(t_fin - t_next) <= 1e-9:
-                    who_all.extend(who)
+            t_next, who_all = self._next_completion(now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
                 t_next, who_all = self.window_end_s, []
             dt = max(0.0, t_next - now)
@@ -467,8 +694,10 @@ class Simulator:
             job_seconds += n_active * dt
             now = t_next
             if who_all:
+                rj = self._rjobs
                 for jid in who_all:
                     j = st.jobs[jid]
+                    rj.progress[self._member_row(jid)] = j.iterations  # written back when it dissolves
                     j.progress = j.iterations
                     j.status = JobStatus.DONE
                     j.finish_s = now
@@ -483,6 +712,7 @@ class Simulator:
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
+        self._end_round()
         if finished:  # once per round, not per completion: the active list can be long
             st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
         # arrivals during the round count as in the system from their arrival time

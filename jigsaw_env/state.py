@@ -119,6 +119,7 @@ class CostModel:
         self._iso: dict = {}
         self._peaks: dict = {}
         self._peak_lists: dict = {}
+        self._peak_fast: dict = {}
         self.homogeneous = len(set(cluster.gpu_types)) == 1
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
@@ -140,11 +141,18 @@ class CostModel:
         return (job.model, job.batch_size, types if len(set(types)) > 1 else types[0], level, pattern, len(gpus), cross)
 
     def peak_list(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> list[float]:
-        """``profile(...).peak_bytes`` as a list of Python floats (cached; same values)."""
-        key = self._key(job, level, pattern, gpus)
-        v = self._peak_lists.get(key)
+        """``profile(...).peak_bytes`` as a list of Python floats (cached; same values). Looked up
+        first by the exact GPUs (the ledger's hot path: no node arithmetic), then by profile key."""
+        fast = (job.model, job.batch_size, level, pattern, gpus)
+        v = self._peak_fast.get(fast)
         if v is None:
-            v = self._peak_lists[key] = self.profile(job, level, pattern, gpus).peak_bytes.tolist()
+            key = self._key(job, level, pattern, gpus)
+            v = self._peak_lists.get(key)
+            if v is None:
+                v = self._peak_lists[key] = self.profile(job, level, pattern, gpus).peak_bytes.tolist()
+            if len(self._peak_fast) > 200_000:
+                self._peak_fast.clear()
+            self._peak_fast[fast] = v
         return v
 
     def profile(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> JobProfile:

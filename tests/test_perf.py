@@ -1,5 +1,6 @@
-"""The speed work changes no result: quiet-round skipping, incremental validation and the scalar
-component advance give the same jobs, rounds and cluster logs as the plain paths."""
+"""The speed work changes no result: quiet-round skipping, incremental validation, the scalar
+component advance, the vectorised round (ComponentSet), shared component tables, Jigsaw's memos and
+the mask caches give the same jobs, rounds and cluster logs (and masks) as the plain paths."""
 from __future__ import annotations
 
 import numpy as np
@@ -114,3 +115,137 @@ def test_a_policy_that_never_starts_a_job_is_stopped_with_a_clear_error(synth):
     # heuristics never trip it: every golden-style run above completes with the default check on
     sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
     assert sim.run(make_scheduler("fifo"), max_stalled_rounds=1)["jobs_completed"] == len(synth)
+
+
+# ---------------------------------------------------------------- vectorised rounds (issue 6)
+def _engine_components(seed: int):
+    """Random lockstep components (1-3 members, H up to 12, shared GPUs, restart waits) built
+    from real cost-table profiles."""
+    from jigsaw_env.cost_table import default_batch_size
+    from jigsaw_env.engine import Member
+    from jigsaw_env.spb import Pattern, SPBConfig
+    from jigsaw_env.state import CostModel, JobState
+
+    cluster = ClusterSpec.from_gpus(16)
+    costs = CostModel(cluster, SPBConfig())
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(12):
+        members, used = [], []
+        for m in range(int(rng.integers(1, 4))):
+            w = int(rng.choice([1, 2, 4]))
+            gpus = tuple(int(g) for g in rng.choice(8, w, replace=False))
+            model = str(rng.choice(["resnet18", "lstm_lm"]))
+            job = JobState(job_id=100 * i + m, arrival_s=0.0, num_gpus=w, model=model,
+                           batch_size=default_batch_size(model), iterations=1.0)
+            level = int(rng.integers(0, 4))
+            prof = costs.profile(job, level, Pattern.STATIC if rng.random() < 0.3 and level else Pattern.ROTATING, gpus)
+            members.append(Member(job.job_id, prof, gpus, int(rng.integers(0, 50))))
+        out.append((members, float(rng.choice([0.0, 7.5, 40.0]))))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_component_set_advance_equals_the_scalar_advance_exactly(seed):
+    # the simulator's vectorised round (ComponentSet.advance over all live components) against
+    # each component's scalar advance_totals: the same steps, run seconds, busy GPU-seconds,
+    # step counters and partial steps, to the bit, over random round lengths
+    from jigsaw_env.engine import Component, ComponentSet
+
+    specs = _engine_components(seed)
+    scalar = [Component(m, r) for m, r in specs]
+    vector = [Component(m, r) for m, r in specs]
+    cset = ComponentSet(capacity=4, width=2)  # small: the set grows and widens on the way
+    slots = np.array([cset.add(c) for c in vector])
+    rng = np.random.default_rng(seed)
+    now = 0.0
+    for _ in range(300):
+        dt = float(rng.choice([rng.uniform(0, 3), rng.uniform(0, 300), scalar[0].cycle / scalar[0].H, 1e-7, 0.0]))
+        steps, run, busy = cset.advance(cset.gather(slots), now, dt)
+        for i, c in enumerate(scalar):
+            s, r, b, _ = c.advance_totals(now, dt)
+            assert (int(steps[i]), float(run[i]), float(busy[i])) == (s, r, b)
+        cset.sync()
+        assert [(c.k, c.partial) for c in vector] == [(c.k, c.partial) for c in scalar]
+        now += dt
+
+
+def test_shared_component_tables_equal_fresh_ones():
+    # components with the same profiles, phases and layout share their step tables: every table
+    # equals the one a fresh component computes
+    from jigsaw_env.engine import Component
+
+    cache: dict = {}
+    for members, ready in _engine_components(5) * 2:
+        shared, fresh = Component(members, ready, cache), Component(members, ready)
+        for name in Component._SHARED:
+            a, b = getattr(shared, name), getattr(fresh, name)
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b)
+            elif isinstance(a, list) and a and isinstance(a[0], np.ndarray):
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y)
+            else:
+                assert a == b, name
+    assert len(cache) == 12
+
+
+def test_jigsaw_memos_change_no_decision(synth):
+    # Jigsaw's memos (current JobDecisions, spread test, default pairings, backfill misfits) and
+    # its bound-pruned host search against a Jigsaw that forgets them before every call and
+    # searches every host: the same logs, exactly
+    from agents.jigsaw import Jigsaw
+
+    class Forgetful(Jigsaw):
+        def schedule(self, state):
+            self._memo_costs = None
+            return super().schedule(state)
+
+    plain = Forgetful()
+    plain.prune = False  # and searches every host
+    frames = []
+    for sched in (Jigsaw(), plain):
+        sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim.run(sched)
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame()))
+    for a, b in zip(*frames):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_cached_masks_equal_fresh_masks_at_every_step():
+    # the round builder's mask caches (need matrix, keep rows) against a builder with empty caches
+    from jigsaw_env.env import JigsawClusterEnv
+
+    env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=25, load=1.5)
+    rng = np.random.default_rng(3)
+    n = 0
+    for ep in range(2):
+        env.reset(seed=ep)
+        while True:
+            b = env.builder
+            got = env.action_masks()
+            saved = (b._need_cache, b._keep_cache)
+            b._need_cache, b._keep_cache = {}, {}
+            np.testing.assert_array_equal(got, b.masks())
+            b._need_cache, b._keep_cache = saved
+            _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(got))))
+            n += 1
+            if term or trunc:
+                break
+    assert n > 50
+
+
+@pytest.mark.parametrize("agent", ["jigsaw", "gandiva+spb", "fifo"])
+def test_vectorised_rounds_equal_scalar_rounds(synth, agent, monkeypatch):
+    # the simulator advances few components one by one and many with ComponentSet; always
+    # vectorised, always scalar and the mix (threshold 3) give the same logs, exactly
+    frames = []
+    for threshold in (1, 3, 10**9):
+        monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", threshold)
+        sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim.run(make_scheduler(agent))
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
+    for other in frames[1:]:
+        for a, b in zip(frames[0][:3], other[:3]):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        np.testing.assert_array_equal(frames[0][3], other[3])
