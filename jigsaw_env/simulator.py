@@ -133,6 +133,18 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
     return jobs
 
 
+def _add_to_round_log(per_job: dict, job_id: int, run_s: float, steps: int, gain: float, nbytes: float) -> None:
+    """Add one advance to a job's round-log sums [run seconds, steps, progress gained, bytes]."""
+    r = per_job.get(job_id)
+    if r is None:
+        per_job[job_id] = [run_s, steps, gain, nbytes]
+    else:
+        r[0] += run_s
+        r[1] += steps
+        r[2] += gain
+        r[3] += nbytes
+
+
 class PolicyStalled(ValueError):
     """A policy left every job waiting for too many rounds in a row (Simulator.run). A ValueError,
     so the command line prints its one line instead of a traceback."""
@@ -601,14 +613,7 @@ class Simulator:
                 j.attained_gpu_s += dt * j.num_gpus
                 useful_sum += gain * m.iso_s * j.num_gpus
                 if log:
-                    r = per_job.get(m.job_id)
-                    if r is None:
-                        per_job[m.job_id] = [run_s, steps, gain, by]
-                    else:
-                        r[0] += run_s
-                        r[1] += steps
-                        r[2] += gain
-                        r[3] += by
+                    _add_to_round_log(per_job, m.job_id, run_s, steps, gain, by)
         acc["busy"] += busy_sum
         acc["useful"] += useful_sum
         acc["alloc"] += dt * n_gpus
@@ -627,16 +632,8 @@ class Simulator:
             q1, r1 = divmod(k1, H)
             for m, cb in zip(comp.members, comp._cum_bytes_l):
                 by = (q1 - q0) * cb[-1] + cb[r1] - cb[r0]
-                run_s, st, g = float(mrun[i]), int(msteps[i]), float(gain[i])
+                _add_to_round_log(per_job, m.job_id, float(mrun[i]), int(msteps[i]), float(gain[i]), by)
                 i += 1
-                r = per_job.get(m.job_id)
-                if r is None:
-                    per_job[m.job_id] = [run_s, st, g, by]
-                else:
-                    r[0] += run_s
-                    r[1] += st
-                    r[2] += g
-                    r[3] += by
 
     def _snap_window(self, t: float) -> None:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
