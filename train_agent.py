@@ -119,6 +119,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--gamma", type=float, default=0.99)
     a.add_argument("--ent-coef", type=float, default=0.01)
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
+    w = p.add_argument_group("imitation warm start (agents/imitation.py)")
+    w.add_argument("--warm-start", default=None, metavar="HEURISTIC",
+                   help="before RL, clone this heuristic's decisions (e.g. jigsaw, tiresias): play it on training "
+                        "episodes, fit the policy to its actions and the value head to its returns (default: off)")
+    w.add_argument("--warm-start-s", type=positive_float("--warm-start-s"), default=300.0, metavar="S",
+                   help="wall seconds of expert play to record (default 300; counts against --max-wall-s)")
+    w.add_argument("--bc-epochs", type=positive_int("--bc-epochs"), default=6,
+                   help="behaviour-cloning epochs on the expert's own episodes (default 6)")
+    w.add_argument("--bc-batch-size", type=positive_int("--bc-batch-size"), default=1024,
+                   help="behaviour-cloning minibatch size (default 1024)")
+    w.add_argument("--dagger-rounds", type=int, default=3, metavar="N",
+                   help="DAgger rounds after cloning: play the policy, label its states with the expert, refit "
+                        "on everything so far (default 3; 0 = plain behaviour cloning)")
+    w.add_argument("--dagger-s", type=positive_float("--dagger-s"), default=60.0, metavar="S",
+                   help="wall seconds of policy play per DAgger round (default 60)")
+    w.add_argument("--dagger-epochs", type=positive_int("--dagger-epochs"), default=3,
+                   help="epochs over all the data so far after each DAgger round (default 3)")
+    w.add_argument("--bc-learning-rate", type=positive_float("--bc-learning-rate"), default=1e-3,
+                   help="behaviour-cloning Adam learning rate (default 1e-3)")
     o = p.add_argument_group("output")
     o.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-<time>)")
     o.add_argument("--resume", action="store_true",
@@ -180,6 +199,10 @@ def config_from_args(args) -> dict[str, Any]:
         "timesteps": args.timesteps, "trained_timesteps": 0, "max_wall_s": args.max_wall_s,
         "eval": {"freq": args.eval_freq, "episodes": args.eval_episodes},
         "checkpoint_freq": args.checkpoint_freq,
+        "warm_start": ({"expert": args.warm_start, "record_s": args.warm_start_s, "epochs": args.bc_epochs,
+                        "batch_size": args.bc_batch_size, "learning_rate": args.bc_learning_rate,
+                        "dagger_rounds": args.dagger_rounds, "dagger_s": args.dagger_s,
+                        "dagger_epochs": args.dagger_epochs} if args.warm_start else None),
         "tables": str(Path(args.tables).resolve()) if args.tables else None,
         "versions": _versions(), "git_commit": _git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -482,6 +505,12 @@ def train(args) -> dict:
                              f"or choose another --run-dir")
         if args.spb_levels < 0:
             raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
+        if args.dagger_rounds < 0:
+            raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+        if args.warm_start:
+            from agents.imitation import expert_names
+            if args.warm_start not in expert_names():
+                raise ValueError(f"--warm-start: unknown heuristic {args.warm_start!r}; allowed: {list(expert_names())}")
         cfg = config_from_args(args)
     if cfg.get("tables"):
         register_tables_dir(cfg["tables"])
@@ -528,6 +557,11 @@ def train(args) -> dict:
                         verbose=getattr(args, "verbose", 0), **kw)
         target = int(cfg["timesteps"])
         remaining = target - int(model.num_timesteps)
+        if resume_from is None and cfg.get("warm_start"):
+            warm_start(model, venv, cfg, run_dir, progress=bool(getattr(args, "progress", True)))
+            # its wall time counts against --max-wall-s
+            cfg["train_wall_s"] = float(cfg.get("train_wall_s") or 0.0) + cfg["warm_start"]["wall_s"]
+            _save(model, venv, run_dir, cfg, 0.0)
         t0 = time.perf_counter()
         if remaining > 0:
             callbacks = _callbacks(cfg, run_dir, eval_env, n_envs, t0)
@@ -550,6 +584,61 @@ def train(args) -> dict:
         eval_raw.close()
     plot_eval_curve(run_dir)
     return cfg
+
+
+def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> None:
+    """Imitation warm start from ``cfg["warm_start"]["expert"]`` (agents/imitation.py):
+
+    1. record the expert on training-split episodes for ``record_s`` seconds and clone it
+       (``epochs`` epochs; this also sets VecNormalize's observation and return statistics);
+    2. ``dagger_rounds`` DAgger rounds: play the policy for ``dagger_s`` seconds on new training
+       episodes, label each state it visits with the expert's action, refit on all data so far.
+
+    Writes RUN_DIR/warm_start.csv (one row per epoch: stage, loss, accuracy, value MSE) and the
+    cloned policy as RUN_DIR/warm_start/ (a RUN_DIR of its own), and records in
+    ``cfg["warm_start"]`` the data sizes, the expert's and each DAgger round's mean JCT on their
+    training episodes, the final fit and the wall time."""
+    from agents.imitation import HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat, policy_actor
+
+    ws = cfg["warm_start"]
+    seed = int(cfg["seed"])
+    gamma = float(cfg["hyperparameters"]["gamma"])
+    t0 = time.perf_counter()
+    expert = HeuristicExpert(ws["expert"])
+    make = _env_factories(cfg, "train", 1, seed + 7_000_003)[0]
+    demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=seed, progress=progress)
+    ws.update(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
+              expert_mean_avg_jct_s=_mean_jct(demos.episodes))
+    fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
+               progress=progress)
+    hist = [dict(stage="clone", **h) for h in behaviour_clone(model, demos, venv=venv, epochs=int(ws["epochs"]),
+                                                              seed=seed, **fit)]
+    rounds = []
+    for r in range(int(ws.get("dagger_rounds") or 0)):
+        t_r = time.perf_counter()
+        new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]),
+                                seed=seed + 100_000 * (r + 1))
+        demos = concat([demos, new])
+        h = behaviour_clone(model, demos, venv=venv, epochs=int(ws["dagger_epochs"]), seed=seed + r + 1,
+                            fit_stats=False, **fit)
+        hist += [dict(stage=f"dagger{r + 1}", **x) for x in h]
+        rounds.append({"round": r + 1, "steps": len(new), "episodes": len(new.episodes),
+                       "policy_mean_avg_jct_s": _mean_jct(new.episodes), "wall_s": time.perf_counter() - t_r})
+    ws.update(dagger=rounds, total_steps=len(demos), final_accuracy=hist[-1]["accuracy"], final_nll=hist[-1]["nll"],
+              final_value_mse=hist[-1]["value_mse"], wall_s=time.perf_counter() - t0)
+    # the cloned policy before RL, as a RUN_DIR of its own (jigsaw evaluate --agents RUN_DIR/warm_start)
+    bc_dir = run_dir / "warm_start"
+    bc_dir.mkdir(parents=True, exist_ok=True)
+    save_state(model, venv, bc_dir / "model.zip", bc_dir / "vecnormalize.pkl")
+    _write_json(bc_dir / "config.json", dict(cfg, trained_timesteps=0))
+    cols = list(hist[0])
+    (run_dir / "warm_start.csv").write_text(",".join(cols) + "\n" + "".join(
+        ",".join(h[c] if c == "stage" else _fmt_csv(h[c]) for c in cols) + "\n" for h in hist))
+
+
+def _mean_jct(episodes: list[dict]) -> float | None:
+    v = [e["avg_jct_s"] for e in episodes if e.get("avg_jct_s") is not None and not e.get("truncated")]
+    return float(sum(v) / len(v)) if v else None
 
 
 def _truncate_eval_csv(path: Path, steps: int) -> None:

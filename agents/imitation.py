@@ -1,0 +1,422 @@
+"""Imitation warm start: a heuristic's round decisions as env actions, and behaviour cloning.
+
+A MaskablePPO policy that starts from random weights spends its first hundreds of thousands of
+steps learning what any heuristic knows (start the jobs that fit, do not share GPUs needlessly,
+do not pause running jobs). This module lets training start from a heuristic instead:
+
+1. :class:`HeuristicExpert` turns a registered heuristic (``tiresias``, ``jigsaw``, ...) into a
+   policy over the env's actions. At the first step of each round it asks the heuristic for its
+   :class:`~jigsaw_env.state.Decision` on the env's simulator state (the heuristic sees the same
+   state it sees in ``jigsaw simulate``), then emits one action per step to build that decision
+   with the env's action codec (:func:`expert_action`): first the pauses of running jobs the
+   decision leaves out, then the jobs it runs, in the decision's order, each with the SPB level and
+   pattern the heuristic chose and the placement option whose GPUs come closest to the
+   heuristic's (the same GPUs, else the same GPU set, else the same nodes, else the option of the
+   same kind: exclusive or shared), then *advance*. The codec sees only the window of K jobs and
+   offers four placement options, not arbitrary GPU lists, so the translated policy approximates
+   the heuristic; :func:`play_expert` measures how closely (``python -m bench.ppo_study`` reports it).
+2. :func:`collect` plays the expert on training episodes and records raw observations, masks,
+   actions, rewards and episode ends.
+3. :func:`behaviour_clone` fits an SB3 policy to those actions (masked cross-entropy) and its value
+   head to the discounted returns of the normalised rewards, and fills VecNormalize's observation
+   and return statistics from the same data, so PPO fine-tuning starts from a policy that acts like
+   the heuristic and a critic that already predicts its returns (``train_agent.py --warm-start``).
+
+Units: rewards as the env pays them (``-(jobs in system x s) / reward_scale``); time in seconds.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jigsaw_env.actions import RoundBuilder
+from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.state import Decision, JobDecision, JobStatus
+
+from .base import Scheduler, make_scheduler
+
+
+# ----------------------------------------------------------------------------------------- expert
+def _shares(decision: Decision, jid: int, jd: JobDecision) -> bool:
+    """Whether a job's GPUs in ``decision`` hold another job's worker too."""
+    mine = set(jd.gpus)
+    return any(other != jid and mine.intersection(o.gpus) for other, o in decision.items())
+
+
+def _closeness(cand: JobDecision, target: JobDecision, gpn: int) -> tuple:
+    """Sort key, smaller = closer: same GPUs in order, same GPU set, same nodes, GPU overlap."""
+    same_order = cand.gpus == target.gpus
+    same_set = set(cand.gpus) == set(target.gpus)
+    same_nodes = {g // gpn for g in cand.gpus} == {g // gpn for g in target.gpus}
+    overlap = len(set(cand.gpus) & set(target.gpus))
+    return (not same_order, not same_set, not same_nodes, -overlap)
+
+
+def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, gpn: int) -> int | None:
+    """The run action for ``slot`` that comes closest to ``target`` (None if nothing is feasible).
+
+    Levels are tried nearest first to the target's level (an SPB level the codec cannot place is
+    replaced by the closest one that fits); within a level, the option whose GPUs come closest
+    wins, ties broken towards the same kind of placement (packed when the heuristic shares GPUs,
+    exclusive otherwise) and then by the menu's order."""
+    codec = b.codec
+    combos = codec.combos
+    levels = sorted({lv for lv, _ in combos}, key=lambda lv: (abs(lv - target.level), lv))
+    kind_rank = {"keep": 0, "consolidated": 1, "spread": 2, "packed": 1 if shared else 3}
+    for level in levels:
+        pats = [p for lv, p in combos if lv == level]
+        pats.sort(key=lambda p: p is not target.pattern)
+        best = None
+        for pattern in pats:
+            for option in PLACEMENT_OPTIONS:
+                jd = b.candidate(slot, option, level, pattern)
+                if jd is None:
+                    continue
+                key = (_closeness(jd, target, gpn), kind_rank[option])
+                if best is None or key < best[0]:
+                    best = (key, codec.encode(slot, option, level, pattern))
+        if best is not None:
+            return best[1]
+    return None
+
+
+def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int) -> int:
+    """The next action that moves the builder's decision towards ``target`` (module docstring):
+    a pause, then runs in ``target``'s order, then advance."""
+    codec = b.codec
+    slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
+    current = b.ledger.decision
+    for jid, slot in slot_of.items():  # pauses first: they free the GPUs the new decision uses
+        if jid in current and jid not in target:
+            return codec.encode(slot, None)
+    # jobs that move first (their GPUs are what the new ones are placed around), then new ones,
+    # each group in the heuristic's order
+    todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
+    todo.sort(key=lambda jid: jid not in current)
+    for jid in todo:
+        slot, tjd = slot_of[jid], target[jid]
+        a = _run_action(b, slot, tjd, _shares(target, jid, tjd), gpus_per_node)
+        cur = current.get(jid)
+        if cur is not None and set(cur.gpus) != set(tjd.gpus):
+            # a migration the codec cannot reproduce exactly costs a restart and lands elsewhere:
+            # stay on the GPUs in force (at the heuristic's level) when that fits
+            landed = a is not None and set(b.candidate(slot, *codec.decode(a)[2:]).gpus) == set(tjd.gpus)
+            if not landed:
+                stay = _run_action(b, slot, JobDecision(cur.gpus, tjd.level, tjd.pattern), False, gpus_per_node)
+                if stay is not None and codec.decode(stay)[2] == "keep":
+                    a = stay
+        elif cur is None and a is not None and _shares(target, jid, tjd):
+            # a co-location the codec cannot reproduce would time-slice with some other job:
+            # leave the job waiting instead
+            landed = set(b.candidate(slot, *codec.decode(a)[2:]).gpus) == set(tjd.gpus)
+            if not landed:
+                a = None
+        if a is not None:
+            return a
+    return codec.advance
+
+
+class HeuristicExpert:
+    """A heuristic scheduler as a policy over a :class:`~jigsaw_env.env.JigsawClusterEnv`'s actions.
+
+    ``act(env)`` returns the next action; the heuristic is asked once per round (when the env's
+    round builder changes), exactly as the simulator asks it, and :meth:`reset` is called at
+    each new episode (also detected by the simulator object changing)."""
+
+    def __init__(self, name: str | Scheduler, **kwargs: Any):
+        self.scheduler = make_scheduler(name, **kwargs) if isinstance(name, str) else name
+        self.name = self.scheduler.name
+        self._builder = None
+        self._sim = None
+        self._target: Decision = Decision()
+        self._done: set[int] = set()
+
+    def act(self, env) -> int:
+        if env.sim is not self._sim:
+            self._sim = env.sim
+            self.scheduler.reset()
+        b = env.builder
+        if b is not self._builder:
+            self._builder = b
+            self._target = self.scheduler.schedule(env.sim.state)
+        a = expert_action(b, self._target, env.cluster.gpus_per_node)
+        if a != env.codec.advance and not env.action_masks()[a]:  # cannot happen: candidates apply cleanly
+            raise AssertionError(f"expert chose masked action {a}")
+        return a
+
+
+def play_expert(env, expert: HeuristicExpert, jobs, seed: int = 0):
+    """Play one episode of ``env`` on the job table ``jobs`` with the expert; returns the Simulator."""
+    env.reset(seed=seed, options={"jobs": jobs})
+    while True:
+        _, _, term, trunc, _ = env.step(expert.act(env))
+        if term or trunc:
+            return env.sim
+
+
+# ----------------------------------------------------------------------------------------- data
+@dataclass
+class Demonstrations:
+    """Expert transitions, in the order played. ``obs``: raw env observations (float32, before any
+    normalisation); ``masks``: the action masks the expert acted under; ``rewards``: the env's
+    rewards; ``dones``: True on the last step of an episode."""
+
+    obs: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    episodes: list[dict] = field(default_factory=list)  # per episode: steps, avg_jct_s, wall_s
+
+    def __len__(self) -> int:
+        return int(self.actions.size)
+
+
+def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: int | None = None,
+            max_steps: int | None = None, max_wall_s: float | None = None, seed: int = 0,
+            progress: bool = False) -> Demonstrations:
+    """Play the expert on ``make_env()``'s episodes (reset with seeds ``seed, seed + 1, ...``) until
+    ``episodes`` episodes, ``max_steps`` steps or ``max_wall_s`` seconds (whichever first; an
+    episode in progress is finished). At least one bound is required."""
+    if episodes is None and max_steps is None and max_wall_s is None:
+        raise ValueError("collect: give episodes, max_steps or max_wall_s")
+    env = make_env()
+    base = getattr(env, "unwrapped", env)
+    obs_l, mask_l, act_l, rew_l, done_l, eps = [], [], [], [], [], []
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=episodes, desc=f"demonstrations ({expert.name})", unit="episode")
+    ep = 0
+    try:
+        while True:
+            if episodes is not None and ep >= episodes:
+                break
+            if max_steps is not None and len(act_l) >= max_steps:
+                break
+            if max_wall_s is not None and time.perf_counter() - t0 >= max_wall_s:
+                break
+            t_ep = time.perf_counter()
+            obs, _ = env.reset(seed=seed + ep)
+            n = 0
+            while True:
+                mask = base.action_masks()
+                a = expert.act(base)
+                obs_l.append(np.asarray(obs, dtype=np.float32))
+                mask_l.append(mask.copy())
+                act_l.append(a)
+                obs, r, term, trunc, info = env.step(a)
+                rew_l.append(float(r))
+                done_l.append(bool(term or trunc))
+                n += 1
+                if term or trunc:
+                    m = info.get("episode_metrics") or {}
+                    eps.append({"steps": n, "avg_jct_s": m.get("avg_jct_s"), "wall_s": time.perf_counter() - t_ep,
+                                "truncated": bool(trunc)})
+                    break
+            ep += 1
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        env.close()
+    if not act_l:
+        raise ValueError("collect: no demonstration recorded (a zero budget?)")
+    return Demonstrations(np.stack(obs_l), np.stack(mask_l), np.asarray(act_l, dtype=np.int64),
+                          np.asarray(rew_l, dtype=np.float64), np.asarray(done_l, dtype=bool), eps)
+
+
+def concat(parts: Sequence[Demonstrations]) -> Demonstrations:
+    """The transitions of several recordings, one after the other (episode ends kept)."""
+    return Demonstrations(np.concatenate([p.obs for p in parts]), np.concatenate([p.masks for p in parts]),
+                          np.concatenate([p.actions for p in parts]), np.concatenate([p.rewards for p in parts]),
+                          np.concatenate([p.dones for p in parts]), [e for p in parts for e in p.episodes])
+
+
+def collect_on_policy(make_env: Callable[[], Any], expert: HeuristicExpert, act: Callable[[np.ndarray, np.ndarray], int],
+                      *, max_wall_s: float, seed: int = 0, max_stalled_rounds: int = 200) -> Demonstrations:
+    """DAgger's data: play the *learner* (``act(raw_obs, mask) -> action``) on ``make_env()``'s
+    episodes for ``max_wall_s`` seconds and label every visited state with the expert's action
+    (the expert is asked on the learner's state, so it says how to recover from the learner's
+    mistakes). Rewards are the learner's. An episode where the learner runs nothing for
+    ``max_stalled_rounds`` rounds is cut there (marked done)."""
+    env = make_env()
+    base = getattr(env, "unwrapped", env)
+    base.max_stalled_rounds = max_stalled_rounds
+    obs_l, mask_l, act_l, rew_l, done_l, eps = [], [], [], [], [], []
+    t0 = time.perf_counter()
+    ep = 0
+    try:
+        while time.perf_counter() - t0 < max_wall_s:
+            obs, _ = env.reset(seed=seed + ep)
+            n = 0
+            while True:
+                mask = base.action_masks()
+                label = expert.act(base)
+                obs_l.append(np.asarray(obs, dtype=np.float32))
+                mask_l.append(mask.copy())
+                act_l.append(label)
+                obs, r, term, trunc, info = env.step(act(obs, mask))
+                rew_l.append(float(r))
+                n += 1
+                if term or trunc or time.perf_counter() - t0 >= 3 * max_wall_s:
+                    m = info.get("episode_metrics") or {}
+                    eps.append({"steps": n, "avg_jct_s": m.get("avg_jct_s"), "truncated": not term})
+                    done_l.append(True)
+                    break
+                done_l.append(False)
+            ep += 1
+    finally:
+        env.close()
+    return Demonstrations(np.stack(obs_l), np.stack(mask_l), np.asarray(act_l, dtype=np.int64),
+                          np.asarray(rew_l, dtype=np.float64), np.asarray(done_l, dtype=bool), eps)
+
+
+def policy_actor(model, venv=None) -> Callable[[np.ndarray, np.ndarray], int]:
+    """``act(raw_obs, mask)``: the policy's feasible action with the highest logit, on observations
+    normalised with ``venv``'s statistics (as :class:`agents.rl.LearnedAgent` acts)."""
+    import torch
+
+    policy = model.policy
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> int:
+        o = np.asarray(obs, dtype=np.float32)
+        if venv is not None and venv.norm_obs:
+            o = np.clip((o - venv.obs_rms.mean) / np.sqrt(venv.obs_rms.var + venv.epsilon),
+                        -venv.clip_obs, venv.clip_obs).astype(np.float32)
+        with torch.no_grad():
+            logits = policy.get_distribution(torch.as_tensor(o[None])).distribution.logits[0].numpy()
+        logits = np.where(mask, logits, -np.inf)
+        return int(np.argmax(logits))
+
+    return act
+
+
+def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
+    """G_t = r_t + gamma G_{t+1}, restarting after every done (the last, unfinished episode is cut
+    where the data ends)."""
+    out = np.empty_like(rewards, dtype=np.float64)
+    g = 0.0
+    for t in range(rewards.size - 1, -1, -1):
+        if dones[t]:
+            g = 0.0
+        g = rewards[t] + gamma * g
+        out[t] = g
+    return out
+
+
+def vecnormalize_reward_scale(rewards: np.ndarray, dones: np.ndarray, gamma: float, ret_rms) -> float:
+    """Feed the running discounted return through ``ret_rms`` (a RunningMeanStd) exactly as
+    VecNormalize does for one env, and return the divisor it would then apply to rewards."""
+    ret = 0.0
+    for r, d in zip(rewards, dones):
+        ret = ret * gamma + r
+        ret_rms.update(np.array([ret]))
+        if d:
+            ret = 0.0
+    return float(np.sqrt(ret_rms.var + 1e-8))
+
+
+def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10, batch_size: int = 256,
+                    learning_rate: float = 1e-3, value_coef: float = 0.5, gamma: float = 0.99,
+                    seed: int = 0, max_wall_s: float | None = None, progress: bool = False,
+                    fit_stats: bool = True, stats_sample: int = 32_768) -> list[dict]:
+    """Fit ``model.policy`` (an SB3 ActorCriticPolicy, masks supported) to the demonstrations.
+
+    If ``venv`` (a VecNormalize) is given, its observation statistics are set from the
+    demonstrations' observations and its return statistics from their rewards first (unless
+    ``fit_stats`` is False: later DAgger rounds keep the statistics of the first), and the
+    policy learns on observations normalised and rewards scaled exactly as PPO will see them.
+    Loss per minibatch: ``-mean log pi(a_expert | s, mask) + value_coef x MSE(V(s), G)``, with
+    ``G`` the discounted return of the scaled rewards. Returns one row per epoch: loss, accuracy
+    (argmax over feasible actions = the expert's action) and value MSE, on a fixed random sample
+    of ``stats_sample`` transitions after each epoch and on all the data after the last."""
+    import torch
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    obs = demos.obs.astype(np.float64)
+    rewards = demos.rewards.copy()
+    if venv is not None:
+        if venv.norm_obs:
+            if fit_stats:
+                venv.obs_rms = RunningMeanStd(shape=venv.obs_rms.mean.shape)
+                venv.obs_rms.update(obs)
+            obs = np.clip((obs - venv.obs_rms.mean) / np.sqrt(venv.obs_rms.var + venv.epsilon),
+                          -venv.clip_obs, venv.clip_obs)
+        if venv.norm_reward:
+            if fit_stats:
+                venv.ret_rms = RunningMeanStd(shape=())
+                scale = vecnormalize_reward_scale(demos.rewards, demos.dones, gamma, venv.ret_rms)
+            else:
+                scale = float(np.sqrt(venv.ret_rms.var + 1e-8))
+            rewards = np.clip(rewards / scale, -venv.clip_reward, venv.clip_reward)
+    returns = discounted_returns(rewards, demos.dones, gamma)
+    policy = model.policy
+    policy.set_training_mode(True)
+    opt = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+    o_t = torch.as_tensor(obs, dtype=torch.float32)
+    a_t = torch.as_tensor(demos.actions)
+    m_np = demos.masks
+    g_t = torch.as_tensor(returns, dtype=torch.float32)
+    n = len(demos)
+    rng = np.random.default_rng(seed)
+    stats_idx = np.sort(rng.choice(n, size=min(n, stats_sample), replace=False))
+    history = []
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=epochs, desc="behaviour cloning", unit="epoch")
+    try:
+        for epoch in range(epochs):
+            perm = rng.permutation(n)
+            for start in range(0, n, batch_size):
+                idx = perm[start:start + batch_size]
+                values, log_prob, _ = policy.evaluate_actions(o_t[idx], a_t[idx], action_masks=m_np[idx])
+                loss = -log_prob.mean() + value_coef * torch.nn.functional.mse_loss(values.flatten(), g_t[idx])
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+                opt.step()
+            last = epoch == epochs - 1 or (max_wall_s is not None and time.perf_counter() - t0 >= max_wall_s)
+            ev = slice(None) if last or n <= stats_sample else stats_idx
+            history.append({"epoch": epoch + 1, **_fit_stats(policy, o_t[ev], a_t[ev], m_np[ev], g_t[ev], value_coef),
+                            "wall_s": time.perf_counter() - t0})
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(acc=f"{history[-1]['accuracy']:.3f}")
+            if last:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    policy.set_training_mode(False)
+    return history
+
+
+def _fit_stats(policy, o_t, a_t, masks: np.ndarray, g_t, value_coef: float, chunk: int = 4096) -> dict:
+    import torch
+    nll = mse = 0.0
+    hits = 0
+    n = int(a_t.shape[0])
+    with torch.no_grad():
+        for s in range(0, n, chunk):
+            sl = slice(s, s + chunk)
+            values, log_prob, _ = policy.evaluate_actions(o_t[sl], a_t[sl], action_masks=masks[sl])
+            nll -= float(log_prob.sum())
+            mse += float(((values.flatten() - g_t[sl]) ** 2).sum())
+            logits = policy.get_distribution(o_t[sl]).distribution.logits.clone()
+            logits[~torch.as_tensor(masks[sl])] = -math.inf
+            hits += int((logits.argmax(dim=1) == a_t[sl]).sum())
+    return {"loss": (nll + value_coef * mse) / n, "nll": nll / n, "accuracy": hits / n, "value_mse": mse / n}
+
+
+def expert_names() -> Sequence[str]:
+    from .base import available_schedulers
+    return [n for n in available_schedulers() if n not in ("random", "learned")]
