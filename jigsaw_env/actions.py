@@ -18,8 +18,9 @@ job of an arrival burst, not only the first K.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -96,10 +97,17 @@ def window_order(state: ClusterState, k: int) -> list[int]:
     Up to K/2 running jobs (the ones with the most attained service first: the natural
     preemption candidates), then waiting jobs in arrival order, then the other running jobs.
     """
-    running = sorted((j for j in state.running()), key=lambda j: (-j.attained_gpu_s, j.arrival_s, j.job_id))
-    waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING]
+    jobs = state.jobs
+    running, waiting = [], []
+    for x in state.active_ids:  # one pass, in arrival order (state.running() and the waiting jobs)
+        if jobs[x].status is JobStatus.RUNNING:
+            running.append(x)
+        else:
+            waiting.append(x)
+    if len(running) > 1:
+        running.sort(key=lambda x: (-jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
     take_run = min(len(running), k // 2)
-    return [j.job_id for j in running[:take_run]] + [j.job_id for j in waiting] + [j.job_id for j in running[take_run:]]
+    return running[:take_run] + waiting + running[take_run:]
 
 
 def select_window(state: ClusterState, k: int) -> list[int]:
@@ -110,9 +118,13 @@ def select_window(state: ClusterState, k: int) -> list[int]:
 class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
-    def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None):
+    def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
+                 caches: tuple[dict, dict] | None = None):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
-        otherwise it is built from the running jobs. The builder owns and changes it."""
+        otherwise it is built from the running jobs. The builder owns and changes it.
+        ``caches``: two dicts the masks may keep results in (speed only), shared by the builders
+        of one episode (the env passes them: what they hold depends only on the episode's jobs
+        and the cluster, so they stay valid from round to round); default: fresh ones."""
         self.state = state
         self.codec = codec
         order = window_order(state, codec.window_k)
@@ -121,8 +133,8 @@ class RoundBuilder:
         self.step_cap = 2 * codec.window_k + 2 + len(self._queue)
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
-        self._need_cache: dict[tuple, np.ndarray] = {}  # masks' per-round caches (speed only)
-        self._keep_cache: dict[tuple, list[bool]] = {}
+        # masks' caches (speed only): per-job constants and finished mask rows (bytes)
+        self._need_cache, self._keep_cache = caches if caches is not None else ({}, {})
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -137,16 +149,22 @@ class RoundBuilder:
         if jid in led.decision:
             led = led.copy()
             led.remove(jid)
+        return self._candidate_on(led, job, option, level, pattern)
+
+    def _candidate_on(self, led: GpuLedger, job, option: str, level: int, pattern: Pattern) -> JobDecision | None:
+        """:meth:`candidate` on ``led``, the ledger with the job taken out."""
         if option == "keep":
+            jid = job.job_id
             if job.status is not JobStatus.RUNNING or jid not in self.ledger.decision:
                 return None
             jd = JobDecision(self.ledger.decision[jid].gpus, level, pattern)
             return jd if led.fits(jid, jd) else None
         return led.place(job, option, level, pattern)
 
-    def apply(self, action: int) -> str:
-        """Apply one non-advance action; returns "run" or "pause". Raises InvalidAction."""
-        kind, slot, option, level, pattern = self.codec.decode(action)
+    def apply(self, action: int, decoded: tuple | None = None) -> str:
+        """Apply one non-advance action; returns "run" or "pause". Raises InvalidAction.
+        ``decoded``: ``codec.decode(action)``, if the caller has it already."""
+        kind, slot, option, level, pattern = decoded if decoded is not None else self.codec.decode(action)
         if kind == "advance":
             raise InvalidAction("advance is applied by the caller")
         if slot >= len(self.window):
@@ -154,19 +172,34 @@ class RoundBuilder:
         jid = self.window[slot]
         if jid in self.acted:
             raise InvalidAction(f"job {jid} (slot {slot}) was already decided this round")
+        led = self.ledger
         if kind == "pause":
-            if jid not in self.ledger.decision:
+            if jid not in led.decision:
                 raise InvalidAction(f"job {jid} (slot {slot}) is not running, so it cannot be paused")
-            self.ledger.remove(jid)
+            led.remove(jid)
             self.acted.add(jid)
             self._slide(slot)
             return "pause"
-        jd = self.candidate(slot, option, level, pattern)
+        job = self.state.jobs[jid]
+        if jid in led.decision:
+            # take the job out of the ledger itself (not a copy, as candidate() does: the same
+            # arithmetic), and put the exact bytes and order back if the action is infeasible
+            snap = led._snapshot(jid)
+            if option == "keep":
+                jd = JobDecision(snap[0].gpus, level, pattern)  # candidate()'s keep, with the job's GPUs read first
+            led.remove(jid)
+            if option == "keep":
+                if job.status is not JobStatus.RUNNING or not led.fits(jid, jd):
+                    jd = None
+            else:
+                jd = led.place(job, option, level, pattern)
+            if jd is None:
+                led._restore(jid, snap)
+        else:
+            jd = None if option == "keep" else led.place(job, option, level, pattern)
         if jd is None:
             raise InvalidAction(f"job {jid} (slot {slot}): placement {option!r} at level {level}/{pattern.value} is infeasible")
-        if jid in self.ledger.decision:
-            self.ledger.remove(jid)
-        self.ledger.add(jid, jd, checked=True)
+        led.add(jid, jd, checked=True)
         self.acted.add(jid)
         self._slide(slot)
         return "run"
@@ -182,101 +215,170 @@ class RoundBuilder:
     def masks(self) -> np.ndarray:
         """Boolean mask over all actions: True = feasible.
 
-        Vectorised over the level/pattern combos of each job; the arithmetic repeats that of
-        :class:`GpuLedger` (remove, ``_packed``'s candidate filter, ``check``) operation for
-        operation, so a mask entry is True exactly when the action would apply.
+        The arithmetic repeats that of :class:`GpuLedger` (remove, ``_packed``'s candidate
+        filter, ``check``) operation for operation, so a mask entry is True exactly when the
+        action would apply. Each window slot's row of ``per_job`` entries is assembled as bytes
+        from per-job constants (cached for the episode) and the few ledger numbers it depends on:
+
+        * a job not in the decision: ``consolidated``/``spread`` fit iff ``n`` GPUs are free and
+          a worker fits an empty GPU; ``packed`` fits iff the ``n``-th smallest memory among the
+          GPUs under the worker cap (``mem + need <= capacity`` is monotone in mem) leaves room;
+        * a running job: the same with its own GPUs as they would be with it taken out, plus
+          ``keep`` (its workers on its own GPUs) and ``pause``.
         """
         c = self.codec
-        mask = np.zeros(c.n, dtype=bool)
-        mask[c.advance] = True
         st = self.state
         if not st.costs.homogeneous:
+            mask = np.zeros(c.n, dtype=bool)
+            mask[c.advance] = True
             return self._masks_exhaustive(mask)
-        slots = [(slot, jid) for slot, jid in enumerate(self.window) if jid not in self.acted]
-        if not slots:
-            return mask
-        cap_w = st.max_workers_per_gpu
-        combos = c.combos
-        n_lp = c.n_lp
         base = self.ledger
-        capacity = base.capacity
-        cap0 = float(capacity[0])
-        base_free = base._wl.count(0)
-        jobs = [st.jobs[jid] for _, jid in slots]
-        need = self._need_matrix(jobs)                                      # (S, n_lp)
-        n = np.array([job.num_gpus for job in jobs])                        # (S,)
-        # packed: ``mem + need <= capacity`` is monotone in mem, so at least n GPUs under the
-        # worker cap fit iff the n-th smallest memory among them does (same float comparison)
-        open_mem = np.sort(base.mem[base.workers < cap_w])
-        nth = np.full(len(slots), np.inf)
-        ok_n = n <= open_mem.size
-        nth[ok_n] = open_mem[n[ok_n] - 1]
-        packed_ok = nth[:, None] + need <= cap0                             # (S, n_lp)
-        free_excl = np.full(len(slots), base_free)
-        keep_rows = []
-        wl, ml, cl = base._wl, base._ml, base._cl
-        for i, job in enumerate(jobs):
-            jd = base.decision.get(job.job_id)
-            if jd is None:
+        wl = base._wl
+        n_free = base._wc[0]
+        dec = base.decision
+        acted = self.acted
+        jobs = st.jobs
+        info_of = self._need_cache
+        zero = _zero_row(c.per_job)
+        parts = []
+        om = [None]  # the sorted open memory (_open_mem), made when first needed
+        for jid in self.window:
+            if jid in acted:
+                parts.append(zero)
                 continue
-            # the job's GPUs as they would be with it taken out (GpuLedger.remove's arithmetic),
-            # in scalar Python: a running job has few workers
-            m_new, w_new = [], []
-            for g, p in zip(jd.gpus, base._peak_list(job, jd)):
-                w = wl[g] - 1
-                w_new.append(w)
-                m_new.append(0.0 if w == 0 else max(ml[g] - p, 0.0))
-            free_excl[i] += w_new.count(0)
-            # n-th smallest memory among GPUs under the worker cap, with its GPUs changed: only the
-            # n + W smallest of the unchanged sorted list can matter
-            nj = job.num_gpus
+            job = jobs[jid]
+            info = info_of.get(jid)
+            if info is None:
+                info = self._job_info(job)
+            jd = dec.get(jid)
+            n = info.n
+            if jd is None:
+                if n <= n_free:
+                    parts.append(info.fit_row)  # the n-th smallest open memory is a free GPU's 0.0
+                    continue
+                open_mem = om[0]
+                if open_mem is None:
+                    open_mem = om[0] = self._open_mem()
+                nth = float(open_mem[n - 1]) if n <= open_mem.size else math.inf
+                row = info.packed_rows.get(nth)
+                if row is None:
+                    row = info.packed_rows[nth] = info.blank2 + info.blank + info.packed_bytes(nth) + b"\0"
+                parts.append(row)
+                continue
+            gpus = jd.gpus
+            running = job.status is JobStatus.RUNNING
+            for g in gpus:
+                if wl[g] != 1:
+                    break
+            else:
+                # the job alone on its GPUs: taken out, they are free (memory 0.0), so every option
+                # is limited only by a worker fitting an empty GPU
+                key = (gpus, running)
+                row = info.alone_rows.get(key)
+                if row is None:
+                    keep = self._keep_row(job, gpus, [0.0] * len(gpus)) if running else info.blank
+                    row = info.alone_rows[key] = keep + info.nlc * 3 + b"\1"
+                parts.append(row)
+                continue
+            parts.append(self._shared_row(job, jd, info, n_free, om, running))
+        parts.extend([zero] * (c.window_k - len(self.window)))
+        parts.append(b"\1")
+        return np.frombuffer(bytearray(b"".join(parts)), dtype=bool)
+
+    def _open_mem(self) -> np.ndarray:
+        """Sorted memory of the GPUs under the worker cap."""
+        base = self.ledger
+        return np.sort(base.mem[base.workers < self.state.max_workers_per_gpu])
+
+    def _shared_row(self, job, jd: JobDecision, info: "_JobInfo", n_free: int, om: list, running: bool) -> bytes:
+        """The mask row of a running job that shares a GPU: its GPUs as they would be with it taken
+        out (GpuLedger.remove's arithmetic), in scalar Python (a running job has few workers).
+        ``om``: a holder of the sorted open memory, made here if needed and kept for the call."""
+        base = self.ledger
+        wl, ml = base._wl, base._ml
+        cap_w = self.state.max_workers_per_gpu
+        gpus = jd.gpus
+        m_new, opened = [], []
+        n_emptied = 0
+        for g, p in zip(gpus, base._peak_list(job, jd)):
+            w = wl[g] - 1
+            if w == 0:
+                m_new.append(0.0)
+                n_emptied += 1
+                opened.append(0.0)
+            else:
+                m = max(ml[g] - p, 0.0)
+                m_new.append(m)
+                if w < cap_w:
+                    opened.append(m)
+        excl = info.nlc if n_free + n_emptied >= info.n else info.blank
+        nj = info.n
+        # the nj + W smallest open memories start with the free GPUs' zeros; taking out the job's
+        # own open GPUs' values removes at most one zero each (those holding 0.0): with enough
+        # free GPUs the nj-th smallest stays 0.0 and packed fits where a worker fits an empty GPU
+        z = 0
+        for g in gpus:
+            if wl[g] < cap_w and ml[g] == 0.0:
+                z += 1
+        if n_free >= nj + z:
+            packed = info.nlc
+        else:
+            open_mem = om[0]
+            if open_mem is None:
+                open_mem = om[0] = self._open_mem()
+            # n-th smallest memory among GPUs under the worker cap, with its GPUs changed: only
+            # the n + W smallest of the unchanged sorted list can matter
             pref = open_mem[: nj + len(m_new)].tolist()
-            for g in jd.gpus:
+            for g in gpus:
                 if wl[g] < cap_w:
                     try:
                         pref.remove(ml[g])
                     except ValueError:
                         pass  # beyond the prefix: larger than everything kept
-            pref.extend(m for m, w in zip(m_new, w_new) if w < cap_w)
+            pref += opened
             pref.sort()
-            packed_ok[i] = (pref[nj - 1] + need[i] <= cap0) if nj <= len(pref) else False
-            if job.status is JobStatus.RUNNING:
-                keep_rows.append((i, self._keep_row(job, jd.gpus, m_new)))
-        excl_ok = (free_excl[:, None] >= n[:, None]) & (need <= cap0)          # (S, n_lp)
-        rows = mask[: c.advance].reshape(c.window_k, c.per_job)             # a view into mask
-        idx = np.array([slot for slot, _ in slots])
-        rows[idx, n_lp: 2 * n_lp] = excl_ok                                  # consolidated
-        rows[idx, 2 * n_lp: 3 * n_lp] = excl_ok                              # spread
-        rows[idx, 3 * n_lp: 4 * n_lp] = packed_ok
-        pause = c.n_opt * n_lp
-        for i, (slot, jid) in enumerate(slots):
-            if jid in base.decision:
-                rows[slot, pause] = True
-        for i, keep in keep_rows:
-            rows[slots[i][0], :n_lp] = keep
-        return mask
+            if nj <= len(pref):
+                nth = pref[nj - 1]
+                packed = info.packed.get(nth)
+                if packed is None:
+                    packed = info.packed[nth] = info.packed_bytes(nth)
+            else:
+                packed = info.blank
+        if running:
+            kk = (gpus, tuple(m_new))
+            keep = info.keep.get(kk)
+            if keep is None:
+                if len(info.keep) > 4096:
+                    info.keep.clear()
+                keep = info.keep[kk] = self._keep_row(job, gpus, m_new)
+        else:
+            keep = info.blank
+        return keep + excl + excl + packed + b"\1"
 
-    def _need_matrix(self, jobs: list) -> np.ndarray:
-        """(S, n_lp) the largest worker peak (bytes) of each job at each combo, stacked (cached
-        for the round by the window's jobs: it depends on nothing else)."""
-        key = tuple(j.job_id for j in jobs)
-        need = self._need_cache.get(key)
-        if need is None:
-            combos = self.codec.combos
-            need = self._need_cache[key] = np.stack([self.state.costs.need_vector(j, combos) for j in jobs])
-        return need
+    def _job_info(self, job) -> "_JobInfo":
+        """The job's per-episode mask constants (cached by job id, shared by model and size)."""
+        c = self.codec
+        key = ("info", job.model, job.batch_size, job.num_gpus)
+        info = self._need_cache.get(key)
+        if info is None:
+            need = self.state.costs.need_vector(job, c.combos)
+            info = self._need_cache[key] = _JobInfo(job.num_gpus, need, float(self.ledger.capacity[0]))
+        self._need_cache[job.job_id] = info
+        return info
 
-    def _keep_row(self, job, gpus: tuple[int, ...], m_new: list[float]) -> list[bool]:
+    def _keep_row(self, job, gpus: tuple[int, ...], m_new: list[float]) -> bytes:
         """Per combo: do the job's workers fit its own GPUs, holding ``m_new`` bytes without it
-        (``m + peak <= capacity`` on every GPU)? Cached for the round by the job's model, size,
-        GPUs and those bytes: it depends on nothing else."""
+        (``m + peak <= capacity`` on every GPU)? Cached by the job's model, size, GPUs and those
+        bytes: it depends on nothing else."""
         key = (job.model, job.batch_size, gpus, tuple(m_new))
         row = self._keep_cache.get(key)
         if row is None:
+            if len(self._keep_cache) > 100_000:
+                self._keep_cache.clear()
             cl = self.ledger._cl
             caps = [cl[g] for g in gpus]
-            row = self._keep_cache[key] = [all(m + p <= c for m, p, c in zip(m_new, r, caps))
-                                           for r in self.state.costs.peak_rows(job, self.codec.combos)]
+            row = self._keep_cache[key] = bytes([all(m + p <= c for m, p, c in zip(m_new, r, caps))
+                                                 for r in self.state.costs.peak_rows(job, self.codec.combos)])
         return row
 
     def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:
@@ -291,3 +393,33 @@ class RoundBuilder:
                 for i, (level, pattern) in enumerate(c.combos):
                     mask[off + o * c.n_lp + i] = self.candidate(slot, option, level, pattern) is not None
         return mask
+
+
+@lru_cache(maxsize=None)
+def _zero_row(n: int) -> bytes:
+    return bytes(n)
+
+
+class _JobInfo:
+    """A job's constants for the masks (by model, batch size and GPU count): its largest worker
+    peak at each level/pattern combo, which combos fit an empty GPU, and finished rows."""
+
+    __slots__ = ("n", "need", "cap0", "nlc", "blank", "blank2", "fit_row", "packed_rows", "alone_rows", "packed", "keep")
+
+    def __init__(self, n: int, need: np.ndarray, cap0: float):
+        self.n = n
+        self.need = need.tolist()
+        self.cap0 = cap0
+        self.nlc = bytes([x <= cap0 for x in self.need])       # a worker fits an empty GPU
+        self.blank = bytes(len(self.need))
+        self.blank2 = self.blank * 2
+        # not in the decision, with n free GPUs: consolidated, spread and packed (0.0 + need) fit alike
+        self.fit_row = self.blank + self.nlc * 3 + b"\0"
+        self.packed_rows: dict[float, bytes] = {}                # by the n-th smallest open memory
+        self.alone_rows: dict[tuple, bytes] = {}                 # running alone, by GPUs and status
+        self.packed: dict[float, bytes] = {}                     # packed_bytes, by the n-th memory
+        self.keep: dict[tuple, bytes] = {}                       # keep rows, by GPUs and their memory
+
+    def packed_bytes(self, nth: float) -> bytes:
+        cap0 = self.cap0
+        return bytes([nth + x <= cap0 for x in self.need])

@@ -48,6 +48,11 @@ class ObservationEncoder:
         self._round_key: tuple | None = None
         self._round_state = None
         self._round_val = None
+        self._block: np.ndarray | None = None       # the last window's job blocks (float32)
+        self._block_window: list[int] | None = None  # and that window (None: rebuild)
+        self._job_consts: dict[int, tuple] = {}     # per job of the state: size/model features
+        self._cap_arr = None                         # the last ledger capacity array seen
+        self._cap0: float | None = None              # its one value, when all GPUs have the same
 
     @property
     def size(self) -> int:
@@ -71,32 +76,18 @@ class ObservationEncoder:
             self._static_cache[key] = v
         return v
 
-    def _round_part(self, state: ClusterState, window: list[int]) -> tuple[np.ndarray, tuple[float, float, float]]:
-        """The features that do not change within a round (per-job block, waiting/running
-        counts), cached for the round: the state changes only between rounds."""
-        key = (state.round, state.time_s, len(state.active_ids), tuple(window))
+    def _round_part(self, state: ClusterState) -> tuple[float, float, float]:
+        """The cluster features that do not change within a round (waiting/running counts),
+        cached for the round: the state changes only between rounds. A new round also makes
+        the window's job blocks anew."""
+        key = (state.round, state.time_s, len(state.active_ids))
         # the state object itself is held (not its id, which a new episode's state may reuse)
         if self._round_state is state and self._round_key == key:
             return self._round_val
-        k = self.window_k
-        block = np.zeros(k * JOB_FEATURES, dtype=np.float32)
+        if self._round_state is not state:
+            self._job_consts = {}
         G = state.cluster.num_gpus
-        now = state.time_s
-        L = max(1, state.spb.max_level)
-        log1p, log2 = math.log1p, math.log2
         running = JobStatus.RUNNING
-        for slot, jid in enumerate(window[:k]):
-            j = state.jobs[jid]
-            if self.observe_remaining:
-                rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
-                frac = j.progress / j.iterations if j.iterations > 0 else 0.0
-            else:
-                rem = frac = 0.0
-            o = slot * JOB_FEATURES
-            block[o:o + JOB_FEATURES] = (
-                1.0, j.status is running, 0.0, 0.0, log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
-                log1p(max(0.0, now - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
-                j.level / L, j.pattern is Pattern.STATIC, *self._job_static(state, j))
         n_wait = gpus_wait = 0
         jobs = state.jobs
         for x in state.active_ids:
@@ -106,30 +97,81 @@ class ObservationEncoder:
                 gpus_wait += j.num_gpus
         stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8,
                  min(4.0, gpus_wait / G) / 4)
-        self._round_state, self._round_key, self._round_val = state, key, (block, stats)
-        return block, stats
+        self._round_state, self._round_key, self._round_val = state, key, stats
+        self._block_window = None
+        return stats
+
+    def _job_row(self, state: ClusterState, jid: int) -> tuple:
+        """One job's JOB_FEATURES values, with features 2 and 3 (set per step) zero."""
+        j = state.jobs[jid]
+        c = self._job_consts.get(jid)
+        if c is None:  # what depends only on the job's size, model and the cluster
+            G = state.cluster.num_gpus
+            c = self._job_consts[jid] = (math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
+                                         *self._job_static(state, j))
+        log1p = math.log1p
+        if self.observe_remaining:
+            rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
+            frac = j.progress / j.iterations if j.iterations > 0 else 0.0
+        else:
+            rem = frac = 0.0
+        return (1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, c[0], c[1],
+                log1p(max(0.0, state.time_s - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
+                j.level / max(1, state.spb.max_level), j.pattern is Pattern.STATIC, c[2], c[3], c[4], c[5])
 
     def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
         k = self.window_k
-        block, stats = self._round_part(state, window)
-        obs = np.empty(self.size, dtype=np.float32)
-        obs[:k * JOB_FEATURES] = block
+        kf = k * JOB_FEATURES
+        stats = self._round_part(state)
+        win = window[:k]
+        w = len(win)
+        # the job blocks of the window: made at the round's first step, then only the slots the
+        # sliding window changed are rewritten
+        prev = self._block_window
+        if prev is None or len(prev) != w:
+            flat = []
+            for jid in win:
+                flat.extend(self._job_row(state, jid))
+            block = self._block = np.zeros(kf, dtype=np.float32)
+            block[:w * JOB_FEATURES] = flat
+        else:
+            block = self._block
+            for slot, jid in enumerate(win):
+                if prev[slot] != jid:
+                    o = slot * JOB_FEATURES
+                    block[o:o + JOB_FEATURES] = self._job_row(state, jid)
+        self._block_window = win
+        obs = np.empty(kf + CLUSTER_FEATURES, dtype=np.float32)
+        obs[:kf] = block
         in_dec = ledger.decision
-        for slot, jid in enumerate(window[:k]):
-            o = slot * JOB_FEATURES
-            obs[o + 2] = jid in in_dec
-            obs[o + 3] = jid in acted
+        o = 2
+        for jid in win:  # features 2 and 3 are 0.0 in the block
+            if jid in in_dec:
+                obs[o] = 1.0
+            if jid in acted:
+                obs[o + 1] = 1.0
+            o += JOB_FEATURES
         G = state.cluster.num_gpus
-        wl = ledger._wl
-        n_free = wl.count(0)
+        n_free = ledger.num_with_workers(0)
+        n_one = ledger.num_with_workers(1)
         cap_w = state.max_workers_per_gpu
-        n_open = G if cap_w > max(wl) else sum(1 for w in wl if w < cap_w)
-        n_shared = G - n_free - wl.count(1)
+        # GPUs under the worker cap (workers are never negative: a count of each value below it)
+        n_open = n_free + n_one if cap_w == 2 else sum(ledger.num_with_workers(v) for v in range(cap_w))
+        n_shared = G - n_free - n_one
         if n_free < G:
             occ = ledger.workers > 0
-            mem_use = float((ledger.mem[occ] / ledger.capacity[occ]).mean())
+            use = ledger.mem[occ]
+            cap = ledger.capacity
+            if cap is not self._cap_arr:
+                self._cap_arr, self._cap0 = cap, (float(cap[0]) if cap.size and (cap == cap[0]).all() else None)
+            if self._cap0 is not None:
+                use /= self._cap0  # every GPU's capacity: the same division, element by element
+            else:
+                use /= cap[occ]
+            # ndarray.mean's arithmetic (pairwise sum, then one division by the count)
+            mem_use = float(np.add.reduce(use)) / (G - n_free)
         else:
             mem_use = 0.0
-        obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
-                                  len(acted) / k, min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
+        obs[kf:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
+                    len(acted) / k, min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
         return obs

@@ -44,6 +44,9 @@ class GpuLedger:
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
+        self._pk: dict = {}  # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
+        # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
+        self._wc = [G, 0, 0]
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -58,6 +61,8 @@ class GpuLedger:
         new._ml = self._ml.copy()
         new._wl = self._wl.copy()
         new._cl = self._cl
+        new._pk = self._pk
+        new._wc = self._wc.copy()
         new.decision = Decision(self.decision)
         return new
 
@@ -75,8 +80,16 @@ class GpuLedger:
         return self.state.costs.profile(job, jd.level, jd.pattern, jd.gpus).peak_bytes
 
     def _peak_list(self, job: JobState, jd: JobDecision) -> list[float]:
-        """The worker peaks as Python floats (the scalar fast path below; same values)."""
-        return self.state.costs.peak_list(job, jd.level, jd.pattern, jd.gpus)
+        """The worker peaks as Python floats (the scalar fast path below; same values). Kept per
+        job for the JobDecision object last asked about (a check, then its add, then its remove
+        ask about the same one), in a memo the ledger's copies share: an entry holds the job and
+        decision objects it was computed for and is used only for those very objects."""
+        e = self._pk.get(job.job_id)
+        if e is not None and e[0] is jd and e[1] is job:
+            return e[2]
+        v = self.state.costs.peak_list(job, jd.level, jd.pattern, jd.gpus)
+        self._pk[job.job_id] = (jd, job, v)
+        return v
 
     def check(self, job_id: int, jd: JobDecision) -> str | None:
         """Why ``jd`` cannot be added (a sentence), or None when it can.
@@ -123,7 +136,7 @@ class GpuLedger:
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml = self.mem, self.workers, self._wl, self._ml
+        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
             m = ml[g] + p
             ml[g] = m
@@ -131,19 +144,51 @@ class GpuLedger:
             w = wl[g] + 1
             wl[g] = w
             workers[g] = w
+            wc[w - 1] -= 1
+            if w < len(wc):
+                wc[w] += 1
+            else:
+                wc.append(1)
         self.decision[job_id] = jd
 
     def remove(self, job_id: int) -> None:
         jd = self.decision.pop(job_id)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml = self.mem, self.workers, self._wl, self._ml
+        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
             w = wl[g] - 1
             wl[g] = w
             workers[g] = w
+            wc[w + 1] -= 1
+            wc[w] += 1
             m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
             ml[g] = m
             mem[g] = m
+
+    def num_with_workers(self, w: int) -> int:
+        """How many GPUs hold exactly ``w`` workers (``_wl.count(w)``, kept as the ledger changes)."""
+        return self._wc[w] if 0 <= w < len(self._wc) else self._wl.count(w)
+
+    def _snapshot(self, job_id: int) -> tuple:
+        """What :meth:`_restore` needs to undo a remove of ``job_id`` exactly: its decision, its
+        position in the decision's order, and its GPUs' memory and worker counts."""
+        jd = self.decision[job_id]
+        return jd, list(self.decision), [(g, self._ml[g], self._wl[g]) for g in jd.gpus]
+
+    def _restore(self, job_id: int, snap: tuple) -> None:
+        """Undo a remove of ``job_id`` (and nothing else since): the same bytes (not the
+        arithmetic of an add, which may round differently), counts and decision order."""
+        jd, order, gpus = snap
+        dec = self.decision
+        dec[job_id] = jd
+        for x in order[order.index(job_id) + 1:]:  # back to its position in the dict
+            dec[x] = dec.pop(x)
+        wl, wc = self._wl, self._wc
+        for g, m, w in gpus:
+            wc[wl[g]] -= 1
+            wc[w] += 1
+            self._ml[g] = self.mem[g] = m
+            wl[g] = self.workers[g] = w
 
     # ----- placement menu -----
     def free_gpus(self) -> np.ndarray:
@@ -178,57 +223,90 @@ class GpuLedger:
             self.add(job.job_id, jd, checked=True)
         return jd
 
-    def _consolidated(self, n: int) -> list[int] | None:
+    def _free_per_node(self) -> list[int]:
+        """Free GPUs (no worker) on each node."""
         cl = self.state.cluster
-        free = self.workers == 0
-        per_node = free.reshape(cl.num_nodes, cl.gpus_per_node)
-        counts = per_node.sum(axis=1)
-        if counts.sum() < n:
+        return np.add.reduce((self.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node), axis=1).tolist()
+
+    def _free_on(self, node: int) -> list[int]:
+        """The free GPUs of ``node`` (global indices, ascending)."""
+        gpn = self.state.cluster.gpus_per_node
+        wl = self._wl
+        start = node * gpn
+        return [g for g in range(start, start + gpn) if wl[g] == 0]
+
+    def _consolidated(self, n: int) -> list[int] | None:
+        counts = self._free_per_node()
+        if sum(counts) < n:
             return None
-        # one node if possible: the fullest node (fewest free) that still fits n (best fit)
-        fits = np.flatnonzero(counts >= n)
-        if len(fits):
-            node = int(fits[np.argmin(counts[fits])])
-            return [node * cl.gpus_per_node + int(i) for i in np.flatnonzero(per_node[node])[:n]]
-        # else fewest nodes: take nodes by most free GPUs first
+        # one node if possible: the fullest node (fewest free) that still fits n (best fit; the
+        # first such node on ties)
+        node, best = -1, None
+        for k, c in enumerate(counts):
+            if c >= n and (best is None or c < best):
+                node, best = k, c
+        if node >= 0:
+            return self._free_on(node)[:n]
+        # else fewest nodes: take nodes by most free GPUs first (stable: lower node first on ties)
         out: list[int] = []
-        for node in np.argsort(-counts, kind="stable"):
-            for i in np.flatnonzero(per_node[node]):
-                out.append(int(node) * cl.gpus_per_node + int(i))
+        for k in sorted(range(len(counts)), key=lambda k: -counts[k]):
+            if counts[k]:
+                out.extend(self._free_on(k)[:n - len(out)])
                 if len(out) == n:
                     return out
         return None
 
     def _spread(self, n: int) -> list[int] | None:
-        cl = self.state.cluster
-        per_node = (self.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node)
-        if per_node.sum() < n:
+        counts = self._free_per_node()
+        if sum(counts) < n:
             return None
-        lists = [list(np.flatnonzero(per_node[k])) for k in range(cl.num_nodes)]
-        order = sorted(range(cl.num_nodes), key=lambda k: -len(lists[k]))
+        # one GPU per node round-robin over the nodes by most free GPUs first (stable): in round r
+        # the nodes with more than r free GPUs, a prefix of that order, each give their r-th
+        order = sorted(range(len(counts)), key=lambda k: -counts[k])
+        lists: dict[int, list[int]] = {}
         out: list[int] = []
-        while len(out) < n:
+        r = 0
+        while True:
             for k in order:
-                if lists[k]:
-                    out.append(k * cl.gpus_per_node + int(lists[k].pop(0)))
-                    if len(out) == n:
-                        break
-        return out
+                if counts[k] <= r:
+                    break
+                lst = lists.get(k)
+                if lst is None:
+                    lst = lists[k] = self._free_on(k)
+                out.append(lst[r])
+                if len(out) == n:
+                    return out
+            r += 1
 
     def _packed(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
         st = self.state
-        cl = st.cluster
         n = job.num_gpus
-        peaks = st.costs.worker_peaks(job, level, pattern)
-        need = float(peaks.max())  # conservative per GPU: any worker may land on any chosen GPU
-        ok = (self.workers < st.max_workers_per_gpu) & (self.mem + need <= self.capacity)
-        cand = np.flatnonzero(ok)
-        if len(cand) < n:
+        costs = st.costs
+        # conservative per GPU: any worker may land on any chosen GPU (the largest worker peak of
+        # worker_peaks(job, level, pattern), read from the same cached profile as a list; kept in
+        # the copies' shared memo under a tuple key, apart from _peak_list's job ids)
+        key = ("need", job.model, job.batch_size, n, level, pattern)
+        need = self._pk.get(key)
+        if need is None:
+            need = self._pk[key] = max(costs.peak_list(job, level, pattern,
+                                                       costs._reference_gpus(n, st.cluster.main_gpu_type)))
+        workers = self.workers
+        ok = workers < st.max_workers_per_gpu
+        ok &= self.mem + need <= self.capacity
+        cand = ok.nonzero()[0]
+        if cand.size < n:
             return None
-        occupied = self.workers[cand] > 0
         # occupied GPUs first (packing), then by fewest workers, then by node to stay consolidated
-        order = np.lexsort((cand, cand // cl.gpus_per_node, self.workers[cand], ~occupied))
-        return [int(g) for g in cand[order][:n]]
+        # (cand ascends, so GPU index order is node order): occupied by (workers, index), then free
+        wc = workers[cand]
+        occ = cand[wc > 0]
+        if occ.size >= n and st.max_workers_per_gpu == 2:
+            return occ[:n].tolist()  # all hold one worker: index order
+        if st.max_workers_per_gpu > 2:
+            occ = occ[np.argsort(workers[occ], kind="stable")]
+        if occ.size >= n:
+            return occ[:n].tolist()
+        return occ.tolist() + cand[wc == 0][:n - occ.size].tolist()
 
 
 def validate_decision(state: ClusterState, decision: Decision) -> GpuLedger:

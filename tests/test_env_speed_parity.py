@@ -1,0 +1,302 @@
+"""The env's per-step fast paths (issue 6) change no result.
+
+Whole episodes of a random masked policy are replayed while, at every step, the env's masks,
+observation, placements, decision and reward are checked against from-scratch recomputations
+that share none of the fast paths' caches or shortcuts:
+
+* masks: every action tried on a copy of the ledger (every fifth step), the plain vectorised algorithm (the RoundBuilder.masks of before the speed work, kept
+  here verbatim, with no cache), and a RoundBuilder made fresh each round with its own empty
+  caches, fed the same actions (its masks also recomputed with emptied caches);
+* the observation: the plain encoder (no per-round or per-step cache), then np.clip, bit for bit;
+* placements: the numpy implementations of consolidated / spread / packed of before, for every
+  option and level of the action about to be applied;
+* rewards and episode metrics: a second Simulator fed the fresh builder's decisions.
+
+Nothing is read from a stored file, so regenerating one cannot hide a change.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jigsaw_env.actions import RoundBuilder
+from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
+from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
+from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.simulator import Simulator
+from jigsaw_env.spb import Pattern
+from jigsaw_env.state import JobStatus
+
+
+# ---------------------------------------------------------------- reference implementations
+def ref_masks(b: RoundBuilder) -> np.ndarray:
+    """RoundBuilder.masks as it was before the speed work (vectorised, no caches)."""
+    c = b.codec
+    mask = np.zeros(c.n, dtype=bool)
+    mask[c.advance] = True
+    st = b.state
+    slots = [(slot, jid) for slot, jid in enumerate(b.window) if jid not in b.acted]
+    if not slots:
+        return mask
+    cap_w = st.max_workers_per_gpu
+    n_lp = c.n_lp
+    base = b.ledger
+    cap0 = float(base.capacity[0])
+    base_free = base._wl.count(0)
+    jobs = [st.jobs[jid] for _, jid in slots]
+    need = np.stack([st.costs.need_vector(j, c.combos) for j in jobs])
+    n = np.array([job.num_gpus for job in jobs])
+    open_mem = np.sort(base.mem[base.workers < cap_w])
+    nth = np.full(len(slots), np.inf)
+    ok_n = n <= open_mem.size
+    nth[ok_n] = open_mem[n[ok_n] - 1]
+    packed_ok = nth[:, None] + need <= cap0
+    free_excl = np.full(len(slots), base_free)
+    keep_rows = []
+    wl, ml, cl = base._wl, base._ml, base._cl
+    for i, job in enumerate(jobs):
+        jd = base.decision.get(job.job_id)
+        if jd is None:
+            continue
+        m_new, w_new = [], []
+        for g, p in zip(jd.gpus, st.costs.peak_list(job, jd.level, jd.pattern, jd.gpus)):
+            w = wl[g] - 1
+            w_new.append(w)
+            m_new.append(0.0 if w == 0 else max(ml[g] - p, 0.0))
+        free_excl[i] += w_new.count(0)
+        nj = job.num_gpus
+        pref = open_mem[: nj + len(m_new)].tolist()
+        for g in jd.gpus:
+            if wl[g] < cap_w:
+                try:
+                    pref.remove(ml[g])
+                except ValueError:
+                    pass
+        pref.extend(m for m, w in zip(m_new, w_new) if w < cap_w)
+        pref.sort()
+        packed_ok[i] = (pref[nj - 1] + need[i] <= cap0) if nj <= len(pref) else False
+        if job.status is JobStatus.RUNNING:
+            caps = [cl[g] for g in jd.gpus]
+            keep_rows.append((i, [all(m + p <= cc for m, p, cc in zip(m_new, r, caps))
+                                  for r in st.costs.peak_rows(job, c.combos)]))
+    excl_ok = (free_excl[:, None] >= n[:, None]) & (need <= cap0)
+    rows = mask[: c.advance].reshape(c.window_k, c.per_job)
+    idx = np.array([slot for slot, _ in slots])
+    rows[idx, n_lp: 2 * n_lp] = excl_ok
+    rows[idx, 2 * n_lp: 3 * n_lp] = excl_ok
+    rows[idx, 3 * n_lp: 4 * n_lp] = packed_ok
+    for slot, jid in slots:
+        if jid in base.decision:
+            rows[slot, c.n_opt * n_lp] = True
+    for i, keep in keep_rows:
+        rows[slots[i][0], :n_lp] = keep
+    return mask
+
+
+def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round) -> np.ndarray:
+    """ObservationEncoder.encode as it was before the speed work, with no cache (the per-model
+    constants come from a fresh encoder's ``_job_static``)."""
+    k = enc.window_k
+    block = np.zeros(k * JOB_FEATURES, dtype=np.float32)
+    G = state.cluster.num_gpus
+    now = state.time_s
+    L = max(1, state.spb.max_level)
+    for slot, jid in enumerate(window[:k]):
+        j = state.jobs[jid]
+        if enc.observe_remaining:
+            rem = math.log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
+            frac = j.progress / j.iterations if j.iterations > 0 else 0.0
+        else:
+            rem = frac = 0.0
+        o = slot * JOB_FEATURES
+        block[o:o + JOB_FEATURES] = (
+            1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
+            math.log1p(max(0.0, now - j.arrival_s)) / 16, math.log1p(j.attained_gpu_s) / 20, rem, frac,
+            j.level / L, j.pattern is Pattern.STATIC, *enc._job_static(state, j))
+    n_wait = sum(1 for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
+    gpus_wait = sum(state.jobs[x].num_gpus for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
+    stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8, min(4.0, gpus_wait / G) / 4)
+    obs = np.empty(enc.size, dtype=np.float32)
+    obs[:k * JOB_FEATURES] = block
+    for slot, jid in enumerate(window[:k]):
+        obs[slot * JOB_FEATURES + 2] = jid in ledger.decision
+        obs[slot * JOB_FEATURES + 3] = jid in acted
+    wl = ledger._wl
+    n_free = wl.count(0)
+    cap_w = state.max_workers_per_gpu
+    n_open = G if cap_w > max(wl) else sum(1 for w in wl if w < cap_w)
+    n_shared = G - n_free - wl.count(1)
+    if n_free < G:
+        occ = ledger.workers > 0
+        mem_use = float((ledger.mem[occ] / ledger.capacity[occ]).mean())
+    else:
+        mem_use = 0.0
+    obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats, len(acted) / k,
+                              min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
+    assert obs.size == k * JOB_FEATURES + CLUSTER_FEATURES
+    return np.clip(obs, OBS_LOW, OBS_HIGH)
+
+
+def ref_place(led, job, option: str, level: int, pattern) -> list[int] | None:
+    """GpuLedger's consolidated / spread / packed GPU choices as they were (numpy)."""
+    st = led.state
+    cl = st.cluster
+    n = job.num_gpus
+    if option in ("consolidated", "spread"):
+        per_node = (led.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node)
+        counts = per_node.sum(axis=1)
+        if counts.sum() < n:
+            return None
+        if option == "consolidated":
+            fits = np.flatnonzero(counts >= n)
+            if len(fits):
+                node = int(fits[np.argmin(counts[fits])])
+                return [node * cl.gpus_per_node + int(i) for i in np.flatnonzero(per_node[node])[:n]]
+            out: list[int] = []
+            for node in np.argsort(-counts, kind="stable"):
+                for i in np.flatnonzero(per_node[node]):
+                    out.append(int(node) * cl.gpus_per_node + int(i))
+                    if len(out) == n:
+                        return out
+            return None
+        lists = [list(np.flatnonzero(per_node[k])) for k in range(cl.num_nodes)]
+        order = sorted(range(cl.num_nodes), key=lambda k: -len(lists[k]))
+        out = []
+        while len(out) < n:
+            for k in order:
+                if lists[k]:
+                    out.append(k * cl.gpus_per_node + int(lists[k].pop(0)))
+                    if len(out) == n:
+                        break
+        return out
+    need = float(st.costs.worker_peaks(job, level, pattern).max())
+    ok = (led.workers < st.max_workers_per_gpu) & (led.mem + need <= led.capacity)
+    cand = np.flatnonzero(ok)
+    if len(cand) < n:
+        return None
+    occupied = led.workers[cand] > 0
+    order = np.lexsort((cand, cand // cl.gpus_per_node, led.workers[cand], ~occupied))
+    return [int(g) for g in cand[order][:n]]
+
+
+# ---------------------------------------------------------------- the replay
+def _ledger_key(led):
+    # the worker-count histogram the ledger keeps equals counting the list
+    counts = [led._wl.count(w) for w in range(len(led._wc))]
+    assert led._wc == counts and sum(counts) == len(led._wl), (led._wc, counts)
+    return list(led.decision.items()), led._ml, led._wl, led.mem.tolist(), led.workers.tolist(), led._wc
+
+
+def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | None = None) -> int:
+    rng = np.random.default_rng(policy_seed)
+    obs, _ = env.reset(seed=seed)
+    ref_sim = Simulator(env.cluster, env.sim._initial_jobs, env.sim_config)
+    ref_enc = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
+    ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger())
+    steps = 0
+    while True:
+        b = env.builder
+        # the observation the env returned (for the state before this step)
+        want = ref_encode(ref_enc, env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
+        assert obs.dtype == np.float32 and obs.tobytes() == want.tobytes(), f"observation differs at step {steps}"
+        # masks: the env's, the plain algorithm's, and a fresh builder's with emptied caches
+        mask = env.action_masks()
+        assert mask.dtype == bool and mask.shape == (env.codec.n,)
+        np.testing.assert_array_equal(mask, ref_masks(b), err_msg=f"masks differ at step {steps}")
+        assert ref_b.window == b.window and ref_b.acted == b.acted
+        assert _ledger_key(ref_b.ledger) == _ledger_key(b.ledger)
+        ref_b._need_cache, ref_b._keep_cache = {}, {}
+        np.testing.assert_array_equal(mask, ref_b.masks(), err_msg=f"fresh builder masks differ at step {steps}")
+        if steps % 5 == 0:  # and by trying every action (candidate() on a copy of the ledger)
+            base = np.zeros(env.codec.n, dtype=bool)
+            base[env.codec.advance] = True
+            np.testing.assert_array_equal(mask, b._masks_exhaustive(base), err_msg=f"exhaustive masks differ at step {steps}")
+        a = int(rng.choice(np.flatnonzero(mask)))
+        kind, slot, option, level, pattern = env.codec.decode(a)
+        # the GPUs each option picks, as the ledger places a job with it taken out: for the job
+        # about to act at its level, and every fifth step for every window job at every level
+        todo = [(slot, [(level, pattern)])] if kind == "run" else []
+        if steps % 5 == 0:
+            todo = [(s_, env.codec.combos) for s_, jid in enumerate(b.window) if jid not in b.acted]
+        for s_, combos in todo:
+            led = b.ledger.copy()
+            job = env.sim.state.jobs[b.window[s_]]
+            if job.job_id in led.decision:
+                led.remove(job.job_id)
+            for lv, pt in combos:
+                for opt in PLACEMENT_OPTIONS[1:]:
+                    got = led._packed(job, lv, pt) if opt == "packed" else getattr(led, f"_{opt}")(job.num_gpus)
+                    assert got == ref_place(led, job, opt, lv, pt), (steps, opt)
+        obs, reward, term, trunc, info = env.step(a)
+        steps += 1
+        # the same action on the fresh builder; the reference simulator advances with its decision
+        if kind != "advance":
+            ref_b.apply(a)
+        if "round" in info:
+            r = ref_sim.step(ref_b.ledger.decision)
+            assert reward == -r.job_seconds / env.reward_scale, f"reward differs at step {steps}"
+            assert info["finished"] == r.finished
+            if not ref_sim.done:
+                ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger())
+        else:
+            assert reward == 0.0
+        if term or trunc:
+            got = dict(info["episode_metrics"])
+            want_m = ref_sim.metrics()
+            for m in (got, want_m):
+                m.pop("wall_s", None)
+            assert got.keys() == want_m.keys()
+            for key in got:
+                assert got[key] == want_m[key] or (got[key] != got[key] and want_m[key] != want_m[key]), key
+            return steps
+        if max_steps is not None and steps >= max_steps:
+            return steps
+
+
+@pytest.mark.parametrize("gpus,window_k,max_jobs,load,extra,seed", [
+    (64, 16, 60, 1.0, {}, 0),
+    (64, 16, 60, 1.5, {}, 1),
+    (512, 16, 60, 1.0, {}, 2),
+    (16, 8, 40, 2.0, {}, 3),                               # a crowded cluster: jobs wait for GPUs
+    (16, 8, 40, 1.5, {"max_workers_per_gpu": 3}, 4),       # three workers per GPU
+    (32, 4, 40, 1.5, {"gpus_per_node": 4, "observe_remaining": False}, 5),
+])
+def test_fast_paths_equal_from_scratch_recomputation(gpus, window_k, max_jobs, load, extra, seed):
+    env = JigsawClusterEnv(gpus=gpus, window_k=window_k, max_jobs=max_jobs, load=load, **extra)
+    steps = replay(env, seed=seed, policy_seed=100 + seed)
+    assert steps > 100
+    # a second episode on the same env (caches are per episode; job ids repeat)
+    replay(env, seed=seed + 10, policy_seed=200 + seed, max_steps=300)
+
+
+def test_an_infeasible_apply_leaves_the_ledger_exactly_as_it_was():
+    # apply() takes a running job out of the ledger itself to place it; when the placement is
+    # infeasible it must put back the exact bytes, worker counts and decision order
+    from jigsaw_env.actions import InvalidAction
+
+    env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=40, load=2.0)
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    tried = 0
+    for _ in range(3000):
+        b = env.builder
+        mask = env.action_masks()
+        for slot, jid in enumerate(b.window):
+            if jid in b.acted or jid not in b.ledger.decision:
+                continue
+            off = slot * env.codec.per_job
+            for a in range(off, off + env.codec.n_opt * env.codec.n_lp):
+                if mask[a]:
+                    continue
+                before = _ledger_key(b.ledger)
+                with pytest.raises(InvalidAction):
+                    b.apply(a)
+                assert _ledger_key(b.ledger) == before
+                assert jid not in b.acted
+                tried += 1
+        _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        if term or trunc or tried > 200:
+            break
+    assert tried > 20
