@@ -116,6 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rollout steps per env per update (default: 256 for (maskable) PPO, 5 for A2C)")
     a.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="PPO minibatch size (default 64)")
     a.add_argument("--n-epochs", type=positive_int("--n-epochs"), default=10, help="PPO epochs per update (default 10)")
+    a.add_argument("--clip-range", type=positive_float("--clip-range"), default=0.2, help="PPO clip range (default 0.2)")
+    a.add_argument("--target-kl", type=positive_float("--target-kl"), default=None,
+                   help="PPO: stop an update's epochs early once the approximate KL exceeds this (default: off); "
+                        "keeps fine-tuning after --warm-start close to the cloned policy")
     a.add_argument("--gamma", type=float, default=0.99)
     a.add_argument("--ent-coef", type=float, default=0.01)
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
@@ -123,19 +127,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--warm-start", default=None, metavar="HEURISTIC",
                    help="before RL, clone this heuristic's decisions (e.g. jigsaw, tiresias): play it on training "
                         "episodes, fit the policy to its actions and the value head to its returns (default: off)")
-    w.add_argument("--warm-start-s", type=positive_float("--warm-start-s"), default=300.0, metavar="S",
-                   help="wall seconds of expert play to record (default 300; counts against --max-wall-s)")
-    w.add_argument("--bc-epochs", type=positive_int("--bc-epochs"), default=6,
-                   help="behaviour-cloning epochs on the expert's own episodes (default 6)")
+    w.add_argument("--warm-start-s", type=positive_float("--warm-start-s"), default=120.0, metavar="S",
+                   help="wall seconds of expert play to record (default 120; counts against --max-wall-s)")
+    w.add_argument("--bc-epochs", type=positive_int("--bc-epochs"), default=4,
+                   help="behaviour-cloning epochs on the expert's own episodes (default 4)")
     w.add_argument("--bc-batch-size", type=positive_int("--bc-batch-size"), default=1024,
                    help="behaviour-cloning minibatch size (default 1024)")
-    w.add_argument("--dagger-rounds", type=int, default=3, metavar="N",
+    w.add_argument("--bc-act-weight", type=positive_float("--bc-act-weight"), default=3.0,
+                   help="loss weight of the steps where the expert acts, against 1 where it advances (default 3)")
+    w.add_argument("--dagger-rounds", type=int, default=2, metavar="N",
                    help="DAgger rounds after cloning: play the policy, label its states with the expert, refit "
-                        "on everything so far (default 3; 0 = plain behaviour cloning)")
+                        "on everything so far (default 2; 0 = plain behaviour cloning)")
     w.add_argument("--dagger-s", type=positive_float("--dagger-s"), default=60.0, metavar="S",
                    help="wall seconds of policy play per DAgger round (default 60)")
-    w.add_argument("--dagger-epochs", type=positive_int("--dagger-epochs"), default=3,
-                   help="epochs over all the data so far after each DAgger round (default 3)")
+    w.add_argument("--dagger-epochs", type=positive_int("--dagger-epochs"), default=2,
+                   help="epochs over all the data so far after each DAgger round (default 2)")
     w.add_argument("--bc-learning-rate", type=positive_float("--bc-learning-rate"), default=1e-3,
                    help="behaviour-cloning Adam learning rate (default 1e-3)")
     o = p.add_argument_group("output")
@@ -184,7 +190,7 @@ def config_from_args(args) -> dict[str, Any]:
         "policy": "MlpPolicy",
         "hyperparameters": {"learning_rate": args.learning_rate, "n_steps": n_steps, "batch_size": args.batch_size,
                             "n_epochs": args.n_epochs, "gamma": args.gamma, "ent_coef": args.ent_coef,
-                            "net_arch": list(args.net_arch)},
+                            "net_arch": list(args.net_arch), "clip_range": args.clip_range, "target_kl": args.target_kl},
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "trace_gpu_type": args.trace_gpu_type,
                      "curriculum": bool(args.curriculum),
@@ -201,6 +207,7 @@ def config_from_args(args) -> dict[str, Any]:
         "checkpoint_freq": args.checkpoint_freq,
         "warm_start": ({"expert": args.warm_start, "record_s": args.warm_start_s, "epochs": args.bc_epochs,
                         "batch_size": args.bc_batch_size, "learning_rate": args.bc_learning_rate,
+                        "act_weight": args.bc_act_weight,
                         "dagger_rounds": args.dagger_rounds, "dagger_s": args.dagger_s,
                         "dagger_epochs": args.dagger_epochs} if args.warm_start else None),
         "tables": str(Path(args.tables).resolve()) if args.tables else None,
@@ -552,7 +559,8 @@ def train(args) -> dict:
                                       ent_coef=hp["ent_coef"],
                                       policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
             if cfg["algo"] in ("maskable_ppo", "ppo"):
-                kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"])
+                kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
+                          target_kl=hp.get("target_kl"))
             model = cls(cfg["policy"], venv, seed=seed, device="cpu", tensorboard_log=tb,
                         verbose=getattr(args, "verbose", 0), **kw)
         target = int(cfg["timesteps"])
@@ -610,7 +618,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     ws.update(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
               expert_mean_avg_jct_s=_mean_jct(demos.episodes))
     fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
-               progress=progress)
+               act_weight=float(ws.get("act_weight", 1.0)), progress=progress)
     hist = [dict(stage="clone", **h) for h in behaviour_clone(model, demos, venv=venv, epochs=int(ws["epochs"]),
                                                               seed=seed, **fit)]
     rounds = []

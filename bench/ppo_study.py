@@ -330,11 +330,18 @@ def write_md(path: Path, res: dict) -> None:
         L.append(f"- {note}")
     L.append("")
     L.append("## Training runs\n")
-    L.append("| seed | timesteps trained | learning wall (s) | process wall (s) | stopped at budget |")
-    L.append("|---:|---:|---:|---:|---|")
+    L.append("| seed | warm start: expert, transitions (DAgger rounds), accuracy, wall s | PPO timesteps | "
+             "training wall incl. warm start (s) | process wall (s) | stopped at budget |")
+    L.append("|---:|---|---:|---:|---:|---|")
     for r in res["training"]:
-        L.append(f"| {r['seed']} | {r['trained_timesteps']} | {_f(r['train_wall_s'], 0)} | {_f(r['process_wall_s'], 0)} | "
+        w = r.get("warm_start")
+        ws = (f"{w['expert']}, {w.get('total_steps') or w.get('steps')} ({w.get('dagger_rounds', 0)}), "
+              f"{_f(w.get('final_accuracy'))}, {_f(w.get('wall_s'), 0)}") if w else "none"
+        L.append(f"| {r['seed']} | {ws} | {r['trained_timesteps']} | {_f(r['train_wall_s'], 0)} | {_f(r['process_wall_s'], 0)} | "
                  f"{r['interrupted_at_budget']} |")
+    if res.get("imitation_labels"):
+        L.append("\n`imit-sN` is seed N's policy right after the imitation warm start (`RUN_DIR/warm_start/`), before "
+                 "any PPO update; `ppo-sN` is the same run's final model after PPO fine-tuning.")
     L.append("")
     L.append("## Mean JCT over the windows (hours)\n")
     agents = res["agent_order"]
@@ -382,8 +389,9 @@ def write_md(path: Path, res: dict) -> None:
 def conclusion(res: dict) -> list[str]:
     st = res["stats"]
     out = []
-    beats = {lab: per["tiresias"]["verdict"] for lab, per in st["per_seed"].items() if "tiresias" in per}
-    lower = [lab for lab, per in st["per_seed"].items() if "tiresias" in per and per["tiresias"]["mean"] < 0]
+    ppo = res.get("ppo_labels") or list(st["per_seed"])
+    beats = {lab: st["per_seed"][lab]["tiresias"]["verdict"] for lab in ppo if "tiresias" in st["per_seed"][lab]}
+    lower = [lab for lab in ppo if "tiresias" in st["per_seed"][lab] and st["per_seed"][lab]["tiresias"]["mean"] < 0]
     out.append(f"- vs Tiresias: PPO has a lower mean JCT on {len(lower)} of {len(beats)} seeds; per seed: "
                + "; ".join(f"{k}: {v}" for k, v in beats.items()) + ".")
     for r in ("tiresias", "srtf", "jigsaw"):
@@ -394,8 +402,16 @@ def conclusion(res: dict) -> list[str]:
     if stalls:
         out.append("- Stalled (ran nothing for 1000 rounds while jobs waited; left out of the pairs): "
                    + "; ".join(f"{lab} on windows {w}" for lab, w in stalls.items()) + ".")
-    target = all(st["per_seed"][lab]["tiresias"]["mean"] < 0 for lab in st["per_seed"]) and \
-        st["window_level"]["tiresias"]["hi"] < 0 and not any(stalls.get(lab) for lab in st["per_seed"])
+    imit = res.get("imitation_labels") or []
+    if imit:
+        ib = [lab for lab in imit if st["per_seed"][lab]["tiresias"]["mean"] < 0]
+        out.append(f"- The imitation warm start alone (RUN_DIR/warm_start, before PPO) has a lower mean JCT than Tiresias "
+                   f"on {len(ib)} of {len(imit)} seeds; what PPO fine-tuning changed, per seed (mean JCT, h): "
+                   + "; ".join(f"{i} {_f(res['mean_jct_h'][i])} -> {p} {_f(res['mean_jct_h'][p])}"
+                               for i, p in zip(imit, [f"ppo-s{lab.split('-s')[1]}" for lab in imit])
+                               if p in res["mean_jct_h"]) + ".")
+    target = all(st["per_seed"][lab]["tiresias"]["mean"] < 0 for lab in ppo) and \
+        st["window_level"]["tiresias"]["hi"] < 0 and not any(stalls.get(lab) for lab in ppo)
     out.append(f"- Issue 4 target (beat Tiresias's mean JCT on >= 10 held-out windows over >= 3 seeds, paired CIs): "
                f"{'MET' if target else 'NOT MET'} in this run (criterion used: every seed's mean paired difference < 0 and "
                f"the window-level 95% CI entirely below 0, and no stalled window).")
@@ -459,6 +475,7 @@ def main(argv=None) -> dict:
     # --- training
     training = []
     runs: dict[str, Path] = {}
+    imitation: dict[str, Path] = {}  # RUN_DIR/warm_start: the cloned policy before PPO (--warm-start runs)
     t_train = time.perf_counter()
     for seed in seeds:
         rdir = runs_dir / f"seed{seed}"
@@ -495,15 +512,22 @@ def main(argv=None) -> dict:
                          "rc": r["rc"], "interrupted_at_budget": r["interrupted_at_budget"],
                          "observe_remaining": c["env"].get("observe_remaining"),
                          "fallback_checkpoint": r.get("fallback_checkpoint")})
+        ws = c.get("warm_start") or None
+        if ws:
+            training[-1]["warm_start"] = {k: ws.get(k) for k in ("expert", "steps", "total_steps", "episodes", "wall_s",
+                                                                 "final_accuracy", "expert_mean_avg_jct_s")}
+            training[-1]["warm_start"]["dagger_rounds"] = len(ws.get("dagger") or [])
         runs[lab] = rdir
+        if ws and (rdir / "warm_start" / "model.zip").is_file():
+            imitation[f"imit-s{seed}"] = rdir / "warm_start"
         print(f"[ppo_study] seed {seed}: {training[-1]['trained_timesteps']} steps in {r['wall_s']:.0f} s", flush=True)
     train_wall_total = time.perf_counter() - t_train
 
     # --- evaluation
     t_eval = time.perf_counter()
-    rows = evaluate_all(a, windows, runs)
+    rows = evaluate_all(a, windows, {**imitation, **runs})
     eval_wall = time.perf_counter() - t_eval
-    order = list(HEURISTICS) + list(runs)
+    order = list(HEURISTICS) + list(imitation) + list(runs)
     per_window: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
     per_window_wall: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
     stalled: dict[str, list[int]] = {lab: [] for lab in order}
@@ -514,6 +538,10 @@ def main(argv=None) -> dict:
             stalled[row["agent"]].append(int(row["seed"]))
             print(f"[ppo_study] {row['agent']} stalled on window {row['seed']}: {row['stalled']}", flush=True)
     stats = study_stats(per_window, list(runs))
+    if imitation:  # the cloned policies' rows, beside PPO's (pooled and window-level stats stay PPO's own)
+        si = study_stats(per_window, list(imitation))
+        stats["per_seed"] = {**si["per_seed"], **stats["per_seed"]}
+        stats["imitation_window_level"] = si["window_level"]
 
     from jigsaw_env.evaluate import git_commit
     res: dict[str, Any] = {
@@ -539,6 +567,8 @@ def main(argv=None) -> dict:
         "mean_jct_h": {lab: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
                        for lab, v in per_window.items()},
         "stats": stats,
+        "ppo_labels": list(runs),
+        "imitation_labels": list(imitation),
         "train_wall_total_s": train_wall_total,
         "eval_wall_s": eval_wall,
     }

@@ -48,15 +48,27 @@ def test_expert_pauses_first_then_starts_in_the_heuristics_order():
     codec = env.codec
     b = env.builder
     slot = {jid: s for s, jid in enumerate(b.window)}
-    # nothing runs yet: a target of jobs 1 then 0 starts 1 first, consolidated on node 0's GPUs
-    target = Decision({1: JobDecision((0, 1, 2, 3)), 0: JobDecision((4, 5, 6, 7))})
-    a = expert_action(b, target, 8)
+    # nothing runs yet: a target of jobs 1 then 0 (same size); in the heuristic's order job 1 starts
+    # first, in the default canonical order (larger first, then by window slot) job 0 does
+    target = Decision({1: JobDecision((4, 5, 6, 7)), 0: JobDecision((0, 1, 2, 3))})
+    a = expert_action(b, target, 8, order="heuristic")
     assert codec.decode(a)[:3] == ("run", slot[1], "consolidated")
-    b.apply(a)
     a = expert_action(b, target, 8)
     assert codec.decode(a)[:3] == ("run", slot[0], "consolidated")
     b.apply(a)
+    a = expert_action(b, target, 8)
+    assert codec.decode(a)[:3] == ("run", slot[1], "consolidated")
+    b.apply(a)
     assert expert_action(b, target, 8) == codec.advance
+    # a larger job goes first in the canonical order whatever its slot
+    target8 = Decision({0: JobDecision((0, 1, 2, 3)), 2: JobDecision(tuple(range(8)))})
+    env2 = JigsawClusterEnv(gpus=16, window_k=4, spb_levels=1)
+    env2.reset(seed=0, options={"jobs": jobs})
+    b2 = env2.builder
+    a = expert_action(b2, target8, 8)
+    assert codec.decode(a)[:2] == ("run", b2.window.index(2))
+    with pytest.raises(ValueError, match="order must be"):
+        expert_action(b2, target8, 8, order="random")
     env.step(codec.advance)
     # next round: the target keeps job 0 as it is and drops job 1: one pause, then advance
     b = env.builder

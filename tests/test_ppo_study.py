@@ -78,7 +78,9 @@ def _trace_spec(tmp_path) -> tuple[str, bool]:
 def test_tiny_study_end_to_end(tmp_path):
     trace, _ = _trace_spec(tmp_path)
     out = tmp_path / "study"
-    res = ps.main(["--trace", trace, "--seeds", "0", "--timesteps", "256", "--train-args", "", "--n-envs", "1", "--gpus", "16",
+    res = ps.main(["--trace", trace, "--seeds", "0", "--timesteps", "256", "--train-args",
+                   "--warm-start tiresias --warm-start-s 1 --bc-epochs 1 --dagger-rounds 1 --dagger-s 0.5 --dagger-epochs 1",
+                   "--n-envs", "1", "--gpus", "16",
                    "--max-jobs", "8", "--windows", "2", "--window-jobs", "8", "--workers", "1",
                    "--eval-episodes", "1", "--out", str(out)])
     for f in ("results.json", "results.md", "per_window_jct.png"):
@@ -90,8 +92,12 @@ def test_tiny_study_end_to_end(tmp_path):
     assert len(disk["windows"]) == 2
     for w in disk["windows"]:
         assert w["jobs"] == 8 and held_ids[0] <= w["first_job_id"] <= held_ids[1]
-    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "fifo", "ppo-s0"]
+    # the warm-started run's cloned policy (RUN_DIR/warm_start) is evaluated beside its final model
+    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "fifo", "imit-s0", "ppo-s0"]
     assert [t["trained_timesteps"] for t in disk["training"]] == [256]
+    ws = disk["training"][0]["warm_start"]
+    assert ws["expert"] == "tiresias" and ws["dagger_rounds"] == 1 and ws["total_steps"] > ws["steps"] > 0
+    assert disk["ppo_labels"] == ["ppo-s0"] and disk["imitation_labels"] == ["imit-s0"]
     assert disk["training"][0]["rc"] == 0
     jct = disk["per_window_jct_h"]
     for lab in disk["agent_order"]:
@@ -100,6 +106,8 @@ def test_tiny_study_end_to_end(tmp_path):
         p = disk["stats"]["per_seed"]["ppo-s0"][ref]
         assert p["diffs"] == pytest.approx([a - b for a, b in zip(jct["ppo-s0"], jct[ref])])
         assert disk["stats"]["window_level"][ref]["diffs"] == pytest.approx(p["diffs"])
+    p = disk["stats"]["per_seed"]["imit-s0"]["tiresias"]
+    assert p["diffs"] == pytest.approx([a - b for a, b in zip(jct["imit-s0"], jct["tiresias"])])
     md = (out / "results.md").read_text()
-    assert "jigsaw train" in md and "Paired differences" in md
+    assert "jigsaw train" in md and "Paired differences" in md and "| imit-s0 | tiresias |" in md
     assert res["stats"]["per_seed"]["ppo-s0"]["tiresias"]["n"] == 2
