@@ -22,7 +22,9 @@ job alone at level 0 on dedicated consolidated GPUs (``CostModel.isolated_iterat
 from __future__ import annotations
 
 import bisect
+import collections
 import math
+import operator
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,14 +43,30 @@ LEVEL0: Config = (0, Pattern.ROTATING)
 # per-CostModel caches (a CostModel belongs to one simulator: its eta knobs and SPB config)
 _CACHES: "weakref.WeakKeyDictionary[CostModel, dict]" = weakref.WeakKeyDictionary()
 _MAX_CACHE = 200_000
+_MAX_PREP = 4_000
 
 
-def _cache(costs: CostModel, name: str) -> dict:
+_LAST: list = [None, None]  # (weak reference to the CostModel looked up last, its caches)
+
+
+def _caches_of(costs: CostModel) -> dict:
+    """The per-CostModel dict of named caches (the last one looked up is kept at hand)."""
+    ref = _LAST[0]
+    if ref is not None and ref() is costs:
+        return _LAST[1]
     per = _CACHES.get(costs)
     if per is None:
         per = _CACHES[costs] = {}
+    _LAST[0], _LAST[1] = weakref.ref(costs), per
+    return per
+
+
+def _cache(costs: CostModel, name: str, limit: int = _MAX_CACHE) -> dict:
+    """A named cache of ``costs`` (emptied when it grows past ``limit`` entries: every entry is a
+    pure function of its key, so recomputing one gives the same value)."""
+    per = _caches_of(costs)
     c = per.get(name)
-    if c is None or len(c) > _MAX_CACHE:
+    if c is None or len(c) > limit:
         c = per[name] = {}
     return c
 
@@ -87,22 +105,32 @@ class LASQueues:
         self.promotions = 0
 
     def observe(self, state: ClusterState) -> None:
-        """Update run/wait bookkeeping from the state at the start of a round; promote starved jobs."""
+        """Update run/wait bookkeeping from the state at the start of a round; promote starved jobs.
+
+        Only running jobs and waiting jobs with a run or wait on record are touched; every other
+        waiting job (never started, or already counted as waiting) has nothing to update."""
         now = state.time_s
+        run_since, wait_since, last_run = self._run_since, self._wait_since, self._last_run
+        sf = self.starve_factor
+        RUNNING = JobStatus.RUNNING
         for j in state.active():
             jid = j.job_id
-            if j.status is JobStatus.RUNNING:
-                self._run_since.setdefault(jid, now)
-                self._wait_since.pop(jid, None)
+            if j.status is RUNNING:
+                if jid not in run_since:
+                    run_since[jid] = now
+                if jid in wait_since:
+                    del wait_since[jid]
                 continue
-            start = self._run_since.pop(jid, None)
+            if jid not in run_since and jid not in wait_since:
+                continue
+            start = run_since.pop(jid, None)
             if start is not None:
-                self._last_run[jid] = max(now - start, 1e-9)
-                self._wait_since[jid] = now
-            if self.starve_factor is not None and jid in self._wait_since:
-                if now - self._wait_since[jid] >= self.starve_factor * self._last_run[jid]:
+                last_run[jid] = max(now - start, 1e-9)
+                wait_since[jid] = now
+            if sf is not None and jid in wait_since:
+                if now - wait_since[jid] >= sf * last_run[jid]:
                     self._base[jid] = j.attained_gpu_s
-                    self._wait_since[jid] = now
+                    wait_since[jid] = now
                     self.promotions += 1
         if len(self._last_run) > 4 * max(64, len(state.active_ids)):
             live = set(state.active_ids)
@@ -117,14 +145,19 @@ class LASQueues:
         now = state.time_s
         t = float("inf")
         th = self.thresholds
+        nth = len(th)
+        base, wait_since, last_run = self._base, self._wait_since, self._last_run
+        sf = self.starve_factor
+        RUNNING = JobStatus.RUNNING
+        bisect_right = bisect.bisect_right
         for j in state.active():
-            if j.status is JobStatus.RUNNING:
-                s = self.service(j)
-                k = bisect.bisect_right(th, s)
-                if k < len(th):
+            if j.status is RUNNING:
+                s = j.attained_gpu_s - base.get(j.job_id, 0.0)
+                k = bisect_right(th, s)
+                if k < nth:
                     t = min(t, now + (th[k] - s) / j.num_gpus)
-            elif self.starve_factor is not None and j.job_id in self._wait_since:
-                t = min(t, self._wait_since[j.job_id] + self.starve_factor * self._last_run[j.job_id])
+            elif sf is not None and j.job_id in wait_since:
+                t = min(t, wait_since[j.job_id] + sf * last_run[j.job_id])
         return t
 
     def service(self, job: JobState) -> float:
@@ -134,8 +167,41 @@ class LASQueues:
         return bisect.bisect_right(self.thresholds, self.service(job))
 
     def order(self, jobs: Iterable[JobState]) -> list[JobState]:
-        """Jobs from the highest priority down: (queue, arrival, id)."""
-        return sorted(jobs, key=lambda j: (self.queue_of(j), j.arrival_s, j.job_id))
+        """Jobs from the highest priority down: (queue, arrival, id).
+
+        Bucketed by queue, each bucket sorted by (arrival, id) -- the same list as one sort by
+        (queue, arrival, id), without a Python key call per comparison (the jobs usually come in
+        arrival order already, which the sort finds in one pass)."""
+        th = self.thresholds
+        base = self._base
+        if not isinstance(jobs, list):
+            jobs = list(jobs)
+        if len(th) == 1:
+            t0 = th[0]
+            if base:
+                bget = base.get
+                q = [j.attained_gpu_s - bget(j.job_id, 0.0) < t0 for j in jobs]
+            else:
+                q = [j.attained_gpu_s < t0 for j in jobs]
+            first = [j for j, f in zip(jobs, q) if f]
+            second = [j for j, f in zip(jobs, q) if not f]
+            first.sort(key=_ARRIVAL_KEY)
+            second.sort(key=_ARRIVAL_KEY)
+            first += second
+            return first
+        buckets: list[list[JobState]] = [[] for _ in range(len(th) + 1)]
+        bget = base.get
+        bisect_right = bisect.bisect_right
+        for j in jobs:
+            buckets[bisect_right(th, j.attained_gpu_s - bget(j.job_id, 0.0))].append(j)
+        out: list[JobState] = []
+        for b in buckets:
+            b.sort(key=_ARRIVAL_KEY)
+            out += b
+        return out
+
+
+_ARRIVAL_KEY = operator.attrgetter("arrival_s", "job_id")
 
 
 def parse_thresholds(value) -> tuple[float, ...]:
@@ -185,9 +251,12 @@ def place_exclusive(state: ClusterState, chosen: Sequence[JobState], keep_config
     """Add ``chosen`` to ``ledger`` on exclusive GPUs (see :func:`exclusive_by_priority`)."""
     led = ledger if ledger is not None else GpuLedger(state)
     new = []
+    wl = led._wl  # the ledger's per-GPU worker counts (a list mirror of ``led.workers``)
+    RUNNING = JobStatus.RUNNING
     for j in chosen:
-        if j.status is JobStatus.RUNNING and j.placement and not np.any(led.workers[list(j.placement)]):
-            jd = JobDecision(j.placement, j.level if keep_config else 0, j.pattern if keep_config else Pattern.ROTATING)
+        if j.status is RUNNING and j.placement and not any(wl[g] for g in j.placement):
+            jd = (job_decision(j.placement, j.level, j.pattern) if keep_config
+                  else job_decision(j.placement, 0, Pattern.ROTATING))
             if led.fits(j.job_id, jd):
                 led.add(j.job_id, jd, checked=True)
                 continue
@@ -195,6 +264,21 @@ def place_exclusive(state: ClusterState, chosen: Sequence[JobState], keep_config
     for j in sorted(new, key=lambda j: -j.num_gpus):
         led.place_and_add(j, "consolidated", 0)
     return led
+
+
+_JD_MEMO: dict[tuple, JobDecision] = {}
+
+
+def job_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision:
+    """``JobDecision(gpus, level, pattern)``; the same (immutable) object for the same arguments,
+    so a running job that keeps its configuration costs a lookup, not a new validated object."""
+    key = (gpus, level, pattern)
+    jd = _JD_MEMO.get(key)
+    if jd is None:
+        if len(_JD_MEMO) > 100_000:
+            _JD_MEMO.clear()
+        jd = _JD_MEMO[key] = JobDecision(gpus, level, pattern)
+    return jd
 
 
 def consolidated_gpus(free: np.ndarray, gpus_per_node: int, n: int) -> list[int] | None:
@@ -251,13 +335,41 @@ def solo_rate(state: ClusterState, job: JobState, cfg: Config, gpus: Sequence[in
     return prof.eta * state.costs.isolated_iteration_s(job) / float(prof.dedicated_iteration_s().mean())
 
 
-def _placement_sig(state: ClusterState, gpus: Sequence[int]) -> tuple:
-    cl = state.cluster
-    nodes = [g // cl.gpus_per_node for g in gpus]
-    cross = len(set(nodes)) > 1
-    if state.costs.homogeneous:
-        return (len(gpus), cross)
-    return (len(gpus), cross, tuple(cl.gpu_type(g) for g in gpus))
+def placement_sig(state: ClusterState, gpus: Sequence[int]) -> tuple:
+    """What a job's profile depends on in its GPUs: their number, whether they span nodes, and
+    (on a mixed cluster) their types. Cached per GPU tuple."""
+    key = gpus if type(gpus) is tuple else tuple(gpus)
+    cache = _cache(state.costs, "psig")
+    sig = cache.get(key)
+    if sig is None:
+        cl = state.cluster
+        nodes = [g // cl.gpus_per_node for g in key]
+        cross = len(set(nodes)) > 1
+        if state.costs.homogeneous:
+            sig = (len(key), cross)
+        else:
+            sig = (len(key), cross, tuple(cl.gpu_type(g) for g in key))
+        cache[key] = sig
+    return sig
+
+
+def host_layout(state: ClusterState, gpus: tuple[int, ...]) -> tuple[tuple, np.ndarray]:
+    """``(signature, capacity)`` of a host's GPUs (a tuple, in worker order), cached.
+
+    signature: everything a pairing on these GPUs depends on in them -- each GPU's node as the
+    index of its first appearance (the node layout), the GPU types on a mixed cluster (else None)
+    and each GPU's memory. capacity: the memories as a read-only float64 array."""
+    cache = _cache(state.costs, "layout")
+    v = cache.get(gpus)
+    if v is None:
+        cl = state.cluster
+        layout: dict[int, int] = {}
+        node_sig = tuple(layout.setdefault(g // cl.gpus_per_node, len(layout)) for g in gpus)
+        types_sig = None if state.costs.homogeneous else tuple(cl.gpu_type(g) for g in gpus)
+        cap = np.array([cl.memory_of(g) for g in gpus], dtype=np.float64)
+        cap.setflags(write=False)
+        v = cache[gpus] = ((node_sig, types_sig, tuple(cap.tolist())), cap)
+    return v
 
 
 def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: Config | None = None,
@@ -267,14 +379,14 @@ def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: 
     ``current`` is kept unless the best beats it by more than ``hysteresis`` (relative), so a
     running job's configuration does not flip on rounding noise.
     """
-    key = (job.model, job.batch_size, _placement_sig(state, gpus), allow_spb)
+    key = (job.model, job.batch_size, placement_sig(state, gpus), allow_spb)
     cache = _cache(state.costs, "solo")
-    rates = cache.get(key)
-    if rates is None:
+    hit = cache.get(key)
+    if hit is None:
         cfgs = spb_configs(state, job) if allow_spb else [LEVEL0]
         rates = {c: solo_rate(state, job, c, gpus) for c in cfgs}
-        cache[key] = rates
-    best = max(rates, key=lambda c: (rates[c], -c[0]))
+        hit = cache[key] = (rates, max(rates, key=lambda c: (rates[c], -c[0])))
+    rates, best = hit
     if current is not None:
         cur = (current[0], current[1] if current[0] > 0 else Pattern.ROTATING)
         if cur in rates and rates[best] <= rates[cur] * (1.0 + hysteresis):
@@ -325,10 +437,15 @@ def _lcm(a: int, b: int) -> int:
     return a * b // math.gcd(a, b)
 
 
-def _phase_mod(state: ClusterState) -> int:
-    m = 1
-    for p in range(1, state.spb.num_slots + 1):
-        m = _lcm(m, p)
+def phase_mod(state: ClusterState) -> int:
+    """A common multiple of every SPB cycle length (lcm of 1..num_slots): phases matter modulo it."""
+    per = _caches_of(state.costs)
+    m = per.get("phase_mod")
+    if m is None:
+        m = 1
+        for p in range(1, state.spb.num_slots + 1):
+            m = _lcm(m, p)
+        per["phase_mod"] = m
     return m
 
 
@@ -350,22 +467,27 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     hyper-period, candidate sets), so repeated rounds cost a dictionary lookup.
     """
     wa, wb = len(host_gpus), guest.num_gpus
-    host_gpus = tuple(int(g) for g in host_gpus)
+    if type(host_gpus) is not tuple or not all(type(g) is int for g in host_gpus):
+        host_gpus = tuple(int(g) for g in host_gpus)
     default = host_cfgs is None and guest_cfgs is None and orders is None and capacity is None
     if default:
-        # the default search is fixed by the models, the host's exact GPUs and the phase
-        # difference: one lookup instead of rebuilding the full key (the plan is immutable)
-        pm = _phase_mod(state)
-        fast_key = (host.model, host.batch_size, host_gpus, guest.model, guest.batch_size, wb,
-                    (guest.iteration - host.iteration) % pm if wa > 1 else 0)
-        fast = _cache(state.costs, "pair_default")
-        hit = fast.get(fast_key, False)
-        if hit is not False:
-            return hit
-        plan = best_pairing(state, host, host_gpus, guest, spb_configs(state, host), spb_configs(state, guest),
-                            guest_orders(wa, wb), np.array([state.cluster.memory_of(g) for g in host_gpus], dtype=np.float64))
-        fast[fast_key] = plan
-        return plan
+        # the default search is fixed by the models, the host's GPU layout (host_layout) and the
+        # phase difference: one lookup of a short key; the plan found names the guest's order by
+        # its index, mapped onto these GPUs here
+        sig, cap = host_layout(state, host_gpus)
+        rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
+        key = (host.model, host.batch_size, host.num_gpus, sig, guest.model, guest.batch_size, wb, rel)
+        cache = _cache(state.costs, "pair_default")
+        hit = cache.get(key, False)
+        if hit is False:
+            all_orders = guest_orders(wa, wb)
+            hit = cache[key] = (_search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
+                                                spb_configs(state, guest), all_orders, cap, 0, rel, key[:-1])
+                                if all_orders else None)
+        if hit is None:
+            return None
+        hc, gc, oi, value, xh, xg, step = hit
+        return PairPlan(hc, gc, tuple([host_gpus[i] for i in guest_orders(wa, wb)[oi]]), value, xh, xg, step)
     if host_cfgs is None:
         host_cfgs = spb_configs(state, host)
     if guest_cfgs is None:
@@ -373,18 +495,17 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     orders = guest_orders(wa, wb) if orders is None else [tuple(int(i) for i in o) for o in orders]
     if not orders:
         return None
-    cl = state.cluster
     if capacity is None:
-        capacity = np.array([cl.memory_of(g) for g in host_gpus], dtype=np.float64)
-    pm = _phase_mod(state)
-    layout: dict[int, int] = {}
-    node_sig = tuple(layout.setdefault(g // cl.gpus_per_node, len(layout)) for g in host_gpus)
-    types_sig = None if state.costs.homogeneous else tuple(cl.gpu_type(g) for g in host_gpus)
+        sig, capacity = host_layout(state, host_gpus)
+    else:
+        (node_sig, types_sig, _), _ = host_layout(state, host_gpus)
+        sig = (node_sig, types_sig, tuple(capacity))
+    pm = phase_mod(state)
     # the mean over a hyper-period depends on the phases only through their difference (shifting
     # both counters by k rotates the step sequence), and every period divides pm
     rel = (guest.iteration - host.iteration) % pm if wa > 1 else 0  # one GPU: loads just add up
-    key = (host.model, host.batch_size, node_sig, types_sig, guest.model, guest.batch_size, wb, rel,
-           tuple(host_cfgs), tuple(guest_cfgs), tuple(orders), tuple(capacity))
+    key = (host.model, host.batch_size, sig, guest.model, guest.batch_size, wb, rel,
+           tuple(host_cfgs), tuple(guest_cfgs), tuple(orders))
     cache = _cache(state.costs, "pair")
     hit = cache.get(key, False)
     if hit is not False:
@@ -392,7 +513,8 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
             return None
         hc, gc, oi, value, xh, xg, step = hit
         return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
-    plan = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel)
+    plan = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel,
+                           key[:6] + key[7:])
     if plan is None:
         cache[key] = None
         return None
@@ -401,7 +523,7 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
 
 
-def _summary(costs: CostModel, prof) -> tuple[float, float, float]:
+def profile_summary(costs: CostModel, prof) -> tuple[float, float, float]:
     """(mean over the cycle of the summed compute of all workers, of the slowest worker's compute,
     of the sync time) of a profile: the ingredients of a lower bound on a shared step."""
     cache = _cache(costs, "summary")
@@ -413,58 +535,47 @@ def _summary(costs: CostModel, prof) -> tuple[float, float, float]:
     return v
 
 
-def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest):
+def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest,
+                    prep_key=None):
     """Branch and bound over (host config, guest config, order group). A lower bound on the mean
     shared step -- the busiest GPU carries at least the average load over the host's GPUs and at
     least either job's slowest worker, and the sync is at least either job's mean sync -- gives an
     upper bound on each candidate's value; candidates are evaluated exactly in decreasing bound
     order until the bound falls below the best value found. Ties go to the first candidate in
-    enumeration order (host config, guest config, order), as an exhaustive search would."""
-    costs = state.costs
-    wa, wb = len(host_gpus), guest.num_gpus
-    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
-    cols = np.asarray(orders, dtype=np.int64)  # (O, wb) host worker indices
-    # group orders by the guest's own placement signature (cross-node or not, GPU types)
-    groups: dict[tuple, list[int]] = {}
-    for i, o in enumerate(orders):
-        groups.setdefault(_placement_sig(state, [host_gpus[c] for c in o]), []).append(i)
-    cands = []
-    for hc in host_cfgs:
-        ph = costs.profile(host, hc[0], hc[1], host_gpus)
-        th, mh, ch = _summary(costs, ph)
-        for gc in guest_cfgs:
-            for idx in groups.values():
-                pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
-                tg, mg, cg = _summary(costs, pg)
-                lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
-                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
-                cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
-    cands.sort(key=lambda c: (c[0], c[1]))
+    enumeration order (host config, guest config, order), as an exhaustive search would.
+
+    The candidates, their bounds and their memory feasibility do not depend on the phases: they
+    are prepared once (:func:`_pair_candidates`, cached by ``prep_key`` when given) and only the
+    phase-dependent step means are computed per call."""
+    if prep_key is not None:
+        # entries hold arrays per candidate (tens of kB): a smaller bound keeps a whole-trace
+        # replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
+        cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
+        prep = cache.get(prep_key)
+        if prep is None:
+            prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
+                                                      orders, capacity)
+    else:
+        prep = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
+    wa, wb, iso_h, iso_g, cands = prep
     best = None
-    for neg_ub, rank, hc, gc, idx, ph, pg in cands:
+    for neg_ub, rank, hc, gc, idx, ph, pg, ok, inv, H, la0, zg in cands:
         if best is not None and -neg_ub < best[3] - 1e-12:
             break
-        sub = cols[idx]
-        n = len(idx)
-        sa = np.arange(n)
-        # memory at each process's peak, per host GPU
-        mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-        for w in range(wb):
-            mem[sa, sub[:, w]] += pg.peak_bytes[w]
-        ok = np.all(mem <= capacity[None, :], axis=1)
-        if not ok.any():
+        if inv is None:  # no order of this group fits in memory
             continue
-        H = _lcm(ph.period, pg.period)
-        ks = np.arange(H)
-        pha = (i_host + ks) % ph.period
+        ks = _arange(H)
+        if i_host == 0:
+            pha, la = ks % ph.period, la0
+        else:
+            pha = (i_host + ks) % ph.period
+            la = ph.compute_s[pha].T
         phb = (i_guest + ks) % pg.period
-        la = ph.compute_s[pha]  # (H, wa)
-        lb = pg.compute_s[phb]  # (H, wb)
-        loads = np.broadcast_to(la, (n, H, wa)).copy()
-        for w in range(wb):
-            loads[sa, :, sub[:, w]] += lb[:, w][None, :]
+        # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
+        # (a zero column for a GPU without a guest worker): the sums the engine forms, per order
+        loads = la[None, :, :] + zg[:, phb][inv]
         comm = np.maximum(ph.comm_s[pha], pg.comm_s[phb])
-        step = (loads.max(axis=2) + comm[None, :]).mean(axis=1)  # (n,)
+        step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
         step = np.where(ok, step, np.inf)
         k = int(np.argmin(step))
         if not np.isfinite(step[k]):
@@ -479,6 +590,67 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     return None if best is None else best[:7]
 
 
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    a = _ARANGE.get(n)
+    if a is None:
+        a = _ARANGE[n] = np.arange(n)
+        a.setflags(write=False)
+    return a
+
+
+def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity) -> tuple:
+    """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands)``
+    with the candidates sorted by decreasing bound (ties by enumeration rank), each as
+    ``(-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile, memory-ok
+    per order, gather map or None when no order fits, hyper-period, host loads at phase 0 (wa,
+    H), guest compute padded with a zero worker (wb + 1, period))``. The gather map ``inv[o, g]``
+    is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the zero row) for none."""
+    costs = state.costs
+    wa, wb = len(host_gpus), guest.num_gpus
+    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+    cols = np.asarray(orders, dtype=np.int64)  # (O, wb) host worker indices
+    # group orders by the guest's own placement signature (cross-node or not, GPU types)
+    groups: dict[tuple, list[int]] = {}
+    for i, o in enumerate(orders):
+        groups.setdefault(placement_sig(state, tuple([host_gpus[c] for c in o])), []).append(i)
+    cands = []
+    for hc in host_cfgs:
+        ph = costs.profile(host, hc[0], hc[1], host_gpus)
+        th, mh, ch = profile_summary(costs, ph)
+        for gc in guest_cfgs:
+            for idx in groups.values():
+                pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
+                tg, mg, cg = profile_summary(costs, pg)
+                lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
+                cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
+    cands.sort(key=lambda c: (c[0], c[1]))
+    out = []
+    for neg_ub, rank, hc, gc, idx, ph, pg in cands:
+        sub = cols[idx]
+        n = len(idx)
+        sa = np.arange(n)
+        # memory at each process's peak, per host GPU
+        mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
+        for w in range(wb):
+            mem[sa, sub[:, w]] += pg.peak_bytes[w]
+        ok = np.all(mem <= capacity[None, :], axis=1)
+        if not ok.any():
+            out.append((neg_ub, rank, hc, gc, idx, ph, pg, ok, None, 0, None, None))
+            continue
+        inv = np.full((n, wa), wb, dtype=np.int64)
+        for w in range(wb):
+            inv[sa, sub[:, w]] = w
+        H = _lcm(ph.period, pg.period)
+        la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
+        zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
+        out.append((neg_ub, rank, hc, gc, idx, ph, pg, ok, inv, H, la0, zg))
+    return wa, wb, iso_h, iso_g, out
+
+
 # ------------------------------------------------------------------------------------------------
 # reading the sharing structure of the allocation in force
 # ------------------------------------------------------------------------------------------------
@@ -486,10 +658,20 @@ def current_pairs(state: ClusterState, host_memory: dict[int, int] | None = None
     """``{guest_id: host_id}`` for running jobs that share GPUs as a pair whose guest's GPUs are a
     subset of the host's. The host is the one ``host_memory`` (guest -> host, a scheduler's own
     record) names, else the job with more GPUs, else the one that started first."""
+    running = state.running()
+    all_gpus = [g for j in running for g in j.placement]
+    if len(set(all_gpus)) == len(all_gpus):
+        return {}  # nobody shares a GPU
+    shared = {g for g, c in collections.Counter(all_gpus).items() if c > 1}
+    # GPUs held by two or more jobs, in order of first appearance (the order a map of every GPU
+    # would list them in), each with its jobs in running order
     owners: dict[int, list[int]] = {}
-    for j in state.running():
+    for j in running:
+        if shared.isdisjoint(j.placement):
+            continue
         for g in j.placement:
-            owners.setdefault(g, []).append(j.job_id)
+            if g in shared:
+                owners.setdefault(g, []).append(j.job_id)
     partners: dict[int, set[int]] = {}
     for jids in owners.values():
         if len(jids) > 1:

@@ -28,11 +28,12 @@ from typing import Sequence
 import numpy as np
 
 from jigsaw_env.placement import GpuLedger
+from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, register_scheduler
-from .common import (LASQueues, PairPlan, _phase_mod, _placement_sig, _summary, best_pairing, best_solo,
-                     consolidated_gpus, current_pairs, guest_orders, parse_thresholds, select_by_budget, spb_configs)
+from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_gpus, current_pairs, guest_orders,
+                     host_layout, job_decision, parse_thresholds, placement_sig, profile_summary, select_by_budget, spb_configs)
 
 
 @register_scheduler("jigsaw")
@@ -65,6 +66,7 @@ class Jigsaw(Scheduler):
         self.horizon_s = float(horizon_s)
         self.displace = bool(displace)
         self._host_of: dict[int, int] = {}
+        self._alone: dict[int, float] = {}
         self._memo_costs = None
         self._memo: dict = {}
         # skip pairing searches that a bound shows cannot matter (speed only; valid while the
@@ -74,6 +76,7 @@ class Jigsaw(Scheduler):
     def reset(self) -> None:
         self.las.reset()
         self._host_of = {}
+        self._alone = {}
         self._memo_costs = None
         self._memo = {}
 
@@ -82,20 +85,13 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "pair": {}, "jd": {}, "bound": {}}
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}}
         return self._memo
 
     def _current_jd(self, state: ClusterState, j: JobState) -> JobDecision:
         """``JobDecision(j.placement, j.level, j.pattern)``, the same (immutable) object while the
         job keeps that configuration."""
-        memo = self._memos(state)["jd"]
-        key = (j.job_id, j.placement, j.level, j.pattern)
-        jd = memo.get(key)
-        if jd is None:
-            if len(memo) > 100_000:
-                memo.clear()
-            jd = memo[key] = JobDecision(j.placement, j.level, j.pattern)
-        return jd
+        return job_decision(j.placement, j.level, j.pattern)
 
     def _pairing_bound(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
         """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
@@ -103,9 +99,12 @@ class Jigsaw(Scheduler):
         every (host config, guest config, guest placement group). The mean shared step is at least
         ``max(mean summed load / host GPUs, either job's mean slowest worker) + max(either job's
         mean sync)``, so no candidate's value exceeds it. It does not depend on the jobs' phases,
-        so it is memoised by models, batch sizes, the host's GPUs and the guest's width."""
+        so it is memoised by models, batch sizes, the host's GPU layout (``common.host_layout``: the
+        profiles and guest placement signatures depend on nothing else in the GPUs) and the
+        guest's width."""
         memo = self._memos(state)["bound"]
-        key = (host.model, host.batch_size, hgpus, guest.model, guest.batch_size, guest.num_gpus)
+        key = (host.model, host.batch_size, host.num_gpus, host_layout(state, hgpus)[0], guest.model,
+               guest.batch_size, guest.num_gpus)
         ub = memo.get(key)
         if ub is None:
             if len(memo) > 100_000:
@@ -115,34 +114,20 @@ class Jigsaw(Scheduler):
             reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
             for o in guest_orders(wa, wb):
                 g = tuple(hgpus[c] for c in o)
-                reps.setdefault(_placement_sig(state, g), g)
+                reps.setdefault(placement_sig(state, g), g)
             iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
             ub = -float("inf")
             for hc in spb_configs(state, host) if reps else ():
                 ph = costs.profile(host, hc[0], hc[1], hgpus)
-                th, mh, ch = _summary(costs, ph)
+                th, mh, ch = profile_summary(costs, ph)
                 for gc in spb_configs(state, guest):
                     for g in reps.values():
                         pg = costs.profile(guest, gc[0], gc[1], g)
-                        tg, mg, cg = _summary(costs, pg)
+                        tg, mg, cg = profile_summary(costs, pg)
                         lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
                         ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
             memo[key] = ub
         return ub
-
-    def _pairing(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState, pm: int) -> PairPlan | None:
-        """``best_pairing(state, host, hgpus, guest)``, memoised by the inputs it depends on (its own
-        cache key: both jobs' models and batch sizes, the host's GPUs, the guest's width and the
-        phase difference modulo ``pm``); the plan is immutable."""
-        memo = self._memos(state)["pair"]
-        key = (host.model, host.batch_size, hgpus, guest.model, guest.batch_size, guest.num_gpus,
-               (guest.iteration - host.iteration) % pm if len(hgpus) > 1 else 0)
-        plan = memo.get(key, False)
-        if plan is False:
-            if len(memo) > 200_000:
-                memo.clear()
-            plan = memo[key] = best_pairing(state, host, hgpus, guest)
-        return plan
 
     def quiet_until(self, state: ClusterState) -> float:
         # every rule reads the LAS order, statuses, placements and static costs: only the order
@@ -160,9 +145,20 @@ class Jigsaw(Scheduler):
         ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
         # 3. fitting
         self._host_of = {}
+        self._alone = {}
         wl = ledger._wl
         hostable = {jid for jid, jd in ledger.decision.items() if all(wl[g] == 1 for g in jd.gpus)}
-        guests = [j for j in rest if j.job_id in pairs] + [j for j in rest if j.job_id not in pairs][: self.max_waiting]
+        guests = [j for j in rest if j.job_id in pairs] if pairs else []
+        if self.max_waiting >= 0:
+            waiting = 0
+            for j in rest:  # the first max_waiting others
+                if waiting >= self.max_waiting:
+                    break
+                if j.job_id not in pairs:
+                    guests.append(j)
+                    waiting += 1
+        else:  # a negative bound slices from the end
+            guests += [j for j in rest if j.job_id not in pairs][: self.max_waiting]
         guests.sort(key=lambda j: rank[j.job_id])
         paired: set[int] = set()
         if state.max_workers_per_gpu >= 2 and hostable:
@@ -242,22 +238,26 @@ class Jigsaw(Scheduler):
         """
         cl = state.cluster
         ledger = GpuLedger(state)
-        reserved = np.zeros(cl.num_gpus, dtype=bool)
+        # GPUs held by chosen running jobs not yet placed (a list of bools, turned into an array
+        # only when a job needs placing)
+        reserved = [False] * cl.num_gpus
         for j in chosen:
             if j.status is JobStatus.RUNNING and j.placement:
-                reserved[list(j.placement)] = True
+                for g in j.placement:
+                    reserved[g] = True
         deferred: list[JobState] = []
         for j in chosen:
             own = j.status is JobStatus.RUNNING and bool(j.placement)
             if own:
-                reserved[list(j.placement)] = False  # its own reservation no longer blocks anyone
+                for g in j.placement:  # its own reservation no longer blocks anyone
+                    reserved[g] = False
                 wl = ledger._wl
                 still_free = not any(wl[g] for g in j.placement)
                 cur = self._current_jd(state, j) if still_free else None
                 if cur is not None and self._spread_ok(state, j, cur.gpus) and ledger.fits(j.job_id, cur):
                     ledger.add(j.job_id, cur, checked=True)
                     continue
-            free = (ledger.workers == 0) & ~reserved
+            free = (ledger.workers == 0) & ~np.array(reserved, dtype=bool)
             jd = self._consolidated(state, ledger, j, free)
             if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
                 # displace lower-priority running jobs if that gives a good placement
@@ -286,6 +286,8 @@ class Jigsaw(Scheduler):
         # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
         # another job of the same model, batch size and width (the outcome depends on nothing else)
         no_fit: set[tuple] = set()
+        # consolidated free GPUs per width, on the ledger as it is (they depend on nothing else)
+        cons: dict[int, list[int] | None] = {}
         for j in rest:
             if j.num_gpus <= nfree:
                 jd = None
@@ -297,17 +299,25 @@ class Jigsaw(Scheduler):
                         jd = None
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
-                    jd = self._consolidated(state, ledger, j, ledger.workers == 0)
+                    n = j.num_gpus
+                    gpus = cons[n] if n in cons else cons.setdefault(
+                        n, consolidated_gpus(ledger.workers == 0, cl.gpus_per_node, n))
+                    if gpus is not None:
+                        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
+                        if not ledger.fits(j.job_id, jd):
+                            jd = None
                     if jd is None or not self._spread_ok(state, j, jd.gpus):
                         no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
                     ledger.add(j.job_id, jd, checked=True)
                     nfree -= j.num_gpus
                     no_fit.clear()
+                    cons.clear()
                     continue
             left.append(j)
-        left = deferred + left
-        left.sort(key=lambda j: rank[j.job_id])
+        if deferred:  # both lists are in priority order already
+            left = deferred + left
+            left.sort(key=lambda j: rank[j.job_id])
         return ledger, left
 
     @staticmethod
@@ -319,9 +329,15 @@ class Jigsaw(Scheduler):
         return jd if ledger.fits(job.job_id, jd) else None
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
-        jd = ledger.decision[host.job_id]
-        _, rate = best_solo(state, host, jd.gpus, None, 0.0)
-        return host.num_gpus * rate
+        """The host's useful work alone on its GPUs at its best configuration. Memoised for one
+        round's fitting (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not change
+        during fitting (a pairing re-chooses only its configuration)."""
+        v = self._alone.get(host.job_id)
+        if v is None:
+            jd = ledger.decision[host.job_id]
+            _, rate = best_solo(state, host, jd.gpus, None, 0.0)
+            v = self._alone[host.job_id] = host.num_gpus * rate
+        return v
 
     def _keep_pair(self, state, ledger, host, guest) -> PairPlan | None:
         """A running pair stays where it is if it still beats the host alone by ``keep_margin``;
@@ -344,7 +360,6 @@ class Jigsaw(Scheduler):
         most useful work, if it clears ``1 + margin``."""
         best_gain, best = -float("inf"), (None, None)
         n = 0
-        pm = _phase_mod(state)
         for host in hosts_by_priority:
             if host.job_id not in hostable or host.num_gpus < guest.num_gpus:
                 continue
@@ -358,7 +373,7 @@ class Jigsaw(Scheduler):
                 # no pairing can clear the margin or beat the best host so far (the work below is
                 # at most the plan's value, and the value at most the bound): skip the search
                 continue
-            plan = self._pairing(state, host, hgpus, guest, pm)
+            plan = best_pairing(state, host, hgpus, guest)
             if plan is None:
                 continue
             # a guest that resumes or moves restarts, and the lockstep pair waits for it (rule 5):

@@ -1,0 +1,286 @@
+"""The heuristics' fast paths against plain from-scratch references (issue: scheduler speed).
+
+Every structure that makes ``tiresias`` / ``jigsaw`` faster must give exactly what the plain
+computation gives: the LAS order and quiet time, the pairs in force, the pairing search (phase-free
+candidates prepared once, per-phase step means gathered in one array) and the cached keys.
+"""
+from __future__ import annotations
+
+import bisect
+import random
+
+import numpy as np
+import pytest
+
+from agents import make_scheduler
+from agents.common import (LASQueues, _lcm, best_pairing, current_pairs, guest_orders, job_decision,
+                           placement_sig, profile_summary, spb_configs)
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.simulator import SimConfig, Simulator
+from jigsaw_env.spb import Pattern
+from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
+from traces import load_trace
+
+MODELS = ["resnet18", "resnet50", "vgg16", "lstm_lm", "bert_base", "transformer_small"]
+BATCH = {"resnet18": 64, "resnet50": 32, "vgg16": 32, "lstm_lm": 20, "bert_base": 8, "transformer_small": 64}
+
+
+def _state(cluster: ClusterSpec, jobs: list[JobState], t: float = 0.0) -> ClusterState:
+    from jigsaw_env.spb import SPBConfig
+    st = ClusterState(cluster=cluster, costs=CostModel(cluster, SPBConfig()), time_s=t,
+                      jobs={j.job_id: j for j in jobs}, active_ids=[j.job_id for j in jobs])
+    return st
+
+
+# ------------------------------------------------------------------------------------------------
+# LAS: order, observe, quiet_until against the plain per-job definitions
+# ------------------------------------------------------------------------------------------------
+def _plain_order(las: LASQueues, jobs):
+    return sorted(jobs, key=lambda j: (bisect.bisect_right(las.thresholds, j.attained_gpu_s - las._base.get(j.job_id, 0.0)),
+                                       j.arrival_s, j.job_id))
+
+
+def _plain_quiet(las: LASQueues, state) -> float:
+    t, th = float("inf"), las.thresholds
+    for j in state.active():
+        if j.status is JobStatus.RUNNING:
+            s = las.service(j)
+            k = bisect.bisect_right(th, s)
+            if k < len(th):
+                t = min(t, state.time_s + (th[k] - s) / j.num_gpus)
+        elif las.starve_factor is not None and j.job_id in las._wait_since:
+            t = min(t, las._wait_since[j.job_id] + las.starve_factor * las._last_run[j.job_id])
+    return t
+
+
+def _plain_observe(las: LASQueues, state) -> None:
+    now = state.time_s
+    for j in state.active():
+        jid = j.job_id
+        if j.status is JobStatus.RUNNING:
+            las._run_since.setdefault(jid, now)
+            las._wait_since.pop(jid, None)
+            continue
+        start = las._run_since.pop(jid, None)
+        if start is not None:
+            las._last_run[jid] = max(now - start, 1e-9)
+            las._wait_since[jid] = now
+        if las.starve_factor is not None and jid in las._wait_since:
+            if now - las._wait_since[jid] >= las.starve_factor * las._last_run[jid]:
+                las._base[jid] = j.attained_gpu_s
+                las._wait_since[jid] = now
+                las.promotions += 1
+
+
+@pytest.mark.parametrize("thresholds", [(3600.0,), (100.0, 1000.0, 5000.0)])
+@pytest.mark.parametrize("seed", range(4))
+def test_las_order_observe_and_quiet_equal_the_plain_definitions(thresholds, seed):
+    rng = random.Random(seed)
+    cluster = ClusterSpec.from_gpus(64)
+    jobs = []
+    for i in range(120):
+        # ties in arrival (sorted by id), shuffled active order, services around the thresholds
+        jobs.append(JobState(job_id=rng.randrange(10_000) * 200 + i, arrival_s=float(rng.randrange(40)), num_gpus=rng.choice([1, 2, 4, 8]),
+                             model="resnet18", batch_size=64, iterations=100.0,
+                             attained_gpu_s=rng.choice([0.0, thresholds[0], rng.uniform(0, 2 * thresholds[-1])]),
+                             status=JobStatus.QUEUED))
+    rng.shuffle(jobs)
+    st = _state(cluster, jobs)
+    fast, plain = LASQueues(thresholds, 2.0), LASQueues(thresholds, 2.0)
+    for step in range(40):
+        st.time_s = 50.0 * step
+        for j in jobs:  # random runs, preemptions and service
+            r = rng.random()
+            if r < 0.3:
+                j.status = JobStatus.RUNNING
+                j.attained_gpu_s += 50.0 * j.num_gpus * rng.random()
+            elif r < 0.5 and j.status is JobStatus.RUNNING:
+                j.status = JobStatus.PAUSED
+        if step % 7 == 3:  # jobs leave and arrive
+            st.active_ids = [x for x in st.active_ids if rng.random() < 0.9]
+        fast.observe(st)
+        _plain_observe(plain, st)
+        for name in ("_run_since", "_last_run", "_wait_since", "_base", "promotions"):
+            assert getattr(fast, name) == getattr(plain, name), name
+        act = st.active()
+        assert [j.job_id for j in fast.order(act)] == [j.job_id for j in _plain_order(plain, act)]
+        assert [j.job_id for j in fast.order(iter(act))] == [j.job_id for j in _plain_order(plain, act)]
+        assert fast.quiet_until(st) == _plain_quiet(plain, st)
+    assert plain.promotions > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# pairs in force
+# ------------------------------------------------------------------------------------------------
+def _plain_pairs(state, host_memory=None):
+    owners: dict[int, list[int]] = {}
+    for j in state.running():
+        for g in j.placement:
+            owners.setdefault(g, []).append(j.job_id)
+    partners: dict[int, set[int]] = {}
+    for jids in owners.values():
+        if len(jids) > 1:
+            for a in jids:
+                partners.setdefault(a, set()).update(x for x in jids if x != a)
+    out: dict[int, int] = {}
+    for a, ps in partners.items():
+        if len(ps) != 1:
+            continue
+        b = next(iter(ps))
+        if len(partners.get(b, ())) != 1 or a in out or b in out:
+            continue
+        ja, jb = state.jobs[a], state.jobs[b]
+        if host_memory and host_memory.get(a) == b and set(ja.placement) <= set(jb.placement):
+            out[a] = b
+        elif host_memory and host_memory.get(b) == a and set(jb.placement) <= set(ja.placement):
+            out[b] = a
+        else:
+            sa, sb = set(ja.placement), set(jb.placement)
+            if sa <= sb and (len(sa) < len(sb) or (ja.first_start_s, a) > (jb.first_start_s, b)):
+                out[a] = b
+            elif sb <= sa:
+                out[b] = a
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_current_pairs_equals_the_plain_map_of_every_gpu(seed):
+    rng = random.Random(seed)
+    cluster = ClusterSpec.from_gpus(32)
+    jobs = []
+    for i in range(30):
+        n = rng.choice([1, 2, 4])
+        gpus = tuple(rng.sample(range(32), n)) if rng.random() < 0.7 else ()
+        jobs.append(JobState(job_id=i, arrival_s=0.0, num_gpus=n, model="resnet18", batch_size=64, iterations=1.0,
+                             status=JobStatus.RUNNING if gpus else JobStatus.QUEUED, placement=gpus,
+                             first_start_s=float(rng.randrange(3))))
+    st = _state(cluster, jobs)
+    memory = {rng.randrange(30): rng.randrange(30) for _ in range(5)}
+    assert current_pairs(st) == _plain_pairs(st)
+    assert list(current_pairs(st, memory).items()) == list(_plain_pairs(st, memory).items())
+
+
+# ------------------------------------------------------------------------------------------------
+# the pairing search
+# ------------------------------------------------------------------------------------------------
+def _plain_search(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest):
+    """The search as first written: every candidate's loads built worker by worker."""
+    costs = state.costs
+    wa, wb = len(host_gpus), guest.num_gpus
+    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+    cols = np.asarray(orders, dtype=np.int64)
+    groups: dict[tuple, list[int]] = {}
+    for i, o in enumerate(orders):
+        groups.setdefault(placement_sig(state, [host_gpus[c] for c in o]), []).append(i)
+    cands = []
+    for hc in host_cfgs:
+        ph = costs.profile(host, hc[0], hc[1], host_gpus)
+        th, mh, ch = profile_summary(costs, ph)
+        for gc in guest_cfgs:
+            for idx in groups.values():
+                pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
+                tg, mg, cg = profile_summary(costs, pg)
+                lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
+                cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
+    cands.sort(key=lambda c: (c[0], c[1]))
+    best = None
+    for neg_ub, rank, hc, gc, idx, ph, pg in cands:
+        if best is not None and -neg_ub < best[3] - 1e-12:
+            break
+        sub = cols[idx]
+        n = len(idx)
+        sa = np.arange(n)
+        mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
+        for w in range(wb):
+            mem[sa, sub[:, w]] += pg.peak_bytes[w]
+        ok = np.all(mem <= capacity[None, :], axis=1)
+        if not ok.any():
+            continue
+        H = _lcm(ph.period, pg.period)
+        ks = np.arange(H)
+        pha = (i_host + ks) % ph.period
+        phb = (i_guest + ks) % pg.period
+        la = ph.compute_s[pha]
+        lb = pg.compute_s[phb]
+        loads = np.broadcast_to(la, (n, H, wa)).copy()
+        for w in range(wb):
+            loads[sa, :, sub[:, w]] += lb[:, w][None, :]
+        comm = np.maximum(ph.comm_s[pha], pg.comm_s[phb])
+        step = (loads.max(axis=2) + comm[None, :]).mean(axis=1)
+        step = np.where(ok, step, np.inf)
+        k = int(np.argmin(step))
+        if not np.isfinite(step[k]):
+            continue
+        s = float(step[k])
+        xh, xg = ph.eta * iso_h / s, pg.eta * iso_g / s
+        value = wa * xh + wb * xg
+        if best is None or value > best[3] + 1e-12 or (abs(value - best[3]) <= 1e-12 and rank < best[7]):
+            best = (hc, gc, idx[k], value, xh, xg, s, rank)
+    return None if best is None else best[:7]
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed):
+    rng = random.Random(7 + mixed)
+    if mixed:
+        cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))
+    else:
+        cluster = ClusterSpec.from_gpus(32)
+    G = cluster.num_gpus
+    checked = 0
+    for trial in range(60):
+        wa = rng.choice([1, 2, 4, 8])
+        wb = rng.choice([w for w in (1, 2, 4, 8) if w <= wa])
+        mh, mg = rng.choice(MODELS), rng.choice(MODELS)
+        host = JobState(job_id=1, arrival_s=0.0, num_gpus=wa, model=mh, batch_size=BATCH[mh], iterations=1e6,
+                        status=JobStatus.RUNNING, iteration=rng.randrange(100))
+        guest = JobState(job_id=2, arrival_s=0.0, num_gpus=wb, model=mg, batch_size=BATCH[mg], iterations=1e6,
+                         status=JobStatus.QUEUED, iteration=rng.randrange(100))
+        gpus = tuple(rng.sample(range(G), wa)) if rng.random() < 0.5 else tuple(range(wa))
+        st = _state(cluster, [host, guest])
+        cap = np.array([cluster.memory_of(g) for g in gpus], dtype=np.float64)
+        want = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest), guest_orders(wa, wb),
+                             cap, 0, (guest.iteration - host.iteration) % 12 if wa > 1 else 0)
+        got = best_pairing(st, host, gpus, guest)
+        if want is None:
+            assert got is None
+            continue
+        hc, gc, oi, value, xh, xg, step = want
+        assert got is not None
+        assert (got.host_cfg, got.guest_cfg, got.value, got.x_host, got.x_guest, got.step_s) == (hc, gc, value, xh, xg, step)
+        assert got.guest_gpus == tuple(gpus[i] for i in guest_orders(wa, wb)[oi])
+        # a second host with the same layout on other GPUs reuses the cached plan, mapped onto its GPUs
+        again = best_pairing(st, host, gpus, guest)
+        assert again == got
+        # explicit candidate sets (the non-default path) and a non-zero host phase
+        order = [guest_orders(wa, wb)[0]]
+        from agents import common
+        for ih in (0, 3):
+            a = common._search_pairing(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
+            b = _plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
+            assert repr(a) == repr(b)
+        checked += 1
+    assert checked > 20
+
+
+def test_job_decision_memo_returns_equal_immutable_decisions():
+    a = job_decision((3, 1), 2, Pattern.STATIC)
+    assert a == JobDecision((3, 1), 2, Pattern.STATIC) and job_decision((3, 1), 2, Pattern.STATIC) is a
+    assert job_decision((3, 1), 0, Pattern.STATIC) == JobDecision((3, 1), 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# whole replays: quiet skipping still changes nothing, on a trace with sharing and preemption
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("agent", ["jigsaw", "tiresias"])
+def test_replay_with_and_without_quiet_skipping_is_identical(agent):
+    import pandas as pd
+    jobs = load_trace("synthetic:jobs=80,load=2.0,seed=3", cluster_gpus=16).jobs
+    frames = []
+    for skip in (True, False):
+        sim = Simulator(ClusterSpec.from_gpus(16), jobs, SimConfig())
+        sim.run(make_scheduler(agent), skip_quiet=skip)
+        frames.append((sim.jobs_frame(), sim.cluster_frame()))
+    for a, b in zip(*frames):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
