@@ -129,6 +129,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "episodes, fit the policy to its actions and the value head to its returns (default: off)")
     w.add_argument("--warm-start-s", type=positive_float("--warm-start-s"), default=120.0, metavar="S",
                    help="wall seconds of expert play to record (default 120; counts against --max-wall-s)")
+    w.add_argument("--warm-start-order", choices=("slot", "heuristic"), default="slot",
+                   help="order of the expert's actions within a round: larger jobs first, then by window slot "
+                        "(default, learnable from the observation), or the heuristic's own order")
     w.add_argument("--bc-epochs", type=positive_int("--bc-epochs"), default=4,
                    help="behaviour-cloning epochs on the expert's own episodes (default 4)")
     w.add_argument("--bc-batch-size", type=positive_int("--bc-batch-size"), default=1024,
@@ -205,7 +208,8 @@ def config_from_args(args) -> dict[str, Any]:
         "timesteps": args.timesteps, "trained_timesteps": 0, "max_wall_s": args.max_wall_s,
         "eval": {"freq": args.eval_freq, "episodes": args.eval_episodes},
         "checkpoint_freq": args.checkpoint_freq,
-        "warm_start": ({"expert": args.warm_start, "record_s": args.warm_start_s, "epochs": args.bc_epochs,
+        "warm_start": ({"expert": args.warm_start, "order": args.warm_start_order, "record_s": args.warm_start_s,
+                        "epochs": args.bc_epochs,
                         "batch_size": args.bc_batch_size, "learning_rate": args.bc_learning_rate,
                         "act_weight": args.bc_act_weight,
                         "dagger_rounds": args.dagger_rounds, "dagger_s": args.dagger_s,
@@ -612,7 +616,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     seed = int(cfg["seed"])
     gamma = float(cfg["hyperparameters"]["gamma"])
     t0 = time.perf_counter()
-    expert = HeuristicExpert(ws["expert"])
+    expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"))
     make = _env_factories(cfg, "train", 1, seed + 7_000_003)[0]
     demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=seed, progress=progress)
     ws.update(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,

@@ -7,7 +7,9 @@ Philly windows, with paired confidence intervals (issue 4, the learned-agent tar
         --max-jobs 10 --out /tmp/tiny                   # tiny mode (tests/test_ppo_study.py)
 
 1. **Training.** One ``jigsaw train`` (= ``python train_agent.py``) per seed, one after the other,
-   each under ``nice -n 5`` with ``OMP_NUM_THREADS=1``: MaskablePPO, ``--n-envs 2`` (SubprocVecEnv),
+   each under ``nice -n 5`` with ``OMP_NUM_THREADS=1``: by default an imitation warm start from
+   Jigsaw's decisions (behaviour cloning + DAgger, agents/imitation.py; its wall time counts in the
+   run's budget), then MaskablePPO fine-tuning, ``--n-envs 2`` (SubprocVecEnv),
    episodes = windows of ``--max-jobs`` consecutive jobs from the *first* ``1 - holdout`` of the trace
    (``agents/rl_env.py: TrainingEnv``, split "train"), offered load ``--load``. Each run learns for
    ``--train-s`` seconds of wall time (``train_agent.py --max-wall-s``; the issue allows 30 minutes
@@ -21,7 +23,9 @@ Philly windows, with paired confidence intervals (issue 4, the learned-agent tar
 3. **Evaluation.** Every agent on every window, through ``jigsaw_env.evaluate.run_task`` (the code
    ``jigsaw evaluate`` runs: a heuristic in the Simulator; a RUN_DIR's *final* ``model.zip`` played by
    ``agents.rl.LearnedAgent`` with exact masks, argmax), same cluster (``--gpus``) and SimConfig.
-   The final model is used, not ``best/`` (which is selected on held-out episodes).
+   The final model is used, not ``best/`` (which is selected on held-out episodes). A warm-started
+   run's cloned policy (``RUN_DIR/warm_start``, before any PPO update) is evaluated too, as
+   ``imit-sN``, so the report shows what imitation gives and what PPO changes.
 4. **Statistics.** Paired differences per window, ``d_w = JCT_ppo(w) - JCT_ref(w)`` (mean JCT of the
    window, hours), with a 95 % t-interval over windows (per seed); over seeds x windows both the
    pooled interval (3W differences treated as independent: optimistic, windows are shared) and the
@@ -52,6 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "ppo_study"
 HEURISTICS = ("tiresias", "srtf", "jigsaw", "fifo")
 REFS = ("tiresias", "srtf", "jigsaw")
+DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --gamma 0.9995 --n-steps 1024 --ent-coef 0.0 --learning-rate 1e-5 "
+                      "--target-kl 0.01")
 
 
 def _default_trace() -> str:
@@ -432,10 +438,10 @@ def parse_args(argv=None):
                    help="wall-clock seconds of learning per run (train_agent --max-wall-s; default 1500 = 25 min; "
                         "0 = no limit)")
     p.add_argument("--timesteps", type=int, default=None, help="timesteps per run (default: the wall limit decides)")
-    p.add_argument("--train-args", default="--gamma 0.9995 --n-steps 1024 --ent-coef 0.003",
-                   help="extra `jigsaw train` options (default: '--gamma 0.9995 --n-steps 1024 --ent-coef 0.003': "
-                        "one round is dozens of decision steps and the reward comes at round ends, so the "
-                        "discount must reach many steps ahead)")
+    p.add_argument("--train-args", default=DEFAULT_TRAIN_ARGS,
+                   help=f"extra `jigsaw train` options (default: {DEFAULT_TRAIN_ARGS!r}: clone Jigsaw's decisions "
+                        "with DAgger first, then PPO fine-tunes with small, KL-bounded steps; one round is dozens "
+                        "of decision steps and the reward comes at round ends, so the discount reaches far ahead)")
     p.add_argument("--eval-freq", type=int, default=None, help="in-training evaluation every N steps (default 32768)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="hard stop (SIGINT) per run, in case learning overruns (default --train-s + 300)")

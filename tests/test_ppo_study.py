@@ -79,7 +79,7 @@ def test_tiny_study_end_to_end(tmp_path):
     trace, _ = _trace_spec(tmp_path)
     out = tmp_path / "study"
     res = ps.main(["--trace", trace, "--seeds", "0", "--timesteps", "256", "--train-args",
-                   "--warm-start tiresias --warm-start-s 1 --bc-epochs 1 --dagger-rounds 1 --dagger-s 0.5 --dagger-epochs 1",
+                   "--warm-start tiresias --warm-start-s 2 --bc-epochs 4 --dagger-rounds 1 --dagger-s 0.5 --dagger-epochs 1",
                    "--n-envs", "1", "--gpus", "16",
                    "--max-jobs", "8", "--windows", "2", "--window-jobs", "8", "--workers", "1",
                    "--eval-episodes", "1", "--out", str(out)])
@@ -101,13 +101,20 @@ def test_tiny_study_end_to_end(tmp_path):
     assert disk["training"][0]["rc"] == 0
     jct = disk["per_window_jct_h"]
     for lab in disk["agent_order"]:
-        assert len(jct[lab]) == 2 and all(np.isfinite(x) and x > 0 for x in jct[lab])
+        # a tiny learned policy may stall on a window (NaN, listed in stalled_windows); heuristics never do
+        stalled = set(disk["stalled_windows"].get(lab, []))
+        assert len(jct[lab]) == 2 and all((np.isfinite(x) and x > 0) or (np.isnan(x) and i in stalled)
+                                          for i, x in enumerate(jct[lab])), lab
+        if lab in ("tiresias", "srtf", "jigsaw", "fifo"):
+            assert not stalled
     for ref in ("tiresias", "srtf", "jigsaw"):
         p = disk["stats"]["per_seed"]["ppo-s0"][ref]
-        assert p["diffs"] == pytest.approx([a - b for a, b in zip(jct["ppo-s0"], jct[ref])])
+        kept = [a - b for a, b in zip(jct["ppo-s0"], jct[ref]) if np.isfinite(a)]
+        assert p["diffs"] == pytest.approx(kept)
         assert disk["stats"]["window_level"][ref]["diffs"] == pytest.approx(p["diffs"])
     p = disk["stats"]["per_seed"]["imit-s0"]["tiresias"]
-    assert p["diffs"] == pytest.approx([a - b for a, b in zip(jct["imit-s0"], jct["tiresias"])])
+    assert p["diffs"] == pytest.approx([a - b for a, b in zip(jct["imit-s0"], jct["tiresias"]) if np.isfinite(a)])
     md = (out / "results.md").read_text()
     assert "jigsaw train" in md and "Paired differences" in md and "| imit-s0 | tiresias |" in md
-    assert res["stats"]["per_seed"]["ppo-s0"]["tiresias"]["n"] == 2
+    p = res["stats"]["per_seed"]["ppo-s0"]["tiresias"]
+    assert p["n"] + p["missing"] == 2 and p["missing"] == len(disk["stalled_windows"]["ppo-s0"])
