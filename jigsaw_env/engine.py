@@ -24,6 +24,7 @@ import numpy as np
 from .spb import JobProfile
 
 _EPS = 1e-9
+_RANGES: dict[int, tuple[int, ...]] = {}  # n -> (0, ..., n-1)
 
 
 @dataclass
@@ -77,14 +78,14 @@ def _step_tables(members: list[Member], col: dict[int, int]) -> tuple:
         arr.setflags(write=False)  # shared between components: read-only
     return (H, loads, step, cum, cycle, cum_loads, phase_bytes, cum_bytes, cum.tolist(), _EPS * max(1.0, cycle),
             loads.tolist(), np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
-            [cb.tolist() for cb in cum_bytes])
+            [cb.tolist() for cb in cum_bytes], cum_loads.tolist())
 
 
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
-               "_loads_l", "_cum_tot", "_cum_bytes_l")
+               "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
 
     def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None):
         """``cache``: a dict the caller keeps for one cost model (the simulator does); components
@@ -92,26 +93,49 @@ class Component:
         their step tables (read-only arrays), computed once."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
-        gpus = sorted({g for m in members for g in m.gpus})
+        if len(members) == 1:
+            # one job alone (the usual case): its GPUs are distinct, so the columns are the ranks
+            # of its GPUs; in ascending order (most placements) they are 0..n-1
+            m = members[0]
+            mg = m.gpus
+            gpus = sorted(set(mg))
+            if gpus == list(mg):
+                cols = _RANGES.get(len(gpus))
+                if cols is None:
+                    cols = _RANGES[len(gpus)] = tuple(range(len(gpus)))
+                col = None
+            else:
+                col = {g: i for i, g in enumerate(gpus)}
+                cols = tuple(col[g] for g in mg)
+            key = ((id(m.profile), m.iteration0 % m.profile.period, cols), len(gpus))
+        else:
+            gpus = sorted({g for m in members for g in m.gpus})
+            col = {g: i for i, g in enumerate(gpus)}
+            key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
+                        for m in members) + (len(gpus),)
         self.gpus = np.array(gpus, dtype=np.int64)
-        col = {g: i for i, g in enumerate(gpus)}
         if cache is None:
-            tables = _step_tables(members, col)
+            tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)})
         else:
             # the tables depend on each member's profile, its phase offset (i0 + k) mod P and which
             # columns its workers load; the profile object is kept in the entry so its id stays its own
-            key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
-                        for m in members) + (len(gpus),)
             hit = cache.get(key)
-            if hit is not None and any(p is not m.profile for p, m in zip(hit[1], members)):
-                hit = None  # an id reused by another profile (a copied simulator): recompute
+            if hit is not None:
+                profs = hit[1]
+                if len(profs) == 1:
+                    if profs[0] is not members[0].profile:
+                        hit = None
+                elif any(p is not m.profile for p, m in zip(profs, members)):
+                    hit = None  # an id reused by another profile (a copied simulator): recompute
             if hit is None:
                 if len(cache) > 50_000:
                     cache.clear()
+                if col is None:
+                    col = {g: i for i, g in enumerate(gpus)}
                 hit = cache[key] = (_step_tables(members, col), [m.profile for m in members])
             tables = hit[0]
-        for name, v in zip(self._SHARED, tables):
-            setattr(self, name, v)
+        (self.H, self.loads, self.step, self.cum, self.cycle, self.cum_loads, self.phase_bytes, self.cum_bytes,
+         self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l, self._cum_loads_l) = tables
         self.k = 0            # steps completed since the component formed
         self.partial = 0.0    # seconds into step k
         self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
@@ -206,6 +230,13 @@ class Component:
         bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
         return k1 - k0, run, busy, bytes_
 
+    def busy_list(self) -> list[float]:
+        """:meth:`busy_vector` as Python floats, element by element with the same operations
+        (numpy's per-call overhead dominates for a component's few GPUs)."""
+        q, r = divmod(self.k, self.H)
+        last, cl, lr, p = self._cum_loads_l[-1], self._cum_loads_l[r], self._loads_l[r], self.partial
+        return [q * a + b + (x if x < p else p) for a, b, x in zip(last, cl, lr)]
+
     def busy_vector(self) -> np.ndarray:
         """(len(gpus),) compute seconds per GPU since the component formed (steps 0..k-1 plus the
         computed part of step k): the sum of every :meth:`advance`'s ``busy``."""
@@ -242,6 +273,7 @@ class ComponentSet:
         self._pool = np.zeros(1024)
         self._pool_used = 0
         self.comps: dict[int, Component] = {}  # slot -> component
+        self._pending: dict[int, Component] = {}  # slot -> component, arrays not filled yet
         self._grow(capacity)
 
     # ----- storage
@@ -283,11 +315,12 @@ class ComponentSet:
 
     def _compact(self, extra: int) -> None:
         """Rewrite the pool with only the live components' loads (and room for ``extra`` more)."""
-        live = sum(c.loads.size for c in self.comps.values())
+        filled = [(slot, c) for slot, c in self.comps.items() if slot not in self._pending]
+        live = sum(c.loads.size for _, c in filled)
         size = max(1024, 2 * (live + extra))
         pool = np.zeros(size)
         used = 0
-        for slot, c in self.comps.items():
+        for slot, c in filled:
             n = c.loads.size
             pool[used: used + n] = c.loads.ravel()
             self.off[slot] = used
@@ -296,33 +329,51 @@ class ComponentSet:
 
     # ----- membership
     def add(self, comp: Component) -> int:
-        """Give ``comp`` a slot (its current ``k`` and ``partial`` included); returns the slot."""
+        """Give ``comp`` a slot; returns the slot. The slot's arrays are filled from the object
+        (its current ``k`` and ``partial`` included) when the arrays are next read
+        (:meth:`materialize`); until then the object is the truth."""
         if not self._free:
             self._grow(2 * self._cap)
-        H = comp.H
-        if H + 1 > self._width:
-            self._widen(H + 1)
         slot = self._free.pop()
-        self.H[slot] = H
-        self.k[slot] = comp.k
-        self.partial[slot] = comp.partial
-        self.cycle[slot] = comp.cycle
-        self.eps[slot] = comp._eps
-        self.ready[slot] = comp.ready_s
-        self.cum[slot, : H + 1] = comp._cum_l
-        self.cum[slot, H + 1:] = np.inf
-        self.ct[slot, : H + 1] = comp._cum_tot
-        self.ctH[slot] = comp._cum_tot[-1]
-        self.ncol[slot] = comp.loads.shape[1]
-        # the computed part of the step in flight, already counted (nothing before the first step)
-        self.prev[slot] = _computed(comp._loads_l[comp.k % H], comp.partial)
         self.comps[slot] = comp
-        self.off[slot] = self._pool_put(comp.loads)
+        self._pending[slot] = comp
         comp.slot = slot
         return slot
 
+    def materialize(self) -> None:
+        """Fill the slots added since the last call from their components."""
+        pend = self._pending
+        if not pend:
+            return
+        width = max(c.H for c in pend.values()) + 1
+        if width > self._width:
+            self._widen(width)
+        slots = list(pend)
+        comps = list(pend.values())
+        self.H[slots] = [c.H for c in comps]
+        self.k[slots] = [c.k for c in comps]
+        self.partial[slots] = [c.partial for c in comps]
+        self.cycle[slots] = [c.cycle for c in comps]
+        self.eps[slots] = [c._eps for c in comps]
+        self.ready[slots] = [c.ready_s for c in comps]
+        self.ctH[slots] = [c._cum_tot[-1] for c in comps]
+        self.ncol[slots] = [c.loads.shape[1] for c in comps]
+        # the computed part of the step in flight, already counted (nothing before the first step)
+        self.prev[slots] = [_computed(c._loads_l[c.k % c.H], c.partial) for c in comps]
+        cum, ct = self.cum, self.ct
+        for slot, c in zip(slots, comps):
+            H = c.H
+            cum[slot, : H + 1] = c._cum_l
+            cum[slot, H + 1:] = np.inf
+            ct[slot, : H + 1] = c._cum_tot
+        pend.clear()  # before the pool puts: a compaction rewrites only filled slots
+        for slot, c in zip(slots, comps):
+            self.off[slot] = self._pool_put(c.loads)
+
     def load(self, comp: Component) -> None:
         """Refresh ``comp``'s slot from the object (after it was advanced by the scalar path)."""
+        if self._pending:
+            self.materialize()
         slot = comp.slot
         self.k[slot] = comp.k
         self.partial[slot] = comp.partial
@@ -330,9 +381,9 @@ class ComponentSet:
 
     def remove(self, comp: Component, write_back: bool = True) -> None:
         """Free ``comp``'s slot, first writing its state back to the object (unless the object
-        is the more recent: ``write_back=False``)."""
+        is the more recent: ``write_back=False``, or the slot was never filled)."""
         slot = comp.slot
-        if write_back:
+        if self._pending.pop(slot, None) is None and write_back:
             comp.k = int(self.k[slot])
             comp.partial = float(self.partial[slot])
         del self.comps[slot]
@@ -340,11 +391,21 @@ class ComponentSet:
         comp.slot = -1
 
     def sync(self) -> None:
-        """Write every live slot's ``k`` and ``partial`` back to its component object."""
+        """Write every live slot's ``k`` and ``partial`` back to its component object (slots not
+        filled yet are skipped: their objects are current)."""
         if not self.comps:
             return
-        slots = list(self.comps)
-        for c, k, p in zip(self.comps.values(), self.k[slots].tolist(), self.partial[slots].tolist()):
+        pend = self._pending
+        if pend:
+            items = [(s, c) for s, c in self.comps.items() if s not in pend]
+            if not items:
+                return
+            slots = [s for s, _ in items]
+            comps = [c for _, c in items]
+        else:
+            slots = list(self.comps)
+            comps = self.comps.values()
+        for c, k, p in zip(comps, self.k[slots].tolist(), self.partial[slots].tolist()):
             c.k, c.partial = k, p
 
     # ----- stepping
@@ -352,6 +413,8 @@ class ComponentSet:
         """What :meth:`advance` reads of ``slots`` that does not change while they live: H, the
         cycle, the tolerance, the ready time, the cumulative step times and loads, and the pool
         indices of each slot's first load row (computed once per set of live components)."""
+        if self._pending:
+            self.materialize()
         n = self.ncol[slots]
         seg = np.repeat(np.arange(len(slots)), n)
         base = np.arange(int(n.sum())) - (np.cumsum(n) - n)[seg] + self.off[slots][seg]
@@ -372,6 +435,8 @@ class ComponentSet:
         """Advance the components of ``g`` (:meth:`gather`) by ``dt`` seconds from ``now_s``: per
         slot, (steps, run seconds, busy GPU-seconds), as :meth:`Component.advance_totals` returns
         them, with the same operations in the same order."""
+        if self._pending:
+            self.materialize()
         slots, H, cyc, eps, ready, cum, ct, ctH, _, _, _, ar = g
         run = dt - np.minimum(dt, np.maximum(0.0, ready - now_s))
         k0 = self.k[slots]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import math
 import time as _time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -162,9 +163,16 @@ def _same_decision(d, in_force: Decision) -> bool:
 class RunningJobs:
     """The running jobs' progress counters in arrays, one row per job in a live component, so a
     round credits every job at once (the per-job formulas of ``Simulator._advance_components``,
-    element by element). While a job has a row, the row is the truth; :meth:`write_back` copies
-    it to the :class:`JobState` (the simulator does it at the end of every round and when the
-    job's component dissolves). Units: iterations, seconds, GPU-seconds."""
+    element by element). While a job has a row, the row is the truth once the simulator has made
+    the arrays current; :meth:`write_back` copies it to the :class:`JobState` (the simulator does
+    it at the end of every round and when the job's component dissolves). Units: iterations,
+    seconds, GPU-seconds.
+
+    Rows are filled lazily: :meth:`add` only reserves the row, and the row's values are copied
+    from the job (and its member) by :meth:`materialize`, which every method reading the arrays
+    calls first (the simulator calls it before a vectorised advance). Until then the job object
+    is the truth, so a row that comes and goes while the simulator advances the objects (few
+    components: the scalar path) costs no array writes."""
 
     _FIELDS = ("progress", "iterations", "eta", "iso", "ngpus", "run_s", "attained", "comp")
 
@@ -172,6 +180,7 @@ class RunningJobs:
         self._cap = 0
         self._free: list[int] = []
         self.jobs: dict[int, JobState] = {}  # row -> job
+        self._pending: dict[int, tuple] = {}  # row -> (job, member, component slot), not filled yet
         self._grow(capacity)
 
     def _grow(self, cap: int) -> None:
@@ -185,35 +194,54 @@ class RunningJobs:
         self._cap = cap
 
     def add(self, job: JobState, m: Member, comp_slot: int) -> int:
-        """A row for ``job`` (member ``m`` of the component in ``comp_slot``), filled from the job."""
+        """A row for ``job`` (member ``m`` of the component in ``comp_slot``), filled from the job
+        when the arrays are next read (:meth:`materialize`)."""
         if not self._free:
             self._grow(2 * self._cap)
         row = self._free.pop()
-        self.progress[row] = job.progress
-        self.iterations[row] = job.iterations
-        self.eta[row] = m.profile.eta
-        self.iso[row] = m.iso_s
-        self.ngpus[row] = job.num_gpus
-        self.run_s[row] = job.run_s
-        self.attained[row] = job.attained_gpu_s
-        self.iteration[row] = job.iteration
-        self.comp[row] = comp_slot
         self.jobs[row] = job
+        self._pending[row] = (job, m, comp_slot)
         m.slot = row
         return row
 
+    def materialize(self) -> None:
+        """Fill the rows added since the last call from their jobs (the jobs are their truth)."""
+        if not self._pending:
+            return
+        rows = list(self._pending)
+        vals = list(self._pending.values())
+        self.progress[rows] = [j.progress for j, _, _ in vals]
+        self.iterations[rows] = [j.iterations for j, _, _ in vals]
+        self.eta[rows] = [m.profile.eta for _, m, _ in vals]
+        self.iso[rows] = [m.iso_s for _, m, _ in vals]
+        self.ngpus[rows] = [j.num_gpus for j, _, _ in vals]
+        self.run_s[rows] = [j.run_s for j, _, _ in vals]
+        self.attained[rows] = [j.attained_gpu_s for j, _, _ in vals]
+        self.iteration[rows] = [j.iteration for j, _, _ in vals]
+        self.comp[rows] = [c for _, _, c in vals]
+        self._pending.clear()
+
     def write_back(self, rows=None) -> None:
-        """Copy rows (default: all) to their jobs' progress, iteration, run_s, attained_gpu_s."""
-        rows = list(self.jobs) if rows is None else list(rows)
+        """Copy rows (default: all) to their jobs' progress, iteration, run_s, attained_gpu_s
+        (rows not filled yet are skipped: their jobs are current)."""
+        if rows is None:
+            rows = list(self.jobs)
+        pend = self._pending
+        if pend:
+            rows = [r for r in rows if r not in pend]
+        elif not isinstance(rows, list):
+            rows = list(rows)
         if not rows:
             return
+        jobs = self.jobs
         for row, p, it, r, a in zip(rows, self.progress[rows].tolist(), self.iteration[rows].tolist(),
                                     self.run_s[rows].tolist(), self.attained[rows].tolist()):
-            j = self.jobs[row]
+            j = jobs[row]
             j.progress, j.iteration, j.run_s, j.attained_gpu_s = p, it, r, a
 
     def load(self, rows=None) -> None:
         """Refresh rows (default: all) from their jobs (after the scalar path credited them)."""
+        self.materialize()
         rows = list(self.jobs) if rows is None else list(rows)
         for row in rows:
             j = self.jobs[row]
@@ -221,9 +249,12 @@ class RunningJobs:
             self.run_s[row], self.attained[row] = j.run_s, j.attained_gpu_s
 
     def remove(self, row: int, write_back: bool = True) -> None:
-        """Free a row, first writing it back to its job (unless the job is the more recent)."""
-        if write_back:
-            self.write_back((row,))
+        """Free a row, first writing it back to its job (unless the job is the more recent, or
+        the row was never filled)."""
+        if self._pending.pop(row, None) is None and write_back:
+            j = self.jobs[row]
+            j.progress, j.iteration = float(self.progress[row]), int(self.iteration[row])
+            j.run_s, j.attained_gpu_s = float(self.run_s[row]), float(self.attained[row])
         del self.jobs[row]
         self._free.append(row)
 
@@ -235,6 +266,13 @@ class Simulator:
     >>> while not sim.done:
     ...     sim.step(policy(sim.state))
     """
+
+    # True: the reference path of every step (tests/test_sim_step_parity.py), with none of the
+    # incremental shortcuts: the whole decision validated and applied (every running job
+    # visited), per-round counts recomputed from the ledger, component tables computed afresh
+    # (no shared cache), component and job arrays filled when formed, no deferred round ends
+    # in run(), the next completion found with the vectorised scan. Same results, slower.
+    _reference = False
 
     def __init__(self, cluster: ClusterSpec, jobs: Iterable[JobState] | pd.DataFrame, config: SimConfig = SimConfig()):
         if isinstance(jobs, pd.DataFrame):
@@ -300,16 +338,21 @@ class Simulator:
         self._pending = [j.job_id for j in jobs]  # arrival order
         self._pending_pos = 0
         self._components: dict[tuple, Component] = {}
-        self._comp_of: dict[int, tuple] = {}
-        self._gpu_comp: dict[int, tuple] = {}  # GPU -> key of the component using it
+        self._comp_of: dict[int, Component] = {}   # job -> the live component it is in
+        self._gpu_comp: dict[int, Component] = {}  # GPU -> the live component using it
+        self._n_live_gpus = 0                      # GPUs held by the live components
         self._cset = ComponentSet()             # the live components' step state, vectorised
         self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
         self._order = None                      # index arrays over the live components (cached)
+        self._comps_list = None                 # the live components in their order (cached)
         self._gathered = None                   # the component set's constants in that order (cached)
         # which copy of the step counters and job counters is current: "both" (at a round's end),
         # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
         self._current = "both"
         self._need_finish: list[Component] = []  # built, next completion not computed yet
+        # run() sets it for rounds that keep the allocation without asking the policy: the
+        # objects are then brought up to date only before someone reads them (_end_round)
+        self._defer_round_end = False
         self._tables: dict = {}                 # shared step tables of components (engine.Component)
         self._round_rows: list[tuple] = []
         self._cluster_rows: list[tuple] = []
@@ -322,7 +365,9 @@ class Simulator:
         self._useful_total = 0.0
         self._busy_total = 0.0
         self._alloc_total = 0.0
-        self._busy_flushed = np.zeros(self.cluster.num_gpus)  # of components already dissolved
+        self._busy_flushed = [0.0] * self.cluster.num_gpus  # of components already dissolved (Python floats)
+        self._levels = [0] * 8  # jobs of the allocation in force at each SPB level (7: 7 and above)
+        self._gpu_str: dict[tuple, str] = {}  # GPUs -> their round-log text
         # the allocation in force, validated when applied: decisions are validated against it
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
@@ -334,7 +379,7 @@ class Simulator:
     @property
     def _busy_per_gpu(self) -> np.ndarray:
         """(G,) compute seconds per GPU so far."""
-        out = self._busy_flushed.copy()
+        out = np.array(self._busy_flushed, dtype=np.float64)
         for comp in self._components.values():
             out[comp.gpus] += comp.busy_vector()
         return out
@@ -375,7 +420,13 @@ class Simulator:
         """The ledger of ``decision``, or InfeasibleDecision. Starts from the allocation in force
         (valid), takes out the jobs that leave or change, then adds the changed and new ones with
         checks. Adds only raise sums, so checking each add against the running sums is the same
-        as checking the final sums: the result equals :func:`validate_decision`'s."""
+        as checking the final sums: the result equals :func:`validate_decision`'s. When nothing
+        changes it is the ledger in force itself (not a copy)."""
+        return self._validate_diff(decision)[0]
+
+    def _validate_full(self, decision: Decision) -> GpuLedger:
+        """The reference for :meth:`_validate_diff`: every job of the decision compared with
+        the allocation in force, on a copy of the ledger (the validation before the diff)."""
         cur = self._in_force
         led = cur.copy()
         for jid, jd in cur.decision.items():
@@ -388,81 +439,142 @@ class Simulator:
                 led.add(jid, jd)
         return led
 
-    def _flush(self, comp: Component) -> None:
-        self._busy_flushed[comp.gpus] += comp.busy_vector()
+    def _validate_diff(self, decision: Decision) -> tuple[GpuLedger, list[int], list[int]]:
+        """:meth:`_validate_incremental`, and what changed: the ids of the jobs in force that
+        leave or change (in the order of the allocation in force) and of the jobs to add (in
+        the decision's order). Jobs whose JobDecision equals the one in force (the same object,
+        usually) cost a lookup: no ledger update, no check."""
+        cur = self._in_force
+        cd = cur.decision
+        removed = []
+        for jid, jd in cd.items():
+            x = decision.get(jid)
+            if x is not jd and x != jd:
+                removed.append(jid)
+        added = []
+        led = None
+        rem = set(removed)
+        for jid, jd in decision.items():
+            if not isinstance(jd, JobDecision):
+                raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
+            if jid not in cd or jid in rem:
+                if led is None:
+                    led = cur.copy()
+                    for x in removed:
+                        led.remove(x)
+                led.add(jid, jd)
+                added.append(jid)
+        if led is None:
+            if not removed:
+                return cur, removed, added
+            led = cur.copy()
+            for x in removed:
+                led.remove(x)
+        return led, removed, added
+
+    def _flush(self, comp: Component, gpus: list[int] | None = None) -> None:
+        """Add a dissolving component's per-GPU busy seconds to the dissolved total (Python
+        floats: the same additions as ``flushed[comp.gpus] += comp.busy_vector()``)."""
+        bf = self._busy_flushed
+        for g, v in zip(comp.gpus.tolist() if gpus is None else gpus, comp.busy_list()):
+            bf[g] += v
 
     def _apply(self, decision: Decision) -> None:
         self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s,
                                             running_ids=list(self._in_force.decision)))
 
-    def _dissolve(self, key: tuple) -> Component:
-        """Take a component out: its step state and its jobs' counters go back to the objects,
-        and its per-GPU busy seconds are added to the dissolved total."""
-        comp = self._components.pop(key)
+    def _dissolve(self, comp: Component) -> Component:
+        """Take a live component out: its step state and its jobs' counters go back to the
+        objects, and its per-GPU busy seconds are added to the dissolved total."""
+        del self._components[comp.key]
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
-        self._flush(comp)
+        gpus = comp.gpus.tolist()
+        self._flush(comp, gpus)
+        rj = self._rjobs
         for m in comp.members:
-            self._rjobs.remove(m.slot, write_back=from_arrays)
+            rj.remove(m.slot, write_back=from_arrays)
             m.slot = -1
         gc = self._gpu_comp
-        for g in comp.gpus.tolist():
-            if gc.get(g) == key:
+        for g in gpus:
+            if gc.get(g) is comp:
                 del gc[g]
-        self._order = self._gathered = None
+        self._n_live_gpus -= len(gpus)
+        self._order = self._gathered = self._comps_list = None
         return comp
 
     def _form(self, key: tuple, comp: Component) -> None:
         """Put a new component in: a slot in the component set, a row per job, its GPUs."""
+        comp.key = key
         self._components[key] = comp
         slot = self._cset.add(comp)
         jobs = self.state.jobs
+        rj = self._rjobs
+        comp_of = self._comp_of
         for m in comp.members:
-            self._rjobs.add(jobs[m.job_id], m, slot)
-            self._comp_of[m.job_id] = key
-        for g in comp.gpus.tolist():
-            self._gpu_comp[g] = key
+            rj.add(jobs[m.job_id], m, slot)
+            comp_of[m.job_id] = comp
+        comp.rows = [m.slot for m in comp.members]
+        gc = self._gpu_comp
+        gpus = comp.gpus.tolist()
+        for g in gpus:
+            gc[g] = comp
+        self._n_live_gpus += len(gpus)
         self._need_finish.append(comp)
-        self._order = self._gathered = None
+        self._order = self._gathered = self._comps_list = None
+        if self._reference:
+            self._cset.materialize()
+            self._rjobs.materialize()
 
     def _rebuild(self, changed: set[int]) -> None:
-        """Recompute the co-location components touched by ``changed`` jobs."""
+        """Recompute the co-location components touched by ``changed`` jobs. (A live component
+        holds a slot in the component set: ``comp.slot >= 0``.)"""
         if not changed:
             return
         st = self.state
+        jobs = st.jobs
+        comp_of = self._comp_of
+        RUNNING = JobStatus.RUNNING
         # components that lose or gain members are dissolved; their surviving jobs are regrouped
         dirty = set(changed)
         for jid in changed:
-            key = self._comp_of.get(jid)
-            if key is not None and key in self._components:
-                comp = self._dissolve(key)
+            comp = comp_of.get(jid)
+            if comp is not None and comp.slot >= 0:
+                self._dissolve(comp)
                 dirty.update(m.job_id for m in comp.members)
         # GPUs of dirty running jobs may touch clean components: dissolve those too
         gpu_owner = self._gpu_comp
-        frontier = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
+        frontier = [j for j in dirty if jobs[j].status is RUNNING]
         while frontier:
             jid = frontier.pop()
-            for g in st.jobs[jid].placement:
-                key = gpu_owner.get(g)
-                if key is not None and key in self._components:
-                    comp = self._dissolve(key)
+            for g in jobs[jid].placement:
+                comp = gpu_owner.get(g)
+                if comp is not None and comp.slot >= 0:
+                    self._dissolve(comp)
                     for m in comp.members:
                         if m.job_id not in dirty:
                             dirty.add(m.job_id)
                             frontier.append(m.job_id)
         for jid in dirty:
-            self._comp_of.pop(jid, None)
-        running = [j for j in dirty if st.jobs[j].status is JobStatus.RUNNING]
-        for jids in connected_groups({jid: st.jobs[jid].placement for jid in running}):
+            comp_of.pop(jid, None)
+        running = [j for j in dirty if jobs[j].status is RUNNING]
+        if not running:
+            return
+        groups = [running] if len(running) == 1 else connected_groups({jid: jobs[jid].placement for jid in running})
+        costs = self.costs
+        for jids in groups:
             members = []
+            key = []
             ready = st.time_s
             for jid in jids:
-                j = st.jobs[jid]
-                prof = self.costs.profile(j, j.level, j.pattern, j.placement)
-                members.append(Member(jid, prof, j.placement, j.iteration, self.costs.isolated_iteration_s(j)))
-                ready = max(ready, j.restart_until_s)
-            key = tuple((jid, st.jobs[jid].placement, st.jobs[jid].level, st.jobs[jid].pattern.value) for jid in jids)
-            self._form(key, Component(members, ready, self._tables))
+                j = jobs[jid]
+                pl = j.placement
+                members.append(Member(jid, costs.profile(j, j.level, j.pattern, pl), pl, j.iteration,
+                                      costs.isolated_iteration_s(j)))
+                key.append((jid, pl, j.level, j.pattern.value))
+                if j.restart_until_s > ready:
+                    ready = j.restart_until_s
+            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables))
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
@@ -475,7 +587,7 @@ class Simulator:
         for i, m in enumerate(comp.members):
             j = st.jobs[m.job_id]
             # steps already taken in this component have been credited to j.progress
-            steps = int(np.ceil(j.remaining / m.profile.eta - 1e-9))
+            steps = math.ceil(j.remaining / m.profile.eta - 1e-9)  # as int(np.ceil(...))
             # steps == 0: an earlier advance already completed the last step (Component.steps_within
             # counts a step that ends within its relative tolerance after the round end): finish now
             t = now + comp.time_to_steps(steps, now) if steps > 0 else now
@@ -488,7 +600,7 @@ class Simulator:
 
     def _member_row(self, jid: int) -> int:
         """The running-job row of job ``jid`` (a member of a live component)."""
-        for m in self._components[self._comp_of[jid]].members:
+        for m in self._comp_of[jid].members:
             if m.job_id == jid:
                 return m.slot
         raise KeyError(jid)
@@ -504,9 +616,20 @@ class Simulator:
                 cset.fin[comp.slot] = self._finish_time(comp, now)[0]
         self._need_finish.clear()
         t_next, who_all = t_end, []
-        slots, comps = self._live_order()[:2]
+        comps = self._live_comps()
         if not comps:
             return t_next, who_all
+        if len(comps) < self.VECTOR_MIN_FINISH and not self._reference:
+            lim = t_end + 2e-9
+            for comp in comps:  # the same scan one by one (fewer numpy calls)
+                t_fin, who = comp.finish
+                if t_fin <= lim:
+                    if t_fin < t_next - 1e-9:
+                        t_next, who_all = t_fin, list(who)
+                    elif abs(t_fin - t_next) <= 1e-9:
+                        who_all.extend(who)
+            return t_next, who_all
+        slots = self._live_order()[0]
         for i in np.flatnonzero(cset.fin[slots] <= t_end + 2e-9).tolist():
             t_fin, who = comps[i].finish
             if t_fin < t_next - 1e-9:
@@ -520,23 +643,35 @@ class Simulator:
         dissolves): component slots, the components, job rows, each row's position among the
         components, the GPUs they hold, and the component set's per-slot constants."""
         if self._order is None:
-            comps = list(self._components.values())
+            comps = self._live_comps()
             slots = np.array([c.slot for c in comps], dtype=np.int64)
-            rows = [m.slot for c in comps for m in c.members]
-            pos = np.repeat(np.arange(len(comps)), [len(c.members) for c in comps])
-            n_gpus = sum(len(c.gpus) for c in comps)
-            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos, n_gpus)
+            rows: list[int] = []
+            ext = rows.extend
+            for c in comps:
+                ext(c.rows)
+            pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
+            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos, self._n_live_gpus)
         return self._order
+
+    def _live_comps(self) -> list:
+        """The live components in their dict order (cached until one forms or dissolves)."""
+        if self._comps_list is None:
+            self._comps_list = list(self._components.values())
+        return self._comps_list
 
     # below this many live components the scalar path is faster than numpy's per-call overhead
     VECTOR_MIN_COMPONENTS = 12
+    VECTOR_MIN_FINISH = 48  # the same for the scan for the next completion
 
     def _use_arrays(self) -> None:
         """Make the arrays current (load what the scalar path advanced since)."""
+        cset, rj = self._cset, self._rjobs
+        cset.materialize()
+        rj.materialize()
         if self._current == "objects":
             for comp in self._components.values():
-                self._cset.load(comp)
-            self._rjobs.load()
+                cset.load(comp)
+            rj.load()
         self._current = "arrays"
 
     def _use_objects(self) -> None:
@@ -559,13 +694,14 @@ class Simulator:
         needs, ``steps`` raw iterations, the component's run seconds, and ``dt x GPUs``
         GPU-seconds held. Sums go into ``acc`` (busy, useful and allocated GPU-seconds) in the
         components' order, one by one, as a scalar loop would add them."""
-        slots, comps, rows, pos, n_gpus = self._live_order()
+        comps = self._live_comps()
         if not comps:
             return
         if len(comps) < self.VECTOR_MIN_COMPONENTS:
             self._use_objects()
             self._advance_scalar(comps, now, dt, acc)
             return
+        slots, comps, rows, pos, n_gpus = self._live_order()
         self._use_arrays()
         if self._gathered is None:
             self._gathered = self._cset.gather(slots)
@@ -644,8 +780,14 @@ class Simulator:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         st = self.state
-        if decision is None:
-            decision = Decision(self._in_force.decision)  # the allocation in force
+        ref = self._reference
+        if decision is None and not ref:
+            # the allocation in force: nothing to validate or apply. The ledger itself stands for
+            # the decision (jobs finishing in the round leave it; the round log keeps their entries)
+            ledger = self._in_force
+        elif decision is None:
+            decision = Decision(self._in_force.decision)
+            ledger = self._validate_full(decision)
         else:
             if not isinstance(decision, dict):
                 raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
@@ -653,12 +795,40 @@ class Simulator:
                 decision = Decision({int(k): v for k, v in decision.items()})
             except (TypeError, ValueError):
                 raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
-        ledger = self._validate_incremental(decision)  # raises before anything changes
+            if ref:
+                ledger = self._validate_full(decision)
+            else:
+                ledger, removed, added = self._validate_diff(decision)  # raises before anything changes
         self._snap_window(st.time_s)
-        self._apply(decision)
+        if ref:
+            self._rebuild(apply_job_bookkeeping(st, decision, self.config.restart_s,
+                                                running_ids=list(self._in_force.decision)))
+            self._levels = [0] * 8
+            for jd in decision.values():
+                self._levels[min(jd.level, 7)] += 1
+        elif decision is not None and (removed or added):
+            # only the jobs that leave or change are visited: apply_job_bookkeeping does nothing
+            # to a running job whose JobDecision equals the one in force
+            old = self._in_force.decision
+            levels = self._levels
+            for jid in removed:
+                levels[min(old[jid].level, 7)] -= 1
+            for jid in added:
+                levels[min(decision[jid].level, 7)] += 1
+            sub = Decision({jid: decision[jid] for jid in added})
+            self._rebuild(apply_job_bookkeeping(st, sub, self.config.restart_s, running_ids=removed))
         self._in_force = ledger
-        n_alloc_gpus = ledger.workers.size - ledger._wl.count(0)
-        n_shared_gpus = int(np.count_nonzero(ledger.workers > 1))
+        n_dec = len(ledger.decision)
+        levels = list(self._levels)
+        G = ledger.workers.size
+        n_free = ledger.num_with_workers(0)
+        n_alloc_gpus = G - n_free
+        n_shared_gpus = G - n_free - ledger.num_with_workers(1)
+        if ref:
+            n_alloc_gpus = ledger.workers.size - ledger._wl.count(0)
+            n_shared_gpus = int(np.count_nonzero(ledger.workers > 1))
+        dec_of = ledger.decision if decision is None else decision  # JobDecisions for the round log
+        left: dict[int, JobDecision] = {}  # entries of jobs that finish in the round
         t0 = st.time_s
         cfg = self.config
         # ---- round end
@@ -666,6 +836,7 @@ class Simulator:
             if cfg.round_s is not None:
                 t_end = t0 + cfg.round_s
             else:
+                self._end_round()  # the step counters of the objects are read
                 t_end = t0 + min(c.time_to_next_step(t0) for c in self._components.values())
         else:
             nxt = self.next_arrival_s()
@@ -699,7 +870,10 @@ class Simulator:
                     j.status = JobStatus.DONE
                     j.finish_s = now
                     j.placement = ()
-                    if jid in ledger.decision:
+                    jd = ledger.decision.get(jid)
+                    if jd is not None:
+                        left[jid] = jd
+                        self._levels[min(jd.level, 7)] -= 1
                         ledger.remove(jid)
                     finished.append(jid)
                     self.num_finished += 1
@@ -709,7 +883,8 @@ class Simulator:
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
-        self._end_round()
+        if not self._defer_round_end:
+            self._end_round()
         if finished:  # once per round, not per completion: the active list can be long
             st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
         # arrivals during the round count as in the system from their arrival time
@@ -728,18 +903,26 @@ class Simulator:
         self._busy_total += busy
         self._alloc_total += acc["alloc"]
         if cfg.log_rounds:
+            rows = self._round_rows
+            gstr = self._gpu_str
             for jid, (run_s, steps, gain, by) in acc["jobs"].items():
-                j = st.jobs[jid]
-                jd = decision.get(jid)
-                gpus = jd.gpus if jd is not None else ()
-                self._round_rows.append((st.round, t0, t_end, jid, " ".join(map(str, gpus)),
-                                         jd.level if jd else 0, jd.pattern.value if jd else "",
-                                         run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
-        levels = [0] * 8
-        for jd in decision.values():
-            levels[min(jd.level, 7)] += 1
-        self._cluster_rows.append((st.round, t0, t_end, active_at_start, active_at_start - len(decision),
-                                   len(decision), n_alloc_gpus, n_shared_gpus,
+                jd = dec_of.get(jid)
+                if jd is None:
+                    jd = left.get(jid)
+                if jd is not None:
+                    gpus = jd.gpus
+                    gs = gstr.get(gpus)
+                    if gs is None:
+                        if len(gstr) > 100_000:
+                            gstr.clear()
+                        gs = gstr[gpus] = " ".join(map(str, gpus))
+                    rows.append((st.round, t0, t_end, jid, gs, jd.level, jd.pattern.value,
+                                 run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+                else:
+                    rows.append((st.round, t0, t_end, jid, "", 0, "",
+                                 run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+        self._cluster_rows.append((st.round, t0, t_end, active_at_start, active_at_start - n_dec,
+                                   n_dec, n_alloc_gpus, n_shared_gpus,
                                    busy, acc["alloc"], job_seconds, acc["useful"], len(finished), *levels))
         st.round += 1
         if cfg.max_time_s is not None and not self.done and st.time_s >= self.first_arrival_s + cfg.max_time_s - 1e-9:
@@ -779,31 +962,41 @@ class Simulator:
         quiet_until = -float("inf")
         st = self.state
         stalled = 0
-        while not self.done:
-            waiting_at_start = len(st.active_ids)
-            if st.time_s < quiet_until - 1e-9:
-                self.quiet_rounds += 1
-                pos = self._pending_pos
-                r = self.step(None)
-            else:
-                d = policy(st)
-                if quiet_fn is not None and _same_decision(d, self._in_force.decision):
-                    quiet_until = quiet_fn(st)
+        try:
+            while not self.done:
+                waiting_at_start = len(st.active_ids)
+                if st.time_s < quiet_until - 1e-9:
+                    self.quiet_rounds += 1
+                    pos = self._pending_pos
+                    # nobody reads the job objects before the next policy call: they are brought
+                    # up to date then (the arrays stay the truth in between; the same numbers)
+                    self._defer_round_end = not self._reference
+                    try:
+                        r = self.step(None)
+                    finally:
+                        self._defer_round_end = False
                 else:
-                    quiet_until = -float("inf")
-                pos = self._pending_pos
-                r = self.step(d)
-            if r.finished or self._pending_pos != pos:
-                quiet_until = -float("inf")  # an event: ask the policy next round
-            if max_stalled_rounds is not None:
-                stalled = stalled + 1 if (r.allocated_gpu_s == 0.0 and waiting_at_start) else 0
-                if stalled >= max_stalled_rounds:
-                    raise PolicyStalled(
-                        f"the policy ran nothing for {stalled} rounds in a row while {waiting_at_start} jobs "
-                        f"waited (simulated time {st.time_s:,.0f} s); it never starts them (an undertrained "
-                        f"policy?). Raise max_stalled_rounds or train longer")
-            if bar is not None and r.finished:
-                bar.update(len(r.finished))
+                    self._end_round()  # the policy reads the job objects
+                    d = policy(st)
+                    if quiet_fn is not None and _same_decision(d, self._in_force.decision):
+                        quiet_until = quiet_fn(st)
+                    else:
+                        quiet_until = -float("inf")
+                    pos = self._pending_pos
+                    r = self.step(d)
+                if r.finished or self._pending_pos != pos:
+                    quiet_until = -float("inf")  # an event: ask the policy next round
+                if max_stalled_rounds is not None:
+                    stalled = stalled + 1 if (r.allocated_gpu_s == 0.0 and waiting_at_start) else 0
+                    if stalled >= max_stalled_rounds:
+                        raise PolicyStalled(
+                            f"the policy ran nothing for {stalled} rounds in a row while {waiting_at_start} jobs "
+                            f"waited (simulated time {st.time_s:,.0f} s); it never starts them (an undertrained "
+                            f"policy?). Raise max_stalled_rounds or train longer")
+                if bar is not None and r.finished:
+                    bar.update(len(r.finished))
+        finally:
+            self._end_round()
         if bar is not None:
             bar.close()
         return self.metrics()
