@@ -236,7 +236,9 @@ def _check_job(res, model_name, decisions, world, average_over):
                 if ref is None:
                     assert g is None, (t, r, n)
                 else:
-                    assert torch.allclose(g, ref, rtol=1e-5, atol=1e-7), (t, r, n, (g - ref).abs().max())
+                    # float32 sums in another order (gloo's reduce vs one process), on weights that
+                    # already carry t steps of that noise: CI saw 2.0e-7 on a 1e-2-sized gradient
+                    assert torch.allclose(g, ref, rtol=1e-4, atol=1e-6), (t, r, n, (g - ref).abs().max())
             if r > 0:  # bit-identical synced gradients on every rank
                 for n, g in synced.items():
                     g0 = res.grads[0][t]["synced"][n]
