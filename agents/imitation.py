@@ -186,6 +186,47 @@ class Demonstrations:
         return int(self.actions.size)
 
 
+class _Recorder:
+    """The growing lists behind a :class:`Demonstrations`."""
+
+    def __init__(self) -> None:
+        self.obs, self.masks, self.actions, self.rewards, self.dones = [], [], [], [], []
+        self.episodes: list[dict] = []
+
+    def play_episode(self, env, base, expert: HeuristicExpert, seed: int,
+                     act: Callable[[np.ndarray, np.ndarray], int] | None = None,
+                     deadline: float | None = None) -> None:
+        """One episode reset with ``seed``; every state is labelled with the expert's action, and
+        the action played is the expert's (``act`` None) or ``act(raw_obs, mask)``'s. The episode
+        is cut (marked done, ``truncated``) once ``time.perf_counter()`` passes ``deadline``."""
+        t_ep = time.perf_counter()
+        obs, _ = env.reset(seed=seed)
+        n = 0
+        while True:
+            mask = base.action_masks()
+            label = expert.act(base)
+            self.obs.append(np.asarray(obs, dtype=np.float32))
+            self.masks.append(mask.copy())
+            self.actions.append(label)
+            obs, r, term, trunc, info = env.step(label if act is None else act(obs, mask))
+            self.rewards.append(float(r))
+            n += 1
+            cut = deadline is not None and time.perf_counter() >= deadline
+            self.dones.append(bool(term or trunc or cut))
+            if term or trunc or cut:
+                m = info.get("episode_metrics") or {}
+                self.episodes.append({"steps": n, "avg_jct_s": m.get("avg_jct_s"),
+                                      "wall_s": time.perf_counter() - t_ep, "truncated": not term})
+                return
+
+    def result(self, who: str) -> Demonstrations:
+        if not self.actions:
+            raise ValueError(f"{who}: no demonstration recorded (a zero budget?)")
+        return Demonstrations(np.stack(self.obs), np.stack(self.masks), np.asarray(self.actions, dtype=np.int64),
+                              np.asarray(self.rewards, dtype=np.float64), np.asarray(self.dones, dtype=bool),
+                              self.episodes)
+
+
 def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: int | None = None,
             max_steps: int | None = None, max_wall_s: float | None = None, seed: int = 0,
             progress: bool = False) -> Demonstrations:
@@ -196,7 +237,7 @@ def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: i
         raise ValueError("collect: give episodes, max_steps or max_wall_s")
     env = make_env()
     base = getattr(env, "unwrapped", env)
-    obs_l, mask_l, act_l, rew_l, done_l, eps = [], [], [], [], [], []
+    rec = _Recorder()
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -207,28 +248,11 @@ def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: i
         while True:
             if episodes is not None and ep >= episodes:
                 break
-            if max_steps is not None and len(act_l) >= max_steps:
+            if max_steps is not None and len(rec.actions) >= max_steps:
                 break
             if max_wall_s is not None and time.perf_counter() - t0 >= max_wall_s:
                 break
-            t_ep = time.perf_counter()
-            obs, _ = env.reset(seed=seed + ep)
-            n = 0
-            while True:
-                mask = base.action_masks()
-                a = expert.act(base)
-                obs_l.append(np.asarray(obs, dtype=np.float32))
-                mask_l.append(mask.copy())
-                act_l.append(a)
-                obs, r, term, trunc, info = env.step(a)
-                rew_l.append(float(r))
-                done_l.append(bool(term or trunc))
-                n += 1
-                if term or trunc:
-                    m = info.get("episode_metrics") or {}
-                    eps.append({"steps": n, "avg_jct_s": m.get("avg_jct_s"), "wall_s": time.perf_counter() - t_ep,
-                                "truncated": bool(trunc)})
-                    break
+            rec.play_episode(env, base, expert, seed + ep)
             ep += 1
             if bar is not None:
                 bar.update(1)
@@ -236,10 +260,7 @@ def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: i
         if bar is not None:
             bar.close()
         env.close()
-    if not act_l:
-        raise ValueError("collect: no demonstration recorded (a zero budget?)")
-    return Demonstrations(np.stack(obs_l), np.stack(mask_l), np.asarray(act_l, dtype=np.int64),
-                          np.asarray(rew_l, dtype=np.float64), np.asarray(done_l, dtype=bool), eps)
+    return rec.result("collect")
 
 
 def concat(parts: Sequence[Demonstrations]) -> Demonstrations:
@@ -255,37 +276,21 @@ def collect_on_policy(make_env: Callable[[], Any], expert: HeuristicExpert, act:
     episodes for ``max_wall_s`` seconds and label every visited state with the expert's action
     (the expert is asked on the learner's state, so it says how to recover from the learner's
     mistakes). Rewards are the learner's. An episode where the learner runs nothing for
-    ``max_stalled_rounds`` rounds is cut there (marked done)."""
+    ``max_stalled_rounds`` rounds is cut there (marked done), and so is one still going after
+    ``3 * max_wall_s``."""
     env = make_env()
     base = getattr(env, "unwrapped", env)
     base.max_stalled_rounds = max_stalled_rounds
-    obs_l, mask_l, act_l, rew_l, done_l, eps = [], [], [], [], [], []
+    rec = _Recorder()
     t0 = time.perf_counter()
     ep = 0
     try:
         while time.perf_counter() - t0 < max_wall_s:
-            obs, _ = env.reset(seed=seed + ep)
-            n = 0
-            while True:
-                mask = base.action_masks()
-                label = expert.act(base)
-                obs_l.append(np.asarray(obs, dtype=np.float32))
-                mask_l.append(mask.copy())
-                act_l.append(label)
-                obs, r, term, trunc, info = env.step(act(obs, mask))
-                rew_l.append(float(r))
-                n += 1
-                if term or trunc or time.perf_counter() - t0 >= 3 * max_wall_s:
-                    m = info.get("episode_metrics") or {}
-                    eps.append({"steps": n, "avg_jct_s": m.get("avg_jct_s"), "truncated": not term})
-                    done_l.append(True)
-                    break
-                done_l.append(False)
+            rec.play_episode(env, base, expert, seed + ep, act=act, deadline=t0 + 3 * max_wall_s)
             ep += 1
     finally:
         env.close()
-    return Demonstrations(np.stack(obs_l), np.stack(mask_l), np.asarray(act_l, dtype=np.int64),
-                          np.asarray(rew_l, dtype=np.float64), np.asarray(done_l, dtype=bool), eps)
+    return rec.result("collect_on_policy")
 
 
 def policy_actor(model, venv=None) -> Callable[[np.ndarray, np.ndarray], int]:
