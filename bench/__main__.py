@@ -2,7 +2,7 @@
 
     python -m bench                      # full sizes (tens of minutes on 2 cores)
     python -m bench --quick --out DIR    # tiny sizes: checks that every part works (CI)
-    python -m bench --only env,onnx      # some parts
+    python -m bench --only env,onnx      # some parts (the others are kept from OUT/results.json, dated)
 
 Parts (each a median over ``--repeats`` runs unless said otherwise, with the command beside it):
   env      env steps/s with K=16 at 64, 512 and 2,048 GPUs over whole episodes under a random masked
@@ -11,8 +11,9 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
   onnx     decision latency of the exported ONNX policy (onnxruntime, one thread)
   replay   the whole Philly trace on 512 GPUs with fifo, tiresias and jigsaw: wall time and peak
            memory, each replay in its own process
-  scaling  replay time (tiresias) at 1k, 10k and all 82k Philly jobs at a fixed offered load, and the
-           exponent b of a least-squares fit time = a * jobs^b
+  scaling  replay time (tiresias) at 1k, 10k and all 82k Philly jobs at a fixed offered load, and at
+           10k, 40k and 82k jobs of the synthetic trace with stationary arrivals; the exponent b of a
+           least-squares fit time = a * jobs^b for each
 """
 from __future__ import annotations
 
@@ -150,34 +151,78 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
     return rows
 
 
-def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
-    philly = _philly()
-    if quick or philly is None:
-        trace, gpus, sizes, load = "synthetic:jobs=200,load=1.0,seed=3", 16, (50, 100, 200), None
-    else:
-        trace, gpus, sizes, load = f"philly:{philly}", 512, (1000, 10000, 82247), 0.7
+def _fit_exponent(jobs: list[int], secs: list[float]) -> tuple[float, float]:
+    """(b, a) of the least-squares fit log(secs) = log(a) + b log(jobs)."""
+    b, log_a = np.polyfit(np.log(jobs), np.log([max(t, 1e-6) for t in secs]), 1)
+    return float(b), float(np.exp(log_a))
+
+
+def _scaling_series(trace_of, sizes, gpus: int, load, agent: str, repeats: int) -> dict:
+    """Replay ``trace_of(n)`` (its first ``n`` jobs) for each ``n`` of ``sizes``: rows with the median
+    replay time, the time per job (ms) and the fit time = a * jobs^b, over all points and over the
+    last two alone (the steady part, past the warm-up of short prefixes)."""
     rows = []
     for n in sizes:
-        cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent,
+        cmd = _py() + ["-m", "bench.replay", "--trace", trace_of(n), "--gpus", str(gpus), "--agent", agent,
                        "--max-jobs", str(n)] + (["--load", str(load)] if load else [])
         runs = [_run_json(cmd) for _ in range(repeats)]
-        rows.append({"jobs": runs[0]["jobs"], "run_s": statistics.median(r["run_s"] for r in runs),
+        run_s = statistics.median(r["run_s"] for r in runs)
+        rows.append({"jobs": runs[0]["jobs"], "run_s": run_s, "ms_per_job": 1000.0 * run_s / max(runs[0]["jobs"], 1),
                      "rounds": runs[0]["rounds"], "quiet_rounds": runs[0]["quiet_rounds"],
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
                      "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
-    x = np.log([r["jobs"] for r in rows])
-    y = np.log([max(r["run_s"], 1e-6) for r in rows])
-    b, a = np.polyfit(x, y, 1)
-    rx = np.log([r["rounds"] for r in rows])
-    return {"agent": agent, "gpus": gpus, "load": load, "rows": rows, "exponent": float(b), "coef": float(np.exp(a)),
-            "per_round_exponent": float(np.polyfit(x, y - rx, 1)[0])}
+    jobs, secs = [r["jobs"] for r in rows], [r["run_s"] for r in rows]
+    b, a = _fit_exponent(jobs, secs)
+    per_round = [t / max(r["rounds"], 1) for t, r in zip(secs, rows)]
+    return {"agent": agent, "gpus": gpus, "load": load, "rows": rows, "exponent": b, "coef": a,
+            "per_round_exponent": _fit_exponent(jobs, per_round)[0],
+            "last_two_exponent": _fit_exponent(jobs[-2:], secs[-2:])[0]}
+
+
+def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
+    """Two series: Philly prefixes at a fixed offered load (the issue's 1k, 10k, 82k jobs), whose
+    queue lengths change along the trace, and the Philly-fitted synthetic trace with stationary
+    arrivals (``stationary``), which separates the simulator's scaling from the trace's."""
+    philly = _philly()
+    if quick or philly is None:
+        out = _scaling_series(lambda n: "synthetic:jobs=200,load=1.0,seed=3", (50, 100, 200), 16, None, agent, repeats)
+        out["stationary"] = _scaling_series(lambda n: f"synthetic:jobs={n},load=0.7,seed=0", (50, 100, 200), 16,
+                                            None, agent, repeats)
+        return out
+    out = _scaling_series(lambda n: f"philly:{philly}", (1000, 10000, 82247), 512, 0.7, agent, repeats)
+    out["stationary"] = _scaling_series(lambda n: f"synthetic:jobs={n},load=0.7,seed=0", (10000, 40000, 82247), 512,
+                                        None, agent, repeats)
+    return out
+
+
+def keep_earlier_parts(res: dict, prev: dict, parts: list[str]) -> None:
+    """Copy into ``res`` the parts of an earlier full-size run ``prev`` (a results.json) that this run
+    does not measure, each with the date and commit it was measured at; a quick run's are not kept."""
+    if prev.get("quick"):
+        return
+    for part in PARTS:
+        if part not in parts and part in prev:
+            res[part] = prev[part]
+            res.setdefault("measured", {})[part] = prev.get("measured", {}).get(part) or {
+                "date": prev["machine"]["date"], "commit": prev["machine"]["commit"]}
+            res["merged"] = True
 
 
 # --------------------------------------------------------------------------------------------- report
+def _stamp(res: dict, part: str) -> list[str]:
+    """A 'Measured on ...' line for a part kept from an earlier run (``--only`` merges), else nothing."""
+    m = res.get("measured", {}).get(part)
+    if not m or (m.get("date"), m.get("commit")) == (res["machine"]["date"], res["machine"]["commit"]):
+        return []
+    return [f"Measured on {m.get('date')} (commit {m.get('commit')}), kept from an earlier run.", ""]
+
+
 def write_markdown(res: dict, path: Path, quick: bool) -> None:
     m = res["machine"]
     L = ["# Benchmark results", "",
-         f"Written by `python -m bench{' --quick' if quick else ''}` on {m['date']} (commit {m['commit']}).",
+         f"Written by `python -m bench{' --quick' if quick else ''}{res.get('only_flag', '')}` on {m['date']} "
+         f"(commit {m['commit']})." + (" Parts not rerun are kept from earlier runs; their sections say when."
+                                       if res.get("merged") else ""),
          f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, numpy {m['numpy']}; "
          f"load average at start {m['load_avg_at_start']}. One thread per process. Timings on a shared machine are "
          f"noisy: compare ratios taken in one run.", ""]
@@ -185,25 +230,26 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
         L += ["## Env steps per second (K=16, random masked policy, masks included, whole episodes)", "",
               "| GPUs | jobs/episode | steps/s | decisions/s | rounds/s | simulated s per wall s | repeats | command |",
               "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        L[-2:-2] = _stamp(res, "env")
         for r in res["env"]:
             L.append(f"| {r['gpus']} | {r['jobs']} | {r['steps_per_s']:,.0f} | {r['decisions_per_s']:,.0f} | "
                      f"{r['rounds_per_s']:,.0f} | {r['sim_s_per_wall_s']:,.0f} | {r['repeats']} | `{r['command']}` |")
         L += ["", "Target: 10,000 steps/s at 64 GPUs (decisions/s counts only actions that change the decision).", ""]
     if "train" in res:
         t = res["train"]
-        L += ["## MaskablePPO training throughput", "",
+        L += ["## MaskablePPO training throughput", "", *_stamp(res, "train"),
               f"{t['frames_per_s']:,.0f} env frames/s over {t['timesteps']:,} timesteps with {t['n_envs']} SubprocVecEnv "
               f"workers ({t['learn_s']} s of learning, VecNormalize on, evaluation off).", "",
               f"`{t['command']}`", ""]
     if "onnx" in res:
         o = res["onnx"]
-        L += ["## Exported-policy decision latency", "",
+        L += ["## Exported-policy decision latency", "", *_stamp(res, "onnx"),
               f"Median {o['median_ms']:.4f} ms, p99 {o['p99_ms']:.4f} ms per decision (observation {o['observation']}, "
               f"{o['actions']} actions; {o['calls_per_repeat']} calls x {o['repeats']} repeats, medians of the "
               f"per-repeat values; onnxruntime, one thread, input checks included). Target: at most 1 ms median.", "",
               f"`{o['command']}`", ""]
     if "replay" in res:
-        L += ["## Whole-trace replay", "",
+        L += ["## Whole-trace replay", "", *_stamp(res, "replay"),
               "| trace | GPUs | agent | jobs | rounds | rounds without a scheduler call | replay s | total wall s | peak memory MiB | mean JCT h | command |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in res["replay"]:
@@ -213,12 +259,23 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
         L += ["", "Target: Jigsaw on the whole Philly trace, 512 GPUs, at most 60 s and 2 GiB.", ""]
     if "scaling" in res:
         s = res["scaling"]
-        L += [f"## Replay time against job count ({s['agent']}, {s['gpus']} GPUs, offered load {s['load']})", "",
-              "| jobs | rounds | replay s | peak memory MiB | command |", "|---:|---:|---:|---:|---|"]
-        for r in s["rows"]:
-            L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {r['run_s']:.2f} | {r['peak_rss_mib']:.0f} | `{r['command']}` |")
-        L += ["", f"Least-squares fit: replay time = {s['coef']:.3g} x jobs^{s['exponent']:.2f}; time per round grows as "
-                  f"jobs^{s['per_round_exponent']:.2f}. Target: exponent at most 1 (no faster than linear).", ""]
+        L += [f"## Replay time against job count ({s['agent']}, {s['gpus']} GPUs)", "", *_stamp(res, "scaling")]
+        series = [("Trace prefixes at offered load " + str(s["load"]), s)]
+        if "stationary" in s:
+            series.append(("Stationary arrivals (the Philly-fitted synthetic trace, load 0.7): the simulator's "
+                           "own scaling, without the trace's changing queue lengths", s["stationary"]))
+        for title, ser in series:
+            L += [f"{title}:", "", "| jobs | rounds | replay s | ms per job | peak memory MiB | command |",
+                  "|---:|---:|---:|---:|---:|---|"]
+            for r in ser["rows"]:
+                ms = r.get("ms_per_job", 1000.0 * r["run_s"] / max(r["jobs"], 1))
+                L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {r['run_s']:.2f} | {ms:.3f} | {r['peak_rss_mib']:.0f} | "
+                         f"`{r['command']}` |")
+            tail = (f"; between the last two points alone jobs^{ser['last_two_exponent']:.2f}"
+                    if "last_two_exponent" in ser else "")
+            L += ["", f"Least-squares fit: replay time = {ser['coef']:.3g} x jobs^{ser['exponent']:.2f}{tail}; time per "
+                      f"round grows as jobs^{ser['per_round_exponent']:.2f}.", ""]
+        L += ["Target: exponent at most 1 (no faster than linear).", ""]
     if res.get("errors"):
         L += ["## Parts that failed", ""] + [f"- {k}: {v}" for k, v in res["errors"].items()] + [""]
     path.write_text("\n".join(L))
@@ -242,7 +299,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     torch.set_num_threads(1)
-    res: dict = {"machine": machine(), "quick": a.quick, "errors": {}}
+    res: dict = {"machine": machine(), "quick": a.quick, "errors": {}, "measured": {}}
+    if set(parts) != set(PARTS):
+        res["only_flag"] = f" --only {','.join(parts)}"
+        prev_path = out / "results.json"
+        if not a.quick and prev_path.is_file():  # keep the parts not rerun, with when they were measured
+            try:
+                prev = json.loads(prev_path.read_text())
+            except (OSError, ValueError) as e:
+                p.error(f"--only: cannot read the earlier {prev_path} to keep its other parts: {e}")
+            keep_earlier_parts(res, prev, parts)
     from tqdm.auto import tqdm
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -262,6 +328,7 @@ def main(argv=None) -> int:
                     res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
                 elif part == "scaling":
                     res["scaling"] = part_scaling(a.quick, 1 if not a.quick else replay_repeats)
+                res["measured"][part] = {"date": res["machine"]["date"], "commit": res["machine"]["commit"]}
             except Exception as e:  # a failed part is reported; the others still run and are written
                 res["errors"][part] = f"{type(e).__name__}: {e}"
             # write after every part: nothing measured is lost if a later part fails or is stopped

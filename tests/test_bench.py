@@ -26,6 +26,10 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     assert all(row["jobs_completed"] == row["jobs"] for row in res["replay"])
     assert res["onnx"]["median_ms"] > 0
     assert len(res["scaling"]["rows"]) == 3 and res["scaling"]["exponent"] == res["scaling"]["exponent"]
+    st = res["scaling"]["stationary"]
+    assert [r["jobs"] for r in st["rows"]] == [50, 100, 200]
+    for r in st["rows"]:
+        assert r["ms_per_job"] == pytest.approx(1000.0 * r["run_s"] / r["jobs"])
     md = (tmp_path / "results.md").read_text()
     for heading in ("Env steps per second", "MaskablePPO training throughput", "Exported-policy decision latency",
                     "Whole-trace replay", "Replay time against job count"):
@@ -38,3 +42,39 @@ def test_bench_rejects_an_unknown_part(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "unknown part(s) ['warp']" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fit_exponent_recovers_a_known_power_law():
+    from bench.__main__ import _fit_exponent
+
+    b, a = _fit_exponent([1000, 10000, 82247], [2e-3 * n ** 1.25 for n in (1000, 10000, 82247)])
+    assert b == pytest.approx(1.25) and a == pytest.approx(2e-3)
+
+
+def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
+    """--only reruns some parts; the others come from the earlier full run, and results.md says when."""
+    from bench.__main__ import keep_earlier_parts, write_markdown
+
+    old_machine = {"cpu": "x", "cores": 2, "memory_gib": 1.0, "python": "3.11", "numpy": "2", "commit": "aaaaaaa",
+                   "date": "2026-11-01 10:00", "load_avg_at_start": 0.1}
+    onnx = {"median_ms": 0.03, "p99_ms": 0.07, "observation": 266, "actions": 465, "calls_per_repeat": 10,
+            "repeats": 1, "command": "jigsaw export RUN_DIR --out policy.onnx --bench 10"}
+    prev = {"machine": old_machine, "quick": False, "errors": {}, "onnx": onnx,
+            "env": [{"gpus": 64}]}  # env is rerun below: the earlier value must not survive
+    res = {"machine": dict(old_machine, commit="bbbbbbb", date="2026-11-25 13:00"), "quick": False, "errors": {},
+           "measured": {}, "env": [{"gpus": 64, "jobs": 200, "steps_per_s": 1.0, "decisions_per_s": 1.0,
+                                    "rounds_per_s": 1.0, "sim_s_per_wall_s": 1.0, "repeats": 1, "command": "c"}]}
+    keep_earlier_parts(res, prev, ["env"])
+    assert res["onnx"] == onnx and res["measured"]["onnx"] == {"date": "2026-11-01 10:00", "commit": "aaaaaaa"}
+    assert res["env"][0]["steps_per_s"] == 1.0 and res["merged"]
+    res["measured"]["env"] = {"date": "2026-11-25 13:00", "commit": "bbbbbbb"}
+    write_markdown(res, tmp_path / "results.md", quick=False)
+    md = (tmp_path / "results.md").read_text()
+    onnx_sec = md[md.index("## Exported-policy decision latency"):]
+    env_sec = md[md.index("## Env steps per second"):md.index("## Exported-policy")]
+    assert "Measured on 2026-11-01 10:00 (commit aaaaaaa), kept from an earlier run." in onnx_sec
+    assert "kept from an earlier run" not in env_sec
+    # a quick run's numbers are never kept beside full-size ones
+    res2 = {"machine": res["machine"], "quick": False, "errors": {}, "measured": {}}
+    keep_earlier_parts(res2, dict(prev, quick=True), ["env"])
+    assert "onnx" not in res2
