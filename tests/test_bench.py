@@ -78,3 +78,14 @@ def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
     res2 = {"machine": res["machine"], "quick": False, "errors": {}, "measured": {}}
     keep_earlier_parts(res2, dict(prev, quick=True), ["env"])
     assert "onnx" not in res2
+
+
+def test_per_round_cost_splits_the_scheduler_calls_in_order():
+    from bench.per_round_cost import per_round_cost
+
+    r = per_round_cost("synthetic:jobs=60,load=1.0,seed=1", 16, "tiresias", parts=3)
+    assert r["jobs"] == 60 and len(r["parts"]) == 3
+    assert sum(p["calls"] for p in r["parts"]) == r["scheduler_calls"]
+    fin = [p["finished_at_start"] for p in r["parts"]]
+    assert fin[0] == 0 and fin == sorted(fin)  # quarters in call order: finished counts never go back
+    assert all(p["mean_active"] >= 1 and p["sched_ms_per_call"] > 0 for p in r["parts"])

@@ -1,0 +1,76 @@
+"""Does a scheduling pass cost more as jobs finish? Replay a trace, time every scheduler call, and
+report per quarter of the calls: jobs finished so far, mean active (waiting + running) jobs, and
+the scheduler's time per call and per active job.
+
+    python -m bench.per_round_cost --trace synthetic:jobs=82247,load=0.7,seed=0 --gpus 512 --agent tiresias
+
+A cost that is flat per active job while the finished count grows says the per-round work depends
+on the jobs in the system, not on the finished ones (issue 6). Times are wall seconds of
+``Scheduler.schedule`` alone (perf_counter), one thread.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def per_round_cost(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
+                   parts: int = 4) -> dict:
+    """Replay ``trace`` on ``gpus`` GPUs with ``agent``; the scheduler's calls split into ``parts``
+    equal runs, each with ``finished_at_start`` (jobs), ``mean_active`` (jobs), ``sched_ms_per_call``
+    (ms) and ``sched_us_per_active_job`` (microseconds per active job, averaged over calls)."""
+    import numpy as np
+
+    from agents import make_scheduler
+    from jigsaw_env.cluster import ClusterSpec
+    from jigsaw_env.simulator import SimConfig, Simulator
+    from traces import load_trace
+
+    cluster = ClusterSpec.from_gpus(gpus)
+    tr = load_trace(trace, cluster_gpus=gpus, max_gpus=gpus, max_jobs=max_jobs, load_scale=load)
+    sim = Simulator(cluster, tr.jobs, SimConfig(log_rounds=False))
+    sched = make_scheduler(agent)
+    inner = sched.schedule
+    samples: list[tuple[int, int, float]] = []
+
+    def timed(state, *a, **k):
+        t = time.perf_counter()
+        out = inner(state, *a, **k)
+        samples.append((sim.num_finished, len(state.active_ids), time.perf_counter() - t))
+        return out
+
+    sched.schedule = timed
+    t0 = time.perf_counter()
+    sim.run(sched)
+    run_s = time.perf_counter() - t0
+    s = np.array(samples, dtype=np.float64).reshape(-1, 3)
+    rows = []
+    for x in np.array_split(s, max(1, min(parts, len(s)))):
+        if not len(x):
+            continue
+        rows.append({"finished_at_start": int(x[0, 0]), "calls": int(len(x)), "mean_active": float(x[:, 1].mean()),
+                     "sched_ms_per_call": 1000.0 * float(x[:, 2].mean()),
+                     "sched_us_per_active_job": 1e6 * float((x[:, 2] / np.maximum(x[:, 1], 1.0)).mean())})
+    return {"trace": trace, "gpus": gpus, "agent": agent, "jobs": len(sim.state.jobs), "run_s": run_s,
+            "scheduler_calls": int(len(s)), "parts": rows}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", required=True)
+    p.add_argument("--gpus", type=int, default=512)
+    p.add_argument("--agent", default="tiresias")
+    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+    p.add_argument("--parts", type=int, default=4, help="split the scheduler calls into this many runs (default 4)")
+    a = p.parse_args(argv)
+    if a.gpus < 1 or a.parts < 1:
+        p.error("--gpus and --parts must be at least 1")
+    print(json.dumps(per_round_cost(a.trace, a.gpus, a.agent, a.max_jobs, a.load, a.parts)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
