@@ -15,6 +15,8 @@ import json
 import sys
 import time
 
+from bench.replay import add_replay_args
+
 
 def per_round_cost(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
                    parts: int = 4) -> dict:
@@ -24,13 +26,9 @@ def per_round_cost(trace: str, gpus: int, agent: str, max_jobs: int | None = Non
     import numpy as np
 
     from agents import make_scheduler
-    from jigsaw_env.cluster import ClusterSpec
-    from jigsaw_env.simulator import SimConfig, Simulator
-    from traces import load_trace
+    from bench.replay import load_replay_jobs, replay_simulator
 
-    cluster = ClusterSpec.from_gpus(gpus)
-    tr = load_trace(trace, cluster_gpus=gpus, max_gpus=gpus, max_jobs=max_jobs, load_scale=load)
-    sim = Simulator(cluster, tr.jobs, SimConfig(log_rounds=False))
+    sim = replay_simulator(*load_replay_jobs(trace, gpus, max_jobs, load))
     sched = make_scheduler(agent)
     inner = sched.schedule
     samples: list[tuple[int, int, float]] = []
@@ -59,11 +57,7 @@ def per_round_cost(trace: str, gpus: int, agent: str, max_jobs: int | None = Non
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", required=True)
-    p.add_argument("--gpus", type=int, default=512)
-    p.add_argument("--agent", default="tiresias")
-    p.add_argument("--max-jobs", type=int, default=None)
-    p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+    add_replay_args(p, agent="tiresias")
     p.add_argument("--parts", type=int, default=4, help="split the scheduler calls into this many runs (default 4)")
     a = p.parse_args(argv)
     if a.gpus < 1 or a.parts < 1:

@@ -16,18 +16,40 @@ import sys
 import time
 
 
+def load_replay_jobs(trace: str, gpus: int, max_jobs: int | None = None, load: float | None = None):
+    """(cluster, jobs) of a replay: ``gpus`` GPUs, the trace's first ``max_jobs`` jobs (GPU demands
+    capped at ``gpus``), arrivals rescaled to offered ``load`` when given."""
+    from jigsaw_env.cluster import ClusterSpec
+    from traces import load_trace
+
+    cluster = ClusterSpec.from_gpus(gpus)
+    return cluster, load_trace(trace, cluster_gpus=gpus, max_gpus=gpus, max_jobs=max_jobs, load_scale=load).jobs
+
+
+def replay_simulator(cluster, jobs):
+    """The simulator of a large replay: round logs off (rounds.csv grows with jobs x rounds)."""
+    from jigsaw_env.simulator import SimConfig, Simulator
+
+    return Simulator(cluster, jobs, SimConfig(log_rounds=False))
+
+
+def add_replay_args(p: argparse.ArgumentParser, agent: str) -> None:
+    """--trace, --gpus, --agent (default ``agent``), --max-jobs, --load: what a replay is run on."""
+    p.add_argument("--trace", required=True)
+    p.add_argument("--gpus", type=int, default=512)
+    p.add_argument("--agent", default=agent)
+    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+
+
 def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
            progress: bool = False) -> dict:
     from agents import make_scheduler
-    from jigsaw_env.cluster import ClusterSpec
-    from jigsaw_env.simulator import SimConfig, Simulator
-    from traces import load_trace
 
     t0 = time.perf_counter()
-    cluster = ClusterSpec.from_gpus(gpus)
-    tr = load_trace(trace, cluster_gpus=gpus, max_gpus=gpus, max_jobs=max_jobs, load_scale=load)
+    cluster, jobs = load_replay_jobs(trace, gpus, max_jobs, load)
     t_load = time.perf_counter() - t0
-    sim = Simulator(cluster, tr.jobs, SimConfig(log_rounds=False))
+    sim = replay_simulator(cluster, jobs)
     t_build = time.perf_counter() - t0 - t_load
     t1 = time.perf_counter()
     m = sim.run(make_scheduler(agent), progress=progress)
@@ -43,11 +65,7 @@ def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", required=True)
-    p.add_argument("--gpus", type=int, default=512)
-    p.add_argument("--agent", default="jigsaw")
-    p.add_argument("--max-jobs", type=int, default=None)
-    p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+    add_replay_args(p, agent="jigsaw")
     p.add_argument("--progress", action="store_true")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
