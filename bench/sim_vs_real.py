@@ -98,6 +98,10 @@ def _read_calibration(folder: Path) -> dict:
     link = load_link(folder / LINK_FILE)
     out = {"command": f"(reused {folder})", "link_alpha_s": link.alpha_s, "link_bandwidth_Bps": link.bandwidth_Bps,
            "link_source": json.loads((folder / LINK_FILE).read_text()), "models": {}}
+    from jigsaw_executor.lockstep import LOCKSTEP_FILE
+
+    if (folder / LOCKSTEP_FILE).is_file():
+        out["lockstep"] = json.loads((folder / LOCKSTEP_FILE).read_text())
     for m in MODELS:
         t = CostTable.load(folder / f"{m}-bs32-cpu.json")
         out["models"][m] = {"plain_compute_s0": t.plain_compute_s(0), "executor_overhead_s": t.executor_overhead_s,
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="gandiva+spb")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the jobs' iterations")
     ap.add_argument("--calibration-repeats", type=int, default=3, help="executor calibration runs (median)")
-    ap.add_argument("--calibration-iterations", type=int, default=300, help="iterations per calibration job")
+    ap.add_argument("--calibration-iterations", type=int, default=1000, help="iterations per calibration job")
     ap.add_argument("--calibration", default=None, metavar="DIR",
                     help="reuse the output of an earlier `jigsaw calibrate --device cpu --executor` instead of running it")
     ap.add_argument("--out", default="bench/results/sim_vs_real")

@@ -16,7 +16,8 @@ docs/cost_tables.md.
 ``--executor`` (with ``--device cpu``) measures, under the live executor on CPU slots (Ray), each
 model's level-0 iteration ``--executor-repeats`` times (median), and writes into the folder
 ``--out``: each model's plain-loop table plus ``executor_overhead_s`` (the executor's own cost per
-iteration), and ``link.json`` (the fitted slot-to-slot latency) unless ``--no-link``.
+iteration), ``link.json`` (the fitted slot-to-slot latency) unless ``--no-link``, and
+``lockstep.json`` (the barrier of a co-located step, from co-located pairs) unless ``--no-lockstep``.
 ``jigsaw deploy --tables OUT`` and the replay use them. Models: ``--model`` (one) or ``--only``
 (several); default the tiny models. See ``jigsaw_executor.calibrate_executor`` and docs/deploy.md
 section 5.
@@ -84,12 +85,14 @@ def _validate(model: str, batch_size: int, device: str, repeats: int | None,
 def calibrate(model: str, batch_size: int, device: str = "cpu", repeats: int | None = None,
               anchor_device: str | None = None, *, warmup: int = 1, seed: int = 0, progress: bool = False,
               reference_tables: list[CostTable] | None = None, gavel_path: str | Path | None = None,
-              command: str | None = None) -> CostTable:
+              command: str | None = None, eta_from: str | Path | None = TABLES_DIR) -> CostTable:
     """Measure the cost table of zoo ``model`` at ``batch_size``.
 
     ``device``: ``"cpu"`` or ``"cuda"`` (measure there) or ``"k80"``/``"p100"``/``"v100"`` (measure on
     the CPU, then anchor to that GPU type). ``anchor_device``: anchor a cpu/cuda measurement to a
-    GPU type. ``repeats=None``: chosen from a one-iteration probe. Raises ValueError for bad input.
+    GPU type. ``repeats=None``: chosen from a one-iteration probe. ``eta_from``: a tables folder
+    whose table of the same model and batch size lends its measured eta (:func:`carry_measured_eta`;
+    None: none). Raises ValueError for bad input.
     """
     from jigsaw_env import table_builder as tb
 
@@ -102,6 +105,38 @@ def calibrate(model: str, batch_size: int, device: str = "cpu", repeats: int | N
                              progress=progress, command=cmd)
     if anchor is not None:
         table = tb.anchor_table(table, anchor, gavel_path=gavel_path, reference_tables=reference_tables)
+    return carry_measured_eta(table, eta_from) if eta_from is not None else table
+
+
+def carry_measured_eta(table: CostTable, tables_dir: str | Path = TABLES_DIR) -> CostTable:
+    """``table`` with the measured statistical efficiency (``meta["eta"]``, ``meta["eta_source"]``)
+    of the table of the same model and batch size in ``tables_dir`` (the same device first, else
+    any device that has it), when ``table`` has none. eta is iterations to a target metric with
+    full backprop over those with SPB (``python -m bench.eta --write-tables``): a property of the
+    training, not of the machine's speed, so a re-measured speed table keeps it. Without it a
+    recalibrated table would fall back to the eq. E1 prior (0.81 instead of the measured 0.97 for
+    tiny_cnn at level 3) and the simulator would ask SPB jobs for up to 20 % more steps than the
+    live executor, which uses the shipped value. ``meta["eta_source"]["carried_from"]`` names the
+    table (and its digest) the values came from. Returns ``table`` itself when there is nothing
+    to carry."""
+    import dataclasses
+
+    if isinstance(table.meta, dict) and table.meta.get("eta"):
+        return table
+    d = Path(tables_dir)
+    devices = [table.device] + [x for x in SHIP_DEVICES if x != table.device]
+    for dev in devices:
+        f = d / table_filename(table.model, table.batch_size, dev)
+        if not f.is_file():
+            continue
+        src = CostTable.load(f)
+        eta = src.meta.get("eta") if isinstance(src.meta, dict) else None
+        if not eta:
+            continue
+        how = src.meta.get("eta_source")
+        how = dict(how) if isinstance(how, dict) else {"what": how}
+        how["carried_from"] = f"{f.name} (digest {src.digest()}): eta does not depend on the speed this table measures"
+        return dataclasses.replace(table, meta=dict(table.meta, eta=dict(eta), eta_source=how))
     return table
 
 
@@ -142,7 +177,7 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
             continue
         t0 = time.perf_counter()
         table = calibrate(n, SHIPPED[n], "cpu", repeats=repeats, progress=progress,
-                          command="python -m jigsaw_env.calibrate --ship")
+                          command="python -m jigsaw_env.calibrate --ship", eta_from=out_dir)
         table.save(path)
         written.append(path)
         cpu_tables[n] = table
@@ -204,9 +239,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "slots; --out is then a folder (docs/deploy.md section 5)")
     p.add_argument("--executor-repeats", type=positive_int("--executor-repeats"), default=3, metavar="N",
                    help="with --executor: separate live runs; the median is kept (default 3)")
-    p.add_argument("--executor-iterations", type=positive_int("--executor-iterations"), default=300, metavar="N",
-                   help="with --executor: iterations per calibration job (default 300)")
+    p.add_argument("--executor-iterations", type=positive_int("--executor-iterations"), default=1000, metavar="N",
+                   help="with --executor: iterations per calibration job (default 1000; 300 left the medians noisy here)")
     p.add_argument("--no-link", action="store_true", help="with --executor: do not fit the link (1 slot is enough)")
+    p.add_argument("--no-lockstep", action="store_true",
+                   help="with --executor: do not measure the lockstep barrier of co-located pairs")
     p.add_argument("--base-tables", default=None, metavar="DIR",
                    help="with --executor: take the plain-loop tables from DIR (e.g. jigsaw_env/tables) instead of "
                         "measuring them now")
@@ -299,9 +336,10 @@ def run_executor(args: argparse.Namespace) -> int:
     cmd = "jigsaw calibrate --device cpu --executor " + " ".join(
         x for x in (f"--only {' '.join(models)}", f"--executor-repeats {args.executor_repeats}",
                     f"--executor-iterations {args.executor_iterations}", "--no-link" if args.no_link else "",
+                    "--no-lockstep" if args.no_lockstep else "",
                     f"--base-tables {args.base_tables}" if args.base_tables else "") if x)
     calibrate_executor(models, sizes, out, repeats=args.executor_repeats, iterations=args.executor_iterations,
-                       link=not args.no_link, base_tables=base, plain_repeats=args.repeats, command=cmd)
+                       link=not args.no_link, lockstep=not args.no_lockstep, base_tables=base, plain_repeats=args.repeats, command=cmd)
     return 0
 
 

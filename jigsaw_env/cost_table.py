@@ -228,12 +228,18 @@ def unregister_table(model: str, batch_size: int, device: str) -> None:
     get_table.cache_clear()
 
 
+# the lockstep barrier that ``jigsaw calibrate --executor`` writes next to its tables
+# (:mod:`jigsaw_executor.lockstep`); not a cost table
+LOCKSTEP_FILE = "lockstep.json"
+
+
 def table_files(folder: str | Path) -> list[Path]:
-    """The cost-table files of a folder: every ``*.json`` except ``link.json`` (the fitted link
-    that ``jigsaw calibrate --executor`` writes next to its tables; :mod:`jigsaw_env.network`)."""
+    """The cost-table files of a folder: every ``*.json`` except ``link.json`` (the fitted link;
+    :mod:`jigsaw_env.network`) and ``lockstep.json`` (the lockstep barrier), which ``jigsaw
+    calibrate --executor`` writes next to its tables."""
     from .network import LINK_FILE
 
-    return [f for f in sorted(Path(folder).glob("*.json")) if f.name != LINK_FILE]
+    return [f for f in sorted(Path(folder).glob("*.json")) if f.name not in (LINK_FILE, LOCKSTEP_FILE)]
 
 
 def register_tables_dir(path: str | Path) -> int:

@@ -5,8 +5,10 @@ component of one). Jobs of a component advance in lockstep, one iteration each p
 live executor runs them (docs/spb_model.md section 5):
 
     load_g(k) = sum over workers (j, w) on GPU g of compute_j[phase_j(k), w]      (eq. K1)
-    step(k)   = max_g load_g(k) + max_j comm_j[phase_j(k)]                          (eq. K2)
+    step(k)   = max_g load_g(k) + max_j comm_j[phase_j(k)] + b                  (eqs. K2, K3)
     phase_j(k) = (i_j + k) mod P_j, i_j = job j's iteration counter when the component formed
+    b = the lockstep barrier (``SimConfig.lockstep_s``) for a component of two or more jobs,
+        0 for a job alone; 0 by default (eq. K3 in docs/spb_model.md)
 
 Workers of different jobs on one GPU are time-sliced, so their work adds up (K1); the step waits
 for the busiest GPU, then for the slowest sync. The step sequence repeats with the hyper-period
@@ -47,7 +49,7 @@ def _computed(row: list[float], partial: float) -> float:
     return sum(x if x < partial else partial for x in row)
 
 
-def _step_tables(members: list[Member], col: dict[int, int]) -> tuple:
+def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 0.0) -> tuple:
     """A component's step tables over its hyper-period (eqs. K1, K2), in ``Component._SHARED``
     order: H, per-GPU loads (H, C), step times, their cumulative sums, the cycle, cumulative
     loads, per-member bytes and cumulative bytes, and Python-float copies of what the scalar
@@ -68,6 +70,8 @@ def _step_tables(members: list[Member], col: dict[int, int]) -> tuple:
         comm = np.maximum(comm, m.profile.comm_s[ph])
         phase_bytes.append(m.profile.bytes[ph])
     step = loads.max(axis=1) + comm
+    if barrier_s and len(members) > 1:
+        step = step + barrier_s  # eq. K3: co-located jobs meet at a barrier before every step
     if np.any(step <= 0):
         raise ValueError("a co-location step of zero length: cost tables must have positive times")
     cum = np.concatenate([[0.0], np.cumsum(step)])
@@ -87,10 +91,11 @@ class Component:
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
                "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
 
-    def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None):
+    def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None, barrier_s: float = 0.0):
         """``cache``: a dict the caller keeps for one cost model (the simulator does); components
         whose members have the same profiles, phases modulo their periods and GPU layout share
-        their step tables (read-only arrays), computed once."""
+        their step tables (read-only arrays), computed once. ``barrier_s``: seconds every step of
+        a component of two or more jobs waits at the lockstep barrier (eq. K3; ignored for one job)."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
         if len(members) == 1:
@@ -112,10 +117,10 @@ class Component:
             gpus = sorted({g for m in members for g in m.gpus})
             col = {g: i for i, g in enumerate(gpus)}
             key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
-                        for m in members) + (len(gpus),)
+                        for m in members) + (len(gpus), barrier_s)
         self.gpus = np.array(gpus, dtype=np.int64)
         if cache is None:
-            tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)})
+            tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)}, barrier_s)
         else:
             # the tables depend on each member's profile, its phase offset (i0 + k) mod P and which
             # columns its workers load; the profile object is kept in the entry so its id stays its own
@@ -132,7 +137,7 @@ class Component:
                     cache.clear()
                 if col is None:
                     col = {g: i for i, g in enumerate(gpus)}
-                hit = cache[key] = (_step_tables(members, col), [m.profile for m in members])
+                hit = cache[key] = (_step_tables(members, col, barrier_s), [m.profile for m in members])
             tables = hit[0]
         (self.H, self.loads, self.step, self.cum, self.cycle, self.cum_loads, self.phase_bytes, self.cum_bytes,
          self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l, self._cum_loads_l) = tables

@@ -41,6 +41,10 @@ class SimConfig:
     max_time_s: truncate the episode after this much simulated time (None: no limit).
     idle_round_s: round length when nothing runs at iteration granularity.
     eta_override / eta_scale: statistical-efficiency sensitivity knobs (level > 0 only).
+    lockstep_s: seconds every lockstep step of a co-location component of two or more jobs waits
+        at the barrier that holds them together (eq. K3, docs/spb_model.md). 0 (the default) is
+        the ideal lockstep of eq. K2; ``jigsaw calibrate --executor`` measures the live
+        executor's value (``lockstep.json``), which the decision-log replay uses.
     """
 
     round_s: float | None = 300.0
@@ -53,6 +57,7 @@ class SimConfig:
     eta_override: float | None = None
     eta_scale: float = 1.0
     log_rounds: bool = True
+    lockstep_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.round_s is not None and not (self.round_s > 0 and np.isfinite(self.round_s)):
@@ -65,6 +70,9 @@ class SimConfig:
             raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s!r}")
         if not self.idle_round_s > 0:
             raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
+        if isinstance(self.lockstep_s, bool) or not isinstance(self.lockstep_s, (int, float)) or not (
+                0 <= self.lockstep_s < float("inf")):
+            raise ValueError(f"lockstep_s must be a finite number of seconds >= 0, got {self.lockstep_s!r}")
 
 
 @dataclass
@@ -574,7 +582,8 @@ class Simulator:
                 key.append((jid, pl, j.level, j.pattern.value))
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
-            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables))
+            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
+                                             self.config.lockstep_s))
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:

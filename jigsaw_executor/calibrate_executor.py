@@ -7,7 +7,8 @@ over the simulator's intra-node link. This module measures both, so that the sim
 ``jigsaw deploy --tables``) can use them (docs/deploy.md section 5, docs/spb_model.md eq. C1):
 
 1. **Base tables**: each model's plain-loop CPU table, measured now (``jigsaw calibrate --device
-   cpu``, the same measurement as the shipped CPU tables) unless ``base_tables`` gives them.
+   cpu``, the same measurement as the shipped CPU tables, with 10 warm-up and 200 timed runs)
+   unless ``base_tables`` gives them.
 2. **Executor runs**: ``repeats`` separate live runs (one Ray session, ``fifo``, one round per job,
    no SPB: level 0). In each, every model trains ``iterations`` iterations alone on one slot (two
    one-slot jobs run at the same time, one per slot, as in a busy live cluster) and, for the link,
@@ -15,13 +16,21 @@ over the simulator's intra-node link. This module measures both, so that the sim
    replay compares: ``stepping_s / iterations``); the calibrated value is the **median over the
    repeats** (one run on a shared machine is noisy).
 3. **Overhead (eq. X1)**: ``executor_overhead_s = max(0, T1 - plain compute_s(0))``, ``T1`` the
-   median one-slot level-0 iteration. Written into the base table (every other number unchanged).
+   median one-slot level-0 iteration. Written into the base table (every other number unchanged),
+   except when the plain loop measured slower than ``T1`` (a disturbed measurement: the executor
+   does its work and more): then every time of the table is scaled by ``T1 / plain`` and the
+   overhead is 0, so that the table's level-0 iteration is ``T1`` either way.
 4. **Link (eq. X2)**: ``comm_m = T2_m - T1_m`` per model (``T2``: 2 slots); with the bandwidth held
    at the simulator's intra-node value (the tiny models' gradients, 72-153 kB, cannot resolve it:
    at 7.67 GB/s they take 10-20 us against ~1 ms of latency per message), the per-message latency
    is the least-squares ``alpha`` of ``comm_m = 2 n_m alpha + P_m / beta`` (``n_m`` groups with
    parameters, ``P_m`` gradient bytes): :func:`jigsaw_env.network.fit_executor_alpha`. Written to
    ``OUT/link.json``, which ``jigsaw deploy --tables OUT`` uses.
+5. **Lockstep barrier (eq. X3)**: co-located pairs of the models (every pair; a model with itself
+   when there is one), both jobs at level 0 on one slot in lockstep, ``repeats`` times; the
+   barrier is the mean over pairs of the median pair step minus the two models' ``T1``
+   (:mod:`jigsaw_executor.lockstep`). Written to ``OUT/lockstep.json``, which the decision-log
+   replay gives the simulator (``SimConfig.lockstep_s``, eq. K3).
 
 Units: seconds (tables, ``link.json`` ``alpha_s``), bytes per second (``bandwidth_Bps``).
 """
@@ -39,19 +48,58 @@ from jigsaw_env.cost_table import CostTable, table_filename
 from jigsaw_env.network import INTRA_NODE, LINK_FILE, Link, fit_executor_alpha, save_link
 
 DEFAULT_MODELS = ("tiny_cnn", "tiny_mlp", "tiny_transformer")
+PLAIN_REPEATS = 200  # timed runs of the plain-loop table measured here (unless --repeats)
+PLAIN_WARMUP = 10    # warm-up runs before them
 
 
-def _run(jobs, out: Path, slots: int, pool, hub) -> dict:
+class PinnedGroups:
+    """A scheduler for calibration runs: groups of jobs, each group on the GPUs given for it at
+    level 0, in list order; a group starts once no earlier group still holds any of its GPUs
+    (so the jobs of a group share its GPUs, in lockstep when there are several)."""
+
+    name = "calibration-pinned"
+
+    def __init__(self, groups: list[tuple[tuple[int, ...], tuple[int, ...]]]):
+        self.groups = [(tuple(j), tuple(g)) for j, g in groups]
+
+    def reset(self) -> None:
+        pass
+
+    def quiet_until(self, state) -> float:
+        return state.time_s
+
+    def schedule(self, state):
+        from jigsaw_env.state import Decision, JobDecision
+
+        dec, used = Decision(), set()
+        for jids, gpus in self.groups:
+            live = [j for j in jids if j in state.jobs and state.jobs[j].active]
+            if not live or used & set(gpus):
+                used.update(gpus if live else ())
+                continue
+            for j in live:
+                dec[j] = JobDecision(gpus, 0)
+            used.update(gpus)
+        return dec
+
+    __call__ = schedule
+
+
+def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:
     from jigsaw_env.spb import SPBConfig
 
     from .live import LiveConfig, LiveExecutor
     from .policies import build_scheduler, scheduler_spec
 
-    spec = scheduler_spec("fifo")
-    sched, rec = build_scheduler(spec, SPBConfig())
+    if groups is None:
+        spec = scheduler_spec("fifo")
+        sched, rec = build_scheduler(spec, SPBConfig())
+    else:
+        sched, rec = PinnedGroups(groups), None
+        spec = {"kind": "custom", "name": PinnedGroups.name, "groups": [[list(j), list(g)] for j, g in groups]}
     # one round per job (a round ends when its jobs are done), no checkpoint inside the run
-    cfg = LiveConfig(slots=slots, round_s=1e6, max_workers_per_gpu=1, timeout_s=60, checkpoint_every=0,
-                     evaluate=False)
+    cfg = LiveConfig(slots=slots, round_s=1e6, max_workers_per_gpu=1 if groups is None else 2, timeout_s=60,
+                     checkpoint_every=0, evaluate=False)
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, recorder=rec)
     try:
         return ex.run()
@@ -60,13 +108,14 @@ def _run(jobs, out: Path, slots: int, pool, hub) -> dict:
 
 
 def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str | Path, *, repeats: int = 3,
-                       iterations: int = 300, link: bool = True,
+                       iterations: int = 1000, link: bool = True, lockstep: bool = True,
                        base_tables: dict[str, CostTable] | None = None, pool=None, hub=None,
                        slots: int | None = None, plain_repeats: int | None = None,
                        log: Callable[[str], None] = print,
                        command: str | None = None) -> dict:
-    """Measure the executor overhead of ``models`` (and the link, with ``link``) and write the
-    tables and ``link.json`` into the folder ``out`` (module docstring). ``pool``/``hub``: an
+    """Measure the executor overhead of ``models`` (and the link, with ``link``; the lockstep
+    barrier, with ``lockstep``) and write the tables, ``link.json`` and ``lockstep.json`` into the
+    folder ``out`` (module docstring). ``pool``/``hub``: an
     existing slot pool and control hub (tests); otherwise a local Ray session is started and
     stopped. Returns a summary dict (per model T1, T2, overhead; the link)."""
     from jigsaw_env.calibrate import calibrate
@@ -86,7 +135,11 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
             base[m] = base_tables[m]
         else:
             log(f"{m}: measuring the plain-loop table (jigsaw calibrate --device cpu)")
-            base[m] = calibrate(m, batch_sizes[m], "cpu", repeats=plain_repeats, command=f"{cmd} (plain-loop part)")
+            # more warm-up and timed runs than a one-off table: the tiny models' iterations take
+            # 0.5-5 ms, and 50 runs after 1 warm-up varied by up to 2x between calibrations here
+            # (the first model measured in a process paid torch's warm-up); 10 + 200 did not
+            base[m] = calibrate(m, batch_sizes[m], "cpu", repeats=plain_repeats or PLAIN_REPEATS, warmup=PLAIN_WARMUP,
+                                command=f"{cmd} (plain-loop part)")
         if base[m].executor_overhead_s:
             raise ValueError(f"base table of {m} already has executor_overhead_s = {base[m].executor_overhead_s}; "
                              "give a plain-loop table")
@@ -95,9 +148,15 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
     one = [LiveJob(100 + i, m, 1, iterations, seed=i, batch_size=batch_sizes[m]) for i, m in enumerate(models)]
     two = [LiveJob(200 + i, m, 2, iterations, seed=i, batch_size=batch_sizes[m]) for i, m in enumerate(models)] \
         if link else []
+    pairs = _pairs(models) if lockstep else []
+    duo = [(LiveJob(300 + 2 * k, a, 1, iterations, seed=k, batch_size=batch_sizes[a]),
+            LiveJob(301 + 2 * k, b, 1, iterations, seed=k + 50, batch_size=batch_sizes[b])) for k, (a, b) in enumerate(pairs)]
     need = 2 if link else 1
     session = None
     own_pool = pool is None
+    if not own_pool and duo and getattr(pool, "cap", 2) < 2:
+        raise ValueError(f"the lockstep pairs need 2 workers per slot but the given slot pool holds {pool.cap}; "
+                         "give a pool with 2 hosts per slot or lockstep=False")
     if own_pool:
         from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub
 
@@ -110,7 +169,7 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         check_slots(slots)
         session = RaySession(slots).start()
         tag = f"jigsaw-cal-{os.getpid()}"
-        pool = SlotPool(slots, 1, prefix=tag)
+        pool = SlotPool(slots, 2 if duo else 1, prefix=tag)
         hub = get_or_create_hub(f"{tag}-hub")
     slots = slots or need
     runs: list[dict] = []
@@ -121,6 +180,12 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
                 f"{iterations} iterations each")
             s = _run(one + two, scratch / f"run{r}", slots, pool, hub)
             runs.append({str(j["job_id"]): j["mean_iter_s"] for j in s["jobs"].values()})
+            if duo:
+                log(f"executor run {r + 1}/{repeats}: {len(duo)} co-located level-0 pairs in lockstep, "
+                    f"{iterations} iterations each")
+                groups = [((x.job_id, y.job_id), (k % slots,)) for k, (x, y) in enumerate(duo)]
+                s = _run([j for xy in duo for j in xy], scratch / f"pairs{r}", slots, pool, hub, groups)
+                runs[-1].update({str(j["job_id"]): j["mean_iter_s"] for j in s["jobs"].values()})
     finally:
         if own_pool:
             from .cluster_ray import kill_actor
@@ -154,15 +219,27 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
             rec.update(two_slot_iter_s=t2, two_slot_iter_s_runs=xs2, comm_s=t2 - t1, messages=2 * len(g),
                        gradient_bytes=sum(g))
             points.append((2 * len(g), sum(g), t2 - t1))
-        summary["models"][m] = rec
         t = base[m]
         src = dict(t.sources)
+        # the executor does the plain loop's work and more, so a plain loop measured slower than T1
+        # was disturbed (up to 2x here on 2 shared cores): its per-group times are scaled down to T1,
+        # keeping their shape across groups (what the SPB levels read), and the overhead is 0
+        scale = t1 / plain if t1 < plain else 1.0
+        rec["plain_scale"] = scale
+        summary["models"][m] = rec
+        if scale != 1.0:
+            from jigsaw_env.table_builder import scale_table
+
+            src["plain_scale"] = (f"the plain loop ({plain * 1e3:.3f} ms) measured slower than the live executor's "
+                                  f"level-0 iteration ({t1 * 1e3:.3f} ms): every time scaled by {scale:.4f} so that "
+                                  f"compute_s(0) equals it (docs/deploy.md eq. X1)")
+            t = scale_table(t, scale, device=t.device, fixed_memory_bytes=t.fixed_memory_bytes, sources=src, meta=t.meta)
         src["executor_overhead_s"] = (
             f"measured here (`{cmd}`, {date}, load average {load0:.1f} -> {load1:.1f}): the live executor's median "
             f"over {repeats} runs of the mean level-0 iteration of {m} alone on one slot ({iterations} iterations "
             f"per run: {', '.join(f'{v * 1e3:.3f}' for v in xs1)} ms; median {t1 * 1e3:.3f} ms) minus this "
             f"table's plain-loop compute_s(0) = {plain * 1e3:.3f} ms"
-            + ("" if t1 >= plain else " (negative: clipped at 0)")
+            + ("" if t1 >= plain else " (negative: 0, and the table scaled to the executor's iteration)")
             + "; paid by every iteration whatever its start group (docs/spb_model.md eq. C1, docs/deploy.md eq. X1)")
         meta = dict(t.meta, executor_calibration=rec | {"command": cmd, "date_utc": date, "repeats": repeats,
                                                          "loadavg_1min_start_end": [load0, load1]})
@@ -172,7 +249,8 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         new.save(path)
         written.append(path)
         log(f"{m}: executor level-0 iteration {t1 * 1e3:.3f} ms (runs {', '.join(f'{v * 1e3:.3f}' for v in xs1)}), "
-            f"plain loop {plain * 1e3:.3f} ms -> executor_overhead_s = {x * 1e3:.3f} ms -> {path}")
+            f"plain loop {plain * 1e3:.3f} ms -> executor_overhead_s = {x * 1e3:.3f} ms"
+            + (f", table scaled by {scale:.3f}" if scale != 1.0 else "") + f" -> {path}")
     if link:
         bw = INTRA_NODE.bandwidth_Bps
         alpha = fit_executor_alpha(points, bw)
@@ -187,5 +265,35 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         written.append(out / LINK_FILE)
         log(f"link: alpha {alpha * 1e6:.1f} us per message, {bw / 1e9:.2f} GB/s (not fitted) -> {out / LINK_FILE} "
             f"(jigsaw deploy --tables {out} uses it; or --link-alpha-us {alpha * 1e6:.1f} --link-gbps {bw / 1e9:.2f})")
+    if duo:
+        from .lockstep import LOCKSTEP_FILE, fit_lockstep, save_lockstep
+
+        t1 = {m: summary["models"][m]["one_slot_iter_s"] for m in models}
+        lpts = []
+        for k, (x, y) in enumerate(duo):
+            # both jobs of a pair step together: the pair's step is the mean of their two means
+            ta, xa = med(x.job_id)
+            tb, xb = med(y.job_id)
+            tp = (ta + tb) / 2
+            lpts.append({"models": [x.model, y.model], "pair_step_s": tp, "pair_step_s_runs": [(u + v) / 2 for u, v in zip(xa, xb)],
+                         "alone_iter_s": [t1[x.model], t1[y.model]], "barrier_s": tp - t1[x.model] - t1[y.model]})
+        b = fit_lockstep([(q["pair_step_s"], *q["alone_iter_s"]) for q in lpts])
+        src = (f"measured here (`{cmd}`, {date}, load average {load0:.1f} -> {load1:.1f}): the mean over "
+               f"{len(lpts)} co-located level-0 pairs of the median pair step (both jobs on one slot in lockstep, "
+               f"{repeats} runs of {iterations} steps) minus the two models' median level-0 iterations alone "
+               f"(docs/deploy.md eq. X3), clipped at 0")
+        save_lockstep(out / LOCKSTEP_FILE, b, src, {"points": lpts})
+        summary["lockstep"] = {"lockstep_s": b, "points": lpts, "file": str(out / LOCKSTEP_FILE)}
+        written.append(out / LOCKSTEP_FILE)
+        log(f"lockstep barrier: {b * 1e3:.3f} ms per co-located step (pairs: "
+            + ", ".join(f"{'+'.join(q['models'])} {q['barrier_s'] * 1e3:+.3f}" for q in lpts) + f" ms) -> {out / LOCKSTEP_FILE}")
     summary["written"] = [str(p) for p in written]
     return summary
+
+
+def _pairs(models: list[str]) -> list[tuple[str, str]]:
+    """The co-located pairs of the lockstep calibration: every unordered pair of ``models``, or a
+    model with itself when there is only one."""
+    if len(models) == 1:
+        return [(models[0], models[0])]
+    return [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]

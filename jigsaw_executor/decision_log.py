@@ -323,20 +323,27 @@ class _tables_registered:
 
 
 def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = None,
-                 tables: str | Path | None = None, link: Link | None = None
+                 tables: str | Path | None = None, link: Link | None = None, lockstep_s: float | None = None
                  ) -> tuple[list[dict], list[dict], list[str], float]:
     """Step 2 of the replay: the logged decisions through the simulator. Returns (jobs, rounds,
     notes, restart_s used). ``link``: replace the logged slot-to-slot link (e.g. one fitted to
-    loopback gloo); with ``tables`` and no ``link``, ``tables/link.json`` is used when it exists
-    (what ``jigsaw calibrate --executor`` writes)."""
+    loopback gloo); ``lockstep_s``: the barrier of a co-located step (``SimConfig.lockstep_s``,
+    eq. K3; default: the header's ``sim.lockstep_s``, else 0). With ``tables``, ``tables/link.json`` and ``tables/lockstep.json`` are
+    used for whichever of the two is not given, when they exist (what ``jigsaw calibrate
+    --executor`` writes)."""
     if tables:
         from jigsaw_env.network import LINK_FILE, load_link
+
+        from .lockstep import LOCKSTEP_FILE, load_lockstep
 
         lf = Path(tables) / LINK_FILE
         if link is None and lf.is_file():  # `jigsaw calibrate --executor` wrote the link next to its tables
             link = load_link(lf)
+        bf = Path(tables) / LOCKSTEP_FILE
+        if lockstep_s is None and bf.is_file():  # and the lockstep barrier
+            lockstep_s = load_lockstep(bf)
         with _tables_registered(tables):
-            return simulate_log(header, rounds, restart_s, None, link)
+            return simulate_log(header, rounds, restart_s, None, link, lockstep_s)
     from jigsaw_env.simulator import SimConfig, Simulator
 
     notes: list[str] = []
@@ -344,6 +351,10 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     if link is not None:
         cluster = replace(cluster, intra=link, cross=link)
         notes.append(f"link replaced: alpha {link.alpha_s * 1e6:.1f} us, {link.bandwidth_Bps / 1e9:.2f} GB/s")
+    if lockstep_s is None:  # the barrier the run was configured with (0 in logs written before it existed)
+        lockstep_s = float(header["sim"].get("lockstep_s") or 0.0)
+    if lockstep_s:
+        notes.append(f"lockstep barrier: {lockstep_s * 1e3:.3f} ms per co-located step")
     spb = spb_from_dict(header["spb"])
     if restart_s is None:
         ups = [o["startup_s"] for r in rounds for o in r.get("outcome", {}).values()
@@ -353,7 +364,7 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
                      f"({len(ups)})")
     jobs = [_job_state(j) for j in header["jobs"]]
     base = SimConfig(round_s=1.0, restart_s=float(restart_s), max_workers_per_gpu=int(header["sim"]["max_workers_per_gpu"]),
-                     spb=spb)
+                     spb=spb, lockstep_s=float(lockstep_s or 0.0))
     sim = Simulator(cluster, jobs, base)
     sim_rounds: list[dict] = []
     live_steps: dict[tuple[int, int], dict] = {}
@@ -450,7 +461,7 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
 
 
 def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tables: str | Path | None = None,
-                        scenario=None, link: Link | None = None) -> ReplayResult:
+                        scenario=None, link: Link | None = None, lockstep_s: float | None = None) -> ReplayResult:
     """Replay a decision log (module docstring): the same decisions, then the simulated and the
     measured outcome side by side."""
     header, rounds, end = read_decision_log(path)
@@ -459,7 +470,7 @@ def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tab
 
         scenario = DemoScenario.from_dict(header["scenario"])
     match, nr, ns, mism = check_decisions(header, rounds, scenario)
-    jobs, rnds, notes, rs = simulate_log(header, rounds, restart_s, tables, link)
+    jobs, rnds, notes, rs = simulate_log(header, rounds, restart_s, tables, link, lockstep_s)
     if end is None:
         notes.append("the log has no end record: the run did not complete")
     if end is not None:

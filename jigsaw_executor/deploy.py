@@ -228,6 +228,14 @@ def run(args) -> int:
             args.link_alpha_us, args.link_gbps = link.alpha_s * 1e6, link.bandwidth_Bps / 1e9
             if not args.json:
                 print(f"link from {link_file}: alpha {args.link_alpha_us:.1f} us, {args.link_gbps:.3g} GB/s")
+        from .lockstep import LOCKSTEP_FILE, load_lockstep
+
+        lock_file = Path(args.tables) / LOCKSTEP_FILE
+        if lock_file.is_file():  # the lockstep barrier `jigsaw calibrate --executor` measured (eq. X3)
+            args.lockstep_s = load_lockstep(lock_file)
+            if not args.json:
+                print(f"lockstep barrier from {lock_file}: {args.lockstep_s * 1e3:.3f} ms per co-located step "
+                      "(used by the end-of-run replay)")
     if args.resume:
         return _resume(args)
     if args.policy is None:
@@ -246,7 +254,8 @@ def run(args) -> int:
                              timeout_s=args.timeout_s, pin=not args.no_pin,
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
                              echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
-                             max_restarts=args.max_restarts, recovery=args.recovery)
+                             max_restarts=args.max_restarts, recovery=args.recovery,
+                             lockstep_s=getattr(args, "lockstep_s", 0.0))
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
@@ -281,7 +290,7 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
            address: str | None = None, timeout_s: float = 60.0, pin: bool = True, allow_oversubscribe: bool = False,
            replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
            echo=None, spb: SPBConfig | None = None, checkpoint_every: int = 500, max_restarts: int = 3,
-           recovery: str = "full") -> tuple[dict, dict | None]:
+           recovery: str = "full", lockstep_s: float = 0.0) -> tuple[dict, dict | None]:
     """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
     Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
     from jigsaw_env.network import INTRA_NODE, Link
@@ -298,7 +307,7 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
     cfg = LiveConfig(slots=slots, round_s=round_s or (DEMO_ROUND_S if demo else 5.0), steps_per_round=steps_per_round,
                      max_workers_per_gpu=max_workers_per_gpu, slot_memory_gib=slot_memory_gib, spb=spb, link=link,
                      timeout_s=timeout_s, pin=pin, checkpoint_every=checkpoint_every, max_restarts=max_restarts,
-                     recovery=recovery)
+                     recovery=recovery, lockstep_s=lockstep_s)
     if demo and scenario is None:
         scenario = DemoScenario()
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,

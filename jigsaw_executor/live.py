@@ -111,6 +111,9 @@ class LiveConfig:
         for each dead worker copies the current weights and optimizer state from a survivor; falls
         back to full when no worker survived, for one-worker jobs, and while a job is paused).
         docs/executor.md, "Fault tolerance".
+    lockstep_s: the barrier the simulator charges every co-located lockstep step when it replays
+        this run's decision log (``SimConfig.lockstep_s``, eq. K3; recorded in the log's header).
+        ``jigsaw deploy --tables OUT`` takes it from ``OUT/lockstep.json``. It changes nothing live.
     """
 
     slots: int = 2
@@ -131,8 +134,12 @@ class LiveConfig:
     checkpoint_every: int = 500
     max_restarts: int = 3
     recovery: str = "full"
+    lockstep_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.lockstep_s, bool) or not isinstance(self.lockstep_s, (int, float)) or not (
+                0 <= self.lockstep_s < float("inf")):
+            raise ValueError(f"lockstep_s must be a finite number of seconds >= 0, got {self.lockstep_s!r}")
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery must be one of {list(RECOVERY_MODES)}, got {self.recovery!r}")
         for name in ("checkpoint_every", "max_restarts"):
@@ -353,7 +360,8 @@ class LiveExecutor:
         return {"kind": "header", "format": FORMAT, "run_id": self.run_id, "created": time.time(),
                 "cluster": cluster_to_dict(self.cluster), "spb": spb_to_dict(self.cfg.spb),
                 "sim": {"max_workers_per_gpu": self.cfg.max_workers_per_gpu, "round_s": self.cfg.round_s,
-                        "steps_per_round": self.cfg.steps_per_round, "restart_s": self.cfg.restart_s},
+                        "steps_per_round": self.cfg.steps_per_round, "restart_s": self.cfg.restart_s,
+                        "lockstep_s": self.cfg.lockstep_s},
                 "config": self.cfg.to_dict(), "jobs": [j.to_dict() for j in self.jobs],
                 "scheduler": self.scheduler_spec, "tables": tables,
                 "scenario": self.scenario.to_dict() if self.scenario is not None and hasattr(self.scenario, "to_dict") else None,

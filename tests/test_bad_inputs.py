@@ -171,6 +171,7 @@ BUILDERS.update({
     "a_file": text_file("not a folder\n"),
     "tables_bad_json": folder({"x.json": "{not json\n"}),
     "tables_incomplete": folder({"x.json": json.dumps({"model": "x"})}),
+    "tables_bad_lockstep": folder({"lockstep.json": json.dumps({"lockstep_s": -1})}),
     "run_exists": folder({"config.json": "{}\n"}),
     "not_a_run": folder({}),
     # philly (CSV)

@@ -238,8 +238,23 @@ def test_calibrate_executor_command_writes_overhead_and_link(tmp_path):
     assert t.executor_overhead_s == pytest.approx(max(0.0, cal["one_slot_iter_s"] - shipped.compute_s(0)))
     assert len(cal["one_slot_iter_s_runs"]) == 3 and cal["one_slot_iter_s"] == pytest.approx(
         float(np.median(cal["one_slot_iter_s_runs"])))
-    assert t.groups == shipped.groups and t.optimizer_s == shipped.optimizer_s  # only the overhead is added
+    # the table's level-0 iteration is the executor's either way (eq. X1)
+    assert t.compute_s(0) == pytest.approx(max(cal["one_slot_iter_s"], shipped.compute_s(0)) * cal["plain_scale"])
+    assert t.compute_s(0) == pytest.approx(cal["one_slot_iter_s"]) or cal["plain_scale"] == 1.0
+    if cal["plain_scale"] == 1.0:
+        assert t.groups == shipped.groups and t.optimizer_s == shipped.optimizer_s  # only the overhead is added
+    else:  # a disturbed plain loop (slower than the executor): scaled to the executor's iteration
+        assert t.executor_overhead_s == 0.0 and cal["plain_scale"] < 1.0
     assert "jigsaw calibrate --device cpu --executor" in t.sources["executor_overhead_s"]
     link = load_link(out / LINK_FILE)
     assert link.alpha_s >= 1e-6 and "2-slot" in json.loads((out / LINK_FILE).read_text())["source"]
     assert cal["comm_s"] == pytest.approx(cal["two_slot_iter_s"] - cal["one_slot_iter_s"])
+    # eq. X3: one model -> the pair of two tiny_mlp jobs on one slot in lockstep
+    from jigsaw_executor.lockstep import LOCKSTEP_FILE, load_lockstep
+
+    lk = json.loads((out / LOCKSTEP_FILE).read_text())
+    (pt,) = lk["points"]
+    assert pt["models"] == ["tiny_mlp", "tiny_mlp"] and len(pt["pair_step_s_runs"]) == 3
+    assert pt["alone_iter_s"] == [cal["one_slot_iter_s"]] * 2
+    assert load_lockstep(out / LOCKSTEP_FILE) == pytest.approx(max(0.0, pt["pair_step_s"] - 2 * cal["one_slot_iter_s"]))
+    assert [f.name for f in table_files(out)] == ["tiny_mlp-bs32-cpu.json"]
