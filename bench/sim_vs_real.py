@@ -1,14 +1,15 @@
 """Sim vs real: the same small job set run live (several times) and replayed in the simulator.
 
     python -m bench.sim_vs_real [--repeats 3] [--round-s 2] [--policy gandiva+spb] [--out DIR]
-                                [--calibration-repeats 3] [--calibration-iterations 300]
+                                [--calibration-repeats 5] [--calibration-iterations 1000]
 
 1. **Calibration** (separate from the measured runs, before them): ``jigsaw calibrate --device cpu
    --executor`` (a subprocess, its own Ray session) for the three tiny models: a fresh plain-loop
    CPU table of each, plus the executor's per-iteration overhead (median over
    ``--calibration-repeats`` live runs of each model's **level-0** iteration **alone** on one
-   slot, minus the table's compute; docs/deploy.md eq. X1) and the slot-to-slot latency fitted to
-   the **2-slot level-0** runs (eq. X2, ``link.json``).
+   slot, minus the table's compute; docs/deploy.md eq. X1), the slot-to-slot latency fitted to
+   the **2-slot level-0** runs (eq. X2, ``link.json``) and the lockstep barrier of **co-located
+   level-0 pairs** (eq. X3, ``lockstep.json``).
 2. **Live.** Four backlogged jobs on 2 CPU slots (tiny CNN on 1 slot, tiny MLP, tiny Transformer,
    tiny CNN on 2 slots; sklearn digits) under ``gandiva+spb`` (co-location on a shared slot in
    lockstep, SPB level 3, a 2-slot job), ``--repeats`` times in one Ray session. Run-to-run
@@ -21,12 +22,12 @@
    * ``shipped``: the shipped CPU tables (``jigsaw_env/tables/*-cpu.json``) and the simulator's
      intra-node link (10 us, 7.67 GB/s);
    * ``recalibrated``: the calibration's fresh plain-loop tables (overhead 0), intra-node link;
-   * ``executor``: the calibration's output as written (``executor_overhead_s`` and ``link.json``:
-     what ``jigsaw deploy --tables OUT`` uses).
+   * ``executor``: the calibration's output as written (``executor_overhead_s``, ``link.json`` and
+     ``lockstep.json``: what ``jigsaw deploy --tables OUT`` uses).
 
-   Per job: measured vs simulated mean iteration time and JCT, the relative error (mean over the
-   repeats), and whether it meets the target: |error| <= 10 %, or <= 2 x the noise where that is
-   larger.
+   Per job: measured vs simulated mean iteration time (over the rounds in which the job ran live:
+   the same decisions on both sides) and JCT, the relative error (mean over the repeats), and
+   whether it meets the target: |error| <= 10 %, or <= 2 x the noise where that is larger.
 
 Writes ``OUT/sim_vs_real.json`` (and the runs' logs under ``OUT/runs/``, the calibration under
 ``OUT/calibration/``); prints a table. docs/deploy.md section 5 has the results and what they mean.
@@ -134,17 +135,78 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-s", type=float, default=2.0)
     ap.add_argument("--policy", default="gandiva+spb")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the jobs' iterations")
-    ap.add_argument("--calibration-repeats", type=int, default=3, help="executor calibration runs (median)")
+    ap.add_argument("--calibration-repeats", type=int, default=5, help="executor calibration runs (median)")
     ap.add_argument("--calibration-iterations", type=int, default=1000, help="iterations per calibration job")
     ap.add_argument("--calibration", default=None, metavar="DIR",
                     help="reuse the output of an earlier `jigsaw calibrate --device cpu --executor` instead of running it")
+    ap.add_argument("--sessions", type=int, default=1,
+                    help="repeat the whole check (calibration, live runs, replays) this many times, each in "
+                         "OUT/sessionK/, and summarise the errors across sessions in OUT/sessions.json: the "
+                         "calibration's own run-to-run variation is then part of what is measured")
     ap.add_argument("--out", default="bench/results/sim_vs_real")
     args = ap.parse_args(argv)
+    if args.sessions < 1:
+        ap.error(f"--sessions must be >= 1, got {args.sessions}")
+    if args.sessions > 1 and args.calibration:
+        ap.error("--sessions > 1 calibrates in every session: do not give --calibration")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.sessions == 1:
+        run_session(args, Path(args.out))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for k in range(args.sessions):
+        print(f"\n=== session {k + 1}/{args.sessions} ===", flush=True)
+        results.append(run_session(args, out / f"session{k}"))
+    summary = summarise_sessions(results)
+    (out / "sessions.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    _print_sessions(summary)
+    return 0
+
+
+def summarise_sessions(results: list[dict]) -> dict:
+    """Per job, the ``executor`` variant's iteration and JCT errors in every session, their mean
+    and range, and in how many sessions each met the target."""
+    jobs = []
+    for i, row in enumerate(results[0]["rows"]):
+        rs = [r["rows"][i] for r in results]
+        d = {"job_id": row["job_id"], "model": row["model"], "num_gpus": row["num_gpus"]}
+        for what in ("iter", "jct"):
+            errs = [r[f"executor_{what}_err"] for r in rs]
+            d[f"{what}_err"] = errs
+            d[f"{what}_err_mean"] = float(np.mean(errs))
+            d[f"{what}_err_range"] = [float(min(errs)), float(max(errs))]
+            d[f"{what}_ok_sessions"] = int(sum(r[f"executor_{what}_ok"] for r in rs))
+            d[f"live_{what}_noise"] = [r[f"noise_{what}_cv"] for r in rs]
+        jobs.append(d)
+    return {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sessions": len(results),
+            "all_jobs_ok_sessions": int(sum(all(r[f"executor_{w}_ok"] for r in res["rows"] for w in ("iter", "jct"))
+                                            for res in results)),
+            "lockstep_ms": [(res["calibration"].get("lockstep") or {}).get("lockstep_ms") for res in results],
+            "jobs": jobs}
+
+
+def _print_sessions(s: dict) -> None:
+    n = s["sessions"]
+    print(f"\nsim vs real over {n} sessions (executor-calibrated tables): every job within target in "
+          f"{s['all_jobs_ok_sessions']} of {n}")
+    print(f"{'job':>3} {'model':<17}{'slots':>5} | {'iter err mean [range]':>24} {'ok':>5} | {'JCT err mean [range]':>24} {'ok':>5}")
+    for j in s["jobs"]:
+        cells = []
+        for w in ("iter", "jct"):
+            lo, hi = j[f"{w}_err_range"]
+            cells.append(f"{_pct(j[f'{w}_err_mean'], True):>6} [{_pct(lo, True)}, {_pct(hi, True)}]".rjust(24)
+                         + f" {j[f'{w}_ok_sessions']}/{n}".rjust(6))
+        print(f"{j['job_id']:>3} {j['model']:<17}{j['num_gpus']:>5} | {cells[0]} | {cells[1]}")
+
+
+def run_session(args, out: Path) -> dict:
+    """One calibration, ``args.repeats`` live runs and their replays, written under ``out``;
+    returns what ``out/sim_vs_real.json`` holds."""
     from jigsaw_executor.cluster_ray import RaySession, SlotPool, get_or_create_hub, kill_actor
     from jigsaw_executor.decision_log import replay_decision_log
 
-    out = Path(args.out)
     for d in ("runs", "calibration"):
         if (out / d).exists() and not (args.calibration and Path(args.calibration).resolve() == (out / d).resolve()):
             shutil.rmtree(out / d)
@@ -223,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                                if "restart_s" not in n})}
     (out / "sim_vs_real.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     _print(result)
-    return 0
+    return result
 
 
 def _print(res: dict) -> None:

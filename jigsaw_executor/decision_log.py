@@ -210,7 +210,8 @@ class ReplayResult:
     decisions_match: every round's re-computed policy decision equals the logged one (and, for a
         learned policy, every logged observation and mask gives the logged action).
     mismatches: the rounds (and steps) that differ, with both versions.
-    jobs: per job, measured (live) vs simulated mean iteration time and JCT, relative errors.
+    jobs: per job, measured (live) vs simulated mean iteration time (over the rounds in which the
+        job ran live; ``sim_iter_s_all`` over every simulated round) and JCT, relative errors.
     rounds: per round and job, measured vs simulated iterations and mean iteration time.
     """
 
@@ -436,6 +437,13 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
                            "iter_rel_err": None if live is None else _rel(sim_it, live["mean_iter_s"])})
     out_jobs = []
     rfj = rf.groupby("job_id")[["run_s", "steps", "bytes"]].sum()
+    # per-iteration time is compared over the rounds in which the job ran live too (the same
+    # decisions on both sides); rounds the simulator adds after the job finished live run it under
+    # decisions that never held it (e.g. sharing a slot the live run gave another job), so they
+    # count in the JCT and in sim_iter_s_all, not in the like-for-like sim_iter_s
+    both = np.array([(int(r), int(j)) in live_steps for r, j in zip(rf["round"], rf["job_id"])], dtype=bool) \
+        if len(rf) else np.zeros(0, dtype=bool)
+    rfb = rf[both].groupby("job_id")[["run_s", "steps"]].sum()
     for spec in header["jobs"]:
         jid = int(spec["job_id"])
         live = [o for r in rounds for o in [r.get("outcome", {}).get(str(jid))] if o]
@@ -445,13 +453,16 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
         live_jct = (fin[-1] - float(spec["arrival_s"])) if fin else None
         sim_jct = float(jf.loc[jid, "jct_s"]) if jid in jf.index else None
         sim_steps = int(rfj.loc[jid, "steps"]) if jid in rfj.index else 0
-        sim_iter = float(rfj.loc[jid, "run_s"]) / sim_steps if sim_steps else None
+        sim_iter_all = float(rfj.loc[jid, "run_s"]) / sim_steps if sim_steps else None
+        steps_b = int(rfb.loc[jid, "steps"]) if jid in rfb.index else 0
+        sim_iter = float(rfb.loc[jid, "run_s"]) / steps_b if steps_b else None
         live_iter = live_step_s / live_iters if live_iters else None
         live_bytes = sum(o["bytes"] for o in live)
         out_jobs.append({
             "job_id": jid, "model": spec["model"], "num_gpus": int(spec["num_gpus"]),
             "live_iterations": live_iters, "sim_iterations": sim_steps,
             "live_iter_s": live_iter, "sim_iter_s": sim_iter, "iter_rel_err": _rel(sim_iter, live_iter),
+            "sim_iter_s_all": sim_iter_all,
             "live_jct_s": live_jct, "sim_jct_s": sim_jct, "jct_rel_err": _rel(sim_jct, live_jct),
             "live_bytes_per_iter": live_bytes / live_iters if live_iters else None,
             "sim_bytes_per_iter": float(rfj.loc[jid, "bytes"]) / sim_steps if sim_steps else None,
