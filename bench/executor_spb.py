@@ -15,6 +15,9 @@ same data. Reported per configuration:
 * bwd ms (alone): the same mean built from backward times measured one process at a time (a
   single process, no other worker running, median of ``--repeats`` per start group), i.e. without
   the CPU contention of the 4-process job;
+* table: what the simulator's cost table predicts for the same change, the mean per-worker backward
+  over the same starts relative to full backprop (eq. C1 without forward and optimizer; the CPU
+  table at this batch size, else the model's shipped one);
 * peak act: per rank, the largest saved-for-backward bytes over the iterations (exact count),
   against ``CostTable.activation_peak_bytes(min start of that rank over the cycle)`` (eq. M1).
 
@@ -104,14 +107,48 @@ def run_model(model_name: str, world: int, iterations: int, warmup: int, batch_s
                        "losses_rank0": [res.reports[0][i].loss for i in its]}
     all_starts = {s for j in jobs.values() for st in j["starts"] for s in st}
     alone = _single_process_times(model_name, batch_size, all_starts, repeats, seed)
+    pred_table = _prediction_table(model_name, batch_size)
+    bwd_pred = backward_by_start(pred_table) if pred_table is not None else None
     for label, j in jobs.items():
         timed_starts = [s for st in j["starts"][warmup:] for s in st]
         j["backward_s_alone_mean"] = float(np.mean([alone[s]["backward_s"] for s in timed_starts]))
+        if bwd_pred is not None:
+            # the cost table's mean per-worker backward over the same starts (eq. C1 without the
+            # forward and the optimizer): seconds at the table's batch size, and relative to full
+            j["backward_s_pred_mean"] = float(np.mean([bwd_pred[s] for s in timed_starts]))
+            j["backward_pred_table"] = f"{pred_table.model}-bs{pred_table.batch_size}-{pred_table.device}"
         rows.append(j | {"label": label})
     return {"model": model_name, "batch_size": batch_size, "world": world, "iterations": iterations,
             "warmup": warmup, "num_groups": table.num_groups, "param_bytes": [g.param_bytes for g in table.groups],
             "activation_bytes": [g.activation_bytes for g in table.groups],
             "single_process_by_start": {str(k): v for k, v in alone.items()}, "configs": jobs}
+
+
+def _prediction_table(model_name: str, batch_size: int):
+    """The CPU cost table the simulator would use for this model: the one at this batch size, or
+    else the shipped one (another batch size: only its relative backward times are compared)."""
+    from jigsaw_env.calibrate import SHIPPED
+    from jigsaw_env.cost_table import get_table
+
+    for bs in (batch_size, SHIPPED.get(model_name)):
+        if bs is None:
+            continue
+        try:
+            return get_table(model_name, bs, "cpu")
+        except (KeyError, ValueError, FileNotFoundError):
+            continue
+    return None
+
+
+def backward_by_start(table) -> list[float]:
+    """Per start group s, a worker's backward seconds in the table: the weight gradients of groups
+    s.. plus the input gradients of groups s+1.. (eq. C1 without forward, optimizer and overhead)."""
+    import numpy as np
+
+    a = table.arrays()
+    w = np.cumsum(a["backward_weight_s"][::-1])[::-1]
+    i = np.concatenate([np.cumsum(a["backward_input_s"][::-1])[::-1][1:], [0.0]])
+    return (w + i).tolist()
 
 
 def _fmt_bytes(b: float) -> str:
@@ -123,7 +160,7 @@ def _fmt_bytes(b: float) -> str:
 
 def print_table(results: list[dict]) -> None:
     head = (f"{'model':<22}{'config':<13}{'bytes/iter meas':>16}{'pred':>11}{'vs full':>9}"
-            f"{'bwd ms job':>12}{'bwd ms alone':>13}{'vs full':>9}  {'peak act per rank (meas = pred?)'}")
+            f"{'bwd ms job':>12}{'bwd ms alone':>13}{'vs full':>9}{'table':>8}  {'peak act per rank (meas = pred?)'}")
     print(head)
     print("-" * len(head))
     for res in results:
@@ -138,7 +175,12 @@ def print_table(results: list[dict]) -> None:
                   f"{_fmt_bytes(pb):>11}{(mb / fb - 1) * 100:>8.1f}%"
                   f"{j['backward_s_job_mean'] * 1e3:>12.2f}{j['backward_s_alone_mean'] * 1e3:>13.2f}"
                   f"{(j['backward_s_alone_mean'] / full['backward_s_alone_mean'] - 1) * 100:>8.1f}%"
-                  f"  [{peaks}] {'=' if same else '!='} pred")
+                  + (f"{(j['backward_s_pred_mean'] / full['backward_s_pred_mean'] - 1) * 100:>7.1f}%"
+                     if "backward_s_pred_mean" in j else f"{'-':>8}")
+                  + f"  [{peaks}] {'=' if same else '!='} pred")
+        if "backward_pred_table" in full:
+            print(f"{'':<22}(table column: the cost table {full['backward_pred_table']}'s backward over the same "
+                  f"starts, relative to full backprop; {full['backward_s_pred_mean'] * 1e3:.2f} ms at full)")
 
 
 def main(argv=None) -> int:

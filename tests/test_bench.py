@@ -89,3 +89,36 @@ def test_per_round_cost_splits_the_scheduler_calls_in_order():
     fin = [p["finished_at_start"] for p in r["parts"]]
     assert fin[0] == 0 and fin == sorted(fin)  # quarters in call order: finished counts never go back
     assert all(p["mean_active"] >= 1 and p["sched_ms_per_call"] > 0 for p in r["parts"])
+
+
+def test_sim_vs_real_sessions_summary_hand_computed():
+    """Two sessions of two jobs: errors, means, ranges and the sessions where every job met the target."""
+    from bench.sim_vs_real import summarise_sessions
+
+    def row(jid, ie, je, iok, jok):
+        return {"job_id": jid, "model": "m", "num_gpus": 1, "executor_iter_err": ie, "executor_jct_err": je,
+                "executor_iter_ok": iok, "executor_jct_ok": jok, "noise_iter_cv": 0.01, "noise_jct_cv": 0.02}
+
+    s1 = {"rows": [row(0, 0.04, -0.02, True, True), row(1, 0.12, 0.30, False, False)],
+          "calibration": {"lockstep": {"lockstep_ms": 1.5}}}
+    s2 = {"rows": [row(0, 0.08, 0.00, True, True), row(1, 0.06, 0.02, True, True)], "calibration": {}}
+    s = summarise_sessions([s1, s2])
+    assert s["sessions"] == 2 and s["all_jobs_ok_sessions"] == 1 and s["lockstep_ms"] == [1.5, None]
+    j0, j1 = s["jobs"]
+    assert j0["iter_err"] == [0.04, 0.08] and j0["iter_err_mean"] == pytest.approx(0.06)
+    assert j0["iter_err_range"] == [0.04, 0.08] and j0["iter_ok_sessions"] == 2
+    assert j1["jct_err_mean"] == pytest.approx(0.16) and j1["jct_err_range"] == [0.02, 0.30]
+    assert j1["iter_ok_sessions"] == 1 and j1["jct_ok_sessions"] == 1
+    assert j1["live_jct_noise"] == [0.02, 0.02]
+
+
+def test_executor_spb_backward_by_start_hand_computed():
+    """TOY4: weight and input gradients 1 s per group, 4 groups. A worker starting at group s
+    computes the weight gradients of groups s..3 and the input gradients of groups s+1..3:
+    7, 5, 3, 1 s."""
+    from conftest import BS, DEV, TOY4
+
+    from bench.executor_spb import backward_by_start
+    from jigsaw_env.cost_table import get_table
+
+    assert backward_by_start(get_table(TOY4, BS, DEV)) == pytest.approx([7.0, 5.0, 3.0, 1.0])
