@@ -193,14 +193,10 @@ class CostTable:
 
     @classmethod
     def load(cls, path: str | Path) -> "CostTable":
+        from .jsonfile import read_json_file
+
         p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"cost table file not found: {p}")
-        try:
-            d = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: not valid JSON ({e})") from None
-        return cls.from_dict(d, origin=str(p))
+        return cls.from_dict(read_json_file(p, "cost table file"), origin=str(p))
 
     def digest(self) -> str:
         """Short sha256 of the table's canonical JSON (used in report metadata)."""

@@ -167,15 +167,10 @@ def save_link(path: str | Path, link: Link, source: str, extra: dict | None = No
 def load_link(path: str | Path) -> Link:
     """Read a link written by :func:`save_link`. A missing file, bad JSON, or a field that is not a
     finite number (alpha_s >= 0, bandwidth_Bps > 0) raises one line naming the file and field."""
-    import json
+    from .jsonfile import read_json_file
 
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"link file not found: {p}")
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not valid JSON ({e})") from None
+    d = read_json_file(p, "link file")
     if not isinstance(d, dict):
         raise ValueError(f"{p}: expected a JSON object with alpha_s and bandwidth_Bps")
     vals = {}

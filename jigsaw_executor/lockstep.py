@@ -46,13 +46,10 @@ def save_lockstep(path: str | Path, lockstep_s: float, source: str, extra: dict 
 def load_lockstep(path: str | Path) -> float:
     """The barrier in a file written by :func:`save_lockstep` (seconds). A missing file, bad JSON
     or a ``lockstep_s`` that is not a finite number >= 0 raises one line naming the file and field."""
+    from jigsaw_env.jsonfile import read_json_file
+
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"lockstep file not found: {p}")
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not valid JSON ({e})") from None
+    d = read_json_file(p, "lockstep file")
     if not isinstance(d, dict):
         raise ValueError(f"{p}: expected a JSON object with lockstep_s")
     v = d.get("lockstep_s")
