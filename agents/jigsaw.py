@@ -253,8 +253,11 @@ class Jigsaw(Scheduler):
                     reserved[g] = False
                 wl = ledger._wl
                 still_free = not any(wl[g] for g in j.placement)
+                # a running job's own configuration on GPUs nobody else holds yet always fits: the
+                # simulator validated it in force with at least these workers on them (so the
+                # ledger's check is skipped here and below; it would return True)
                 cur = self._current_jd(state, j) if still_free else None
-                if cur is not None and self._spread_ok(state, j, cur.gpus) and ledger.fits(j.job_id, cur):
+                if cur is not None and self._spread_ok(state, j, cur.gpus):
                     ledger.add(j.job_id, cur, checked=True)
                     continue
             free = (ledger.workers == 0) & ~np.array(reserved, dtype=bool)
@@ -273,7 +276,7 @@ class Jigsaw(Scheduler):
                         jd = None
                 else:
                     jd = None
-                if jd is None and ledger.fits(j.job_id, cur):
+                if jd is None:  # cur: its GPUs are still free (nothing was added since), so it fits
                     ledger.add(j.job_id, cur, checked=True)
                     continue
             if jd is None or not self._spread_ok(state, j, jd.gpus):
@@ -293,10 +296,8 @@ class Jigsaw(Scheduler):
                 jd = None
                 wl = ledger._wl
                 stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
-                if stays:
-                    jd = self._current_jd(state, j)  # stays where it is: no restart
-                    if not ledger.fits(j.job_id, jd):
-                        jd = None
+                if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
+                    jd = self._current_jd(state, j)
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
