@@ -124,6 +124,9 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         raise ValueError(f"executor repeats must be an integer >= 1, got {repeats!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"executor iterations must be an integer >= 1, got {iterations!r}")
+    if lockstep and pool is not None and getattr(pool, "cap", 2) < 2:  # before any measurement
+        raise ValueError(f"the lockstep pairs need 2 workers per slot but the given slot pool holds {pool.cap}; "
+                         "give a pool with 2 hosts per slot or lockstep=False")
     out = Path(out)
     out.mkdir(exist_ok=True)
     cmd = command or "jigsaw calibrate --device cpu --executor"
@@ -154,9 +157,6 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
     need = 2 if link else 1
     session = None
     own_pool = pool is None
-    if not own_pool and duo and getattr(pool, "cap", 2) < 2:
-        raise ValueError(f"the lockstep pairs need 2 workers per slot but the given slot pool holds {pool.cap}; "
-                         "give a pool with 2 hosts per slot or lockstep=False")
     if own_pool:
         from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub
 

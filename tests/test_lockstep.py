@@ -213,3 +213,15 @@ def test_recalibrated_table_keeps_the_shipped_measured_eta(tmp_path):
     tt = CostTable.load(TABLES_DIR / "tiny_transformer-bs32-cpu.json")
     assert "eta" not in tt.meta and carry_measured_eta(dataclasses.replace(tt, meta={})).meta == {}
     assert math.isfinite(t.compute_s(0))
+
+
+def test_calibration_refuses_a_one_worker_pool_before_measuring(tmp_path):
+    from jigsaw_executor.calibrate_executor import calibrate_executor
+
+    class OneWorkerPool:
+        cap = 1
+
+    base = {"tiny_mlp": CostTable.load(TABLES_DIR / "tiny_mlp-bs32-cpu.json")}
+    with pytest.raises(ValueError, match="lockstep pairs need 2 workers per slot but the given slot pool holds 1"):
+        calibrate_executor(["tiny_mlp"], {"tiny_mlp": 32}, tmp_path / "cal", base_tables=base, pool=OneWorkerPool())
+    assert not (tmp_path / "cal").exists()  # refused before anything was written
