@@ -122,3 +122,24 @@ def test_executor_spb_backward_by_start_hand_computed():
     from jigsaw_env.cost_table import get_table
 
     assert backward_by_start(get_table(TOY4, BS, DEV)) == pytest.approx([7.0, 5.0, 3.0, 1.0])
+
+
+def test_expert_ceiling_rejects_bad_arguments(capsys):
+    from bench.expert_ceiling import main
+
+    for argv in (["--window-k", "x"], ["--orders", "random"], ["--window-k", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    assert "--orders takes slot and/or heuristic" in capsys.readouterr().err
+
+
+def test_expert_ceiling_tiresias_translates_exactly():
+    """Tiresias (exclusive, consolidated) is exactly expressible in the env's actions in its own
+    order: the translated expert's JCT equals the simulator's on every window."""
+    from bench.expert_ceiling import measure
+
+    res = measure("synthetic:jobs=120,load=1.2,seed=3", 16, 0.5, 2, 20, 1.0, "tiresias", [8], ["heuristic"],
+                  log=lambda s: None)
+    direct, translated = res["jct_h"]["tiresias"], res["jct_h"]["tiresias as actions, K=8, heuristic order"]
+    assert len(direct) == 2 and direct == pytest.approx(translated, rel=1e-12)

@@ -1,0 +1,93 @@
+"""How much of a heuristic the env's action space keeps: the heuristic translated into env actions.
+
+    python -m bench.expert_ceiling                         # Jigsaw, the 12 held-out study windows (~1 min)
+    python -m bench.expert_ceiling --expert tiresias --window-k 16,32 --orders slot,heuristic
+
+A learned policy that imitates an expert can at best play the expert's decisions as the env's
+actions express them (``agents.imitation.HeuristicExpert``: a window of K jobs, four placement
+options). This plays the translated expert on the held-out windows of ``python -m bench.ppo_study``
+(same split, same windows, same load) for every window size K and action order given, next to the
+expert and Tiresias run by the simulator directly on the same cluster and ``SimConfig`` as the env.
+Prints per-window and mean JCTs (hours) and writes them as JSON (``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
+            expert: str, window_ks: list[int], orders: list[str], log=print) -> dict:
+    import numpy as np
+
+    from agents import make_scheduler
+    from agents.imitation import HeuristicExpert, play_expert
+    from bench.ppo_study import build_windows, heldout_split
+    from jigsaw_env.env import JigsawClusterEnv
+    from jigsaw_env.simulator import Simulator
+
+    _, held = heldout_split(trace, gpus, holdout)
+    wins = build_windows(held, window_jobs, windows, gpus, load)
+    refs = list(dict.fromkeys(["tiresias", expert]))
+    jct: dict[str, list[float]] = {}
+    for w, info in wins:
+        env = JigsawClusterEnv(gpus=gpus, window_k=window_ks[0])
+        for name in refs:
+            sim = Simulator(env.cluster, w, env.sim_config)
+            sim.run(make_scheduler(name))
+            jct.setdefault(name, []).append(sim.metrics()["avg_jct_s"] / 3600)
+        for k in window_ks:
+            for order in orders:
+                e = JigsawClusterEnv(gpus=gpus, window_k=k)
+                s = play_expert(e, HeuristicExpert(expert, order=order), w)
+                jct.setdefault(f"{expert} as actions, K={k}, {order} order", []).append(s.metrics()["avg_jct_s"] / 3600)
+        log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
+            + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
+    return {"trace": trace, "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
+            "expert": expert, "jct_h": jct, "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
+
+
+def main(argv=None) -> int:
+    from bench.ppo_study import _default_trace
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument("--windows", type=int, default=12)
+    p.add_argument("--window-jobs", type=int, default=80)
+    p.add_argument("--load", type=float, default=1.0)
+    p.add_argument("--expert", default="jigsaw")
+    p.add_argument("--window-k", default="16", help="comma-separated window sizes K (default 16)")
+    p.add_argument("--orders", default="slot,heuristic", help="comma-separated action orders (default slot,heuristic)")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    a = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        ks = [int(x) for x in a.window_k.split(",") if x]
+    except ValueError:
+        p.error(f"--window-k must be comma-separated integers, got {a.window_k!r}")
+    orders = [x for x in a.orders.split(",") if x]
+    bad = [o for o in orders if o not in ("slot", "heuristic")]
+    if bad or not orders or not ks or min(ks) < 1:
+        p.error(f"--orders takes slot and/or heuristic, --window-k positive integers; got {a.orders!r}, {a.window_k!r}")
+    t0 = time.perf_counter()
+    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, a.load, a.expert, ks,
+                  orders)
+    res["wall_s"] = time.perf_counter() - t0
+    res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res["command"] = "python -m bench.expert_ceiling " + " ".join(argv if argv is not None else sys.argv[1:])
+    print("mean JCT over the windows (h): " + ", ".join(f"{k} {v:.3f}" for k, v in res["mean_jct_h"].items()))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
