@@ -70,9 +70,14 @@ class SimConfig:
             raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s!r}")
         if not self.idle_round_s > 0:
             raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
-        if isinstance(self.lockstep_s, bool) or not isinstance(self.lockstep_s, (int, float)) or not (
-                0 <= self.lockstep_s < float("inf")):
-            raise ValueError(f"lockstep_s must be a finite number of seconds >= 0, got {self.lockstep_s!r}")
+        check_lockstep_s(self.lockstep_s)
+
+
+def check_lockstep_s(value) -> None:
+    """ValueError (one line) unless ``value`` is a finite number of seconds >= 0: the lockstep
+    barrier of :class:`SimConfig` and of the live executor's ``LiveConfig``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"lockstep_s must be a finite number of seconds >= 0, got {value!r}")
 
 
 @dataclass

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from agents.base import Scheduler
 from jigsaw_env.cost_table import CostTable, table_filename
 from jigsaw_env.network import INTRA_NODE, LINK_FILE, Link, fit_executor_alpha, save_link
 
@@ -52,7 +53,7 @@ PLAIN_REPEATS = 200  # timed runs of the plain-loop table measured here (unless 
 PLAIN_WARMUP = 10    # warm-up runs before them
 
 
-class PinnedGroups:
+class PinnedGroups(Scheduler):
     """A scheduler for calibration runs: groups of jobs, each group on the GPUs given for it at
     level 0, in list order; a group starts once no earlier group still holds any of its GPUs
     (so the jobs of a group share its GPUs, in lockstep when there are several)."""
@@ -61,12 +62,6 @@ class PinnedGroups:
 
     def __init__(self, groups: list[tuple[tuple[int, ...], tuple[int, ...]]]):
         self.groups = [(tuple(j), tuple(g)) for j, g in groups]
-
-    def reset(self) -> None:
-        pass
-
-    def quiet_until(self, state) -> float:
-        return state.time_s
 
     def schedule(self, state):
         from jigsaw_env.state import Decision, JobDecision
@@ -81,8 +76,6 @@ class PinnedGroups:
                 dec[j] = JobDecision(gpus, 0)
             used.update(gpus)
         return dec
-
-    __call__ = schedule
 
 
 def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:

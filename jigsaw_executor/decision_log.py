@@ -335,14 +335,13 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     if tables:
         from jigsaw_env.network import LINK_FILE, load_link
 
-        from .lockstep import LOCKSTEP_FILE, load_lockstep
+        from .lockstep import lockstep_in_tables
 
         lf = Path(tables) / LINK_FILE
         if link is None and lf.is_file():  # `jigsaw calibrate --executor` wrote the link next to its tables
             link = load_link(lf)
-        bf = Path(tables) / LOCKSTEP_FILE
-        if lockstep_s is None and bf.is_file():  # and the lockstep barrier
-            lockstep_s = load_lockstep(bf)
+        if lockstep_s is None:  # and the lockstep barrier
+            lockstep_s = lockstep_in_tables(tables)
         with _tables_registered(tables):
             return simulate_log(header, rounds, restart_s, None, link, lockstep_s)
     from jigsaw_env.simulator import SimConfig, Simulator

@@ -216,6 +216,7 @@ def _read_jobs(path: str):
 def run(args) -> int:
     from .cluster_ray import check_slots, default_slots
 
+    lockstep_s = 0.0
     if args.tables:
         from jigsaw_env.cost_table import register_tables_dir
         from jigsaw_env.network import LINK_FILE, load_link
@@ -228,14 +229,14 @@ def run(args) -> int:
             args.link_alpha_us, args.link_gbps = link.alpha_s * 1e6, link.bandwidth_Bps / 1e9
             if not args.json:
                 print(f"link from {link_file}: alpha {args.link_alpha_us:.1f} us, {args.link_gbps:.3g} GB/s")
-        from .lockstep import LOCKSTEP_FILE, load_lockstep
+        from .lockstep import LOCKSTEP_FILE, lockstep_in_tables
 
-        lock_file = Path(args.tables) / LOCKSTEP_FILE
-        if lock_file.is_file():  # the lockstep barrier `jigsaw calibrate --executor` measured (eq. X3)
-            args.lockstep_s = load_lockstep(lock_file)
+        found = lockstep_in_tables(args.tables)  # the barrier `jigsaw calibrate --executor` measured (eq. X3)
+        if found is not None:
+            lockstep_s = found
             if not args.json:
-                print(f"lockstep barrier from {lock_file}: {args.lockstep_s * 1e3:.3f} ms per co-located step "
-                      "(used by the end-of-run replay)")
+                print(f"lockstep barrier from {Path(args.tables) / LOCKSTEP_FILE}: {lockstep_s * 1e3:.3f} ms per "
+                      "co-located step (used by the end-of-run replay)")
     if args.resume:
         return _resume(args)
     if args.policy is None:
@@ -255,7 +256,7 @@ def run(args) -> int:
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
                              echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
                              max_restarts=args.max_restarts, recovery=args.recovery,
-                             lockstep_s=getattr(args, "lockstep_s", 0.0))
+                             lockstep_s=lockstep_s)
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:

@@ -137,9 +137,9 @@ class LiveConfig:
     lockstep_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.lockstep_s, bool) or not isinstance(self.lockstep_s, (int, float)) or not (
-                0 <= self.lockstep_s < float("inf")):
-            raise ValueError(f"lockstep_s must be a finite number of seconds >= 0, got {self.lockstep_s!r}")
+        from jigsaw_env.simulator import check_lockstep_s
+
+        check_lockstep_s(self.lockstep_s)
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery must be one of {list(RECOVERY_MODES)}, got {self.recovery!r}")
         for name in ("checkpoint_every", "max_restarts"):

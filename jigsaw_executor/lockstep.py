@@ -21,7 +21,7 @@ import json
 import math
 from pathlib import Path
 
-from jigsaw_env.cost_table import LOCKSTEP_FILE  # noqa: F401  (the file's name, known to table_files)
+from jigsaw_env.cost_table import LOCKSTEP_FILE  # the file's name, known to table_files
 
 
 def fit_lockstep(points: list[tuple[float, float, float]]) -> float:
@@ -56,3 +56,10 @@ def load_lockstep(path: str | Path) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise ValueError(f"{p}: field lockstep_s must be a finite number >= 0 (seconds per co-located step), got {v!r}")
     return float(v)
+
+
+def lockstep_in_tables(folder: str | Path) -> float | None:
+    """The barrier ``jigsaw calibrate --executor`` wrote next to its tables (``folder/lockstep.json``),
+    or None when the folder has none. A bad file raises as :func:`load_lockstep`."""
+    f = Path(folder) / LOCKSTEP_FILE
+    return load_lockstep(f) if f.is_file() else None
