@@ -66,7 +66,7 @@ def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, g
     codec = b.codec
     combos = codec.combos
     levels = sorted({lv for lv, _ in combos}, key=lambda lv: (abs(lv - target.level), lv))
-    kind_rank = {"keep": 0, "consolidated": 1, "spread": 2, "packed": 1 if shared else 3}
+    kind_rank = {"keep": 0, "consolidated": 1, "spread": 2, "packed": 1 if shared else 3, "paired": 1 if shared else 4}
     for level in levels:
         pats = [p for lv, p in combos if lv == level]
         pats.sort(key=lambda p: p is not target.pattern)
@@ -106,6 +106,10 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
         todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
     else:
         todo.sort(key=lambda jid: jid not in current)
+    # two passes: first every action that lands where the heuristic puts the job (a job that
+    # cannot land yet may be able to once another one has moved: the paired option's host choice
+    # depends on which hosts are left), then the fallbacks for the rest
+    fallback: list[tuple[int, int | None]] = []
     for jid in todo:
         slot, tjd = slot_of[jid], target[jid]
         a = _run_action(b, slot, tjd, _shares(target, jid, tjd), gpus_per_node)
@@ -118,12 +122,17 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
                 stay = _run_action(b, slot, JobDecision(cur.gpus, tjd.level, tjd.pattern), False, gpus_per_node)
                 if stay is not None and codec.decode(stay)[2] == "keep":
                     a = stay
+                fallback.append((jid, a))
+                continue
         elif cur is None and a is not None and _shares(target, jid, tjd):
             # a co-location the codec cannot reproduce would time-slice with some other job:
             # leave the job waiting instead
             landed = set(b.candidate(slot, *codec.decode(a)[2:]).gpus) == set(tjd.gpus)
             if not landed:
                 a = None
+        if a is not None:
+            return a
+    for _, a in fallback:
         if a is not None:
             return a
     return codec.advance

@@ -242,6 +242,7 @@ class RoundBuilder:
         zero = _zero_row(c.per_job)
         parts = []
         om = [None]  # the sorted open memory (_open_mem), made when first needed
+        hm = None    # the hosts' smallest memories for the paired option (_HostMins), likewise
         for jid in self.window:
             if jid in acted:
                 parts.append(zero)
@@ -252,17 +253,26 @@ class RoundBuilder:
                 info = self._job_info(job)
             jd = dec.get(jid)
             n = info.n
+            if hm is None:
+                hm = _HostMins(base.host_decisions(), base._ml)
             if jd is None:
+                hmin = hm.min_without(n, jid)
                 if n <= n_free:
-                    parts.append(info.fit_row)  # the n-th smallest open memory is a free GPU's 0.0
+                    # the n-th smallest open memory is a free GPU's 0.0
+                    row = info.fit_rows.get(hmin)
+                    if row is None:
+                        row = info.fit_rows[hmin] = info.fit_row + info.fit_bytes(hmin) + b"\0"
+                    parts.append(row)
                     continue
                 open_mem = om[0]
                 if open_mem is None:
                     open_mem = om[0] = self._open_mem()
                 nth = float(open_mem[n - 1]) if n <= open_mem.size else math.inf
-                row = info.packed_rows.get(nth)
+                key = (nth, hmin)
+                row = info.packed_rows.get(key)
                 if row is None:
-                    row = info.packed_rows[nth] = info.blank2 + info.blank + info.packed_bytes(nth) + b"\0"
+                    row = info.packed_rows[key] = (info.blank2 + info.blank + info.fit_bytes(nth)
+                                                   + info.fit_bytes(hmin) + b"\0")
                 parts.append(row)
                 continue
             gpus = jd.gpus
@@ -272,15 +282,16 @@ class RoundBuilder:
                     break
             else:
                 # the job alone on its GPUs: taken out, they are free (memory 0.0), so every option
-                # is limited only by a worker fitting an empty GPU
-                key = (gpus, running)
+                # is limited only by a worker fitting an empty GPU; paired by the other hosts
+                hmin = hm.min_without(n, jid)
+                key = (gpus, running, hmin)
                 row = info.alone_rows.get(key)
                 if row is None:
                     keep = self._keep_row(job, gpus, [0.0] * len(gpus)) if running else info.blank
-                    row = info.alone_rows[key] = keep + info.nlc * 3 + b"\1"
+                    row = info.alone_rows[key] = keep + info.nlc * 3 + info.fit_bytes(hmin) + b"\1"
                 parts.append(row)
                 continue
-            parts.append(self._shared_row(job, jd, info, n_free, om, running))
+            parts.append(self._shared_row(job, jd, info, n_free, om, hm, running))
         parts.extend([zero] * (c.window_k - len(self.window)))
         parts.append(b"\1")
         return np.frombuffer(bytearray(b"".join(parts)), dtype=bool)
@@ -290,10 +301,12 @@ class RoundBuilder:
         base = self.ledger
         return np.sort(base.mem[base.workers < self.state.max_workers_per_gpu])
 
-    def _shared_row(self, job, jd: JobDecision, info: "_JobInfo", n_free: int, om: list, running: bool) -> bytes:
+    def _shared_row(self, job, jd: JobDecision, info: "_JobInfo", n_free: int, om: list, hm: "_HostMins",
+                    running: bool) -> bytes:
         """The mask row of a running job that shares a GPU: its GPUs as they would be with it taken
         out (GpuLedger.remove's arithmetic), in scalar Python (a running job has few workers).
-        ``om``: a holder of the sorted open memory, made here if needed and kept for the call."""
+        ``om``: a holder of the sorted open memory, made here if needed and kept for the call;
+        ``hm``: the hosts as they are (the job, sharing a GPU, is none of them)."""
         base = self.ledger
         wl, ml = base._wl, base._ml
         cap_w = self.state.max_workers_per_gpu
@@ -338,12 +351,39 @@ class RoundBuilder:
             pref += opened
             pref.sort()
             if nj <= len(pref):
-                nth = pref[nj - 1]
-                packed = info.packed.get(nth)
-                if packed is None:
-                    packed = info.packed[nth] = info.packed_bytes(nth)
+                packed = info.fit_bytes(pref[nj - 1])
             else:
                 packed = info.blank
+        # paired: the hosts stay hosts (the job is on none of their GPUs); a job it shares a GPU
+        # with becomes one if, without the job, each of that job's GPUs holds only its worker
+        jid = job.job_id
+        hmin = hm.min_without(nj, jid)
+        if cap_w >= 2:
+            seen = None
+            for g in gpus:
+                if wl[g] != 2:
+                    continue
+                # g holds one other worker: its job k is a host without this one if each of k's
+                # GPUs then holds only k's worker (``after``: this job's GPUs without it)
+                k = base.partner(jid, g)
+                if seen is None:
+                    seen = {k}
+                elif k in seen:
+                    continue
+                else:
+                    seen.add(k)
+                kg = base.decision[k].gpus
+                if len(kg) < nj:
+                    continue
+                after = dict(zip(gpus, m_new))
+                for x in kg:
+                    if wl[x] != (2 if x in after else 1):
+                        break
+                else:
+                    mk = max([after.get(x, ml[x]) for x in kg[len(kg) - nj:]])
+                    if mk < hmin:
+                        hmin = mk
+        paired = info.fit_bytes(hmin)
         if running:
             kk = (gpus, tuple(m_new))
             keep = info.keep.get(kk)
@@ -353,7 +393,7 @@ class RoundBuilder:
                 keep = info.keep[kk] = self._keep_row(job, gpus, m_new)
         else:
             keep = info.blank
-        return keep + excl + excl + packed + b"\1"
+        return keep + excl + excl + packed + paired + b"\1"
 
     def _job_info(self, job) -> "_JobInfo":
         """The job's per-episode mask constants (cached by job id, shared by model and size)."""
@@ -404,7 +444,8 @@ class _JobInfo:
     """A job's constants for the masks (by model, batch size and GPU count): its largest worker
     peak at each level/pattern combo, which combos fit an empty GPU, and finished rows."""
 
-    __slots__ = ("n", "need", "cap0", "nlc", "blank", "blank2", "fit_row", "packed_rows", "alone_rows", "packed", "keep")
+    __slots__ = ("n", "need", "cap0", "nlc", "blank", "blank2", "fit_row", "fit_rows", "packed_rows", "alone_rows",
+                 "packed", "keep")
 
     def __init__(self, n: int, need: np.ndarray, cap0: float):
         self.n = n
@@ -414,12 +455,55 @@ class _JobInfo:
         self.blank = bytes(len(self.need))
         self.blank2 = self.blank * 2
         # not in the decision, with n free GPUs: consolidated, spread and packed (0.0 + need) fit alike
-        self.fit_row = self.blank + self.nlc * 3 + b"\0"
-        self.packed_rows: dict[float, bytes] = {}                # by the n-th smallest open memory
-        self.alone_rows: dict[tuple, bytes] = {}                 # running alone, by GPUs and status
-        self.packed: dict[float, bytes] = {}                     # packed_bytes, by the n-th memory
+        self.fit_row = self.blank + self.nlc * 3
+        self.fit_rows: dict[float, bytes] = {}                   # fit_row + paired + pause, by the hosts' memory
+        self.packed_rows: dict[tuple, bytes] = {}                # by the n-th smallest open memory and the hosts'
+        self.alone_rows: dict[tuple, bytes] = {}                 # running alone, by GPUs, status and the hosts'
+        self.packed: dict[float, bytes] = {}                     # fit_bytes, by the memory already on the GPU
         self.keep: dict[tuple, bytes] = {}                       # keep rows, by GPUs and their memory
 
-    def packed_bytes(self, nth: float) -> bytes:
-        cap0 = self.cap0
-        return bytes([nth + x <= cap0 for x in self.need])
+    def fit_bytes(self, m: float) -> bytes:
+        """Per combo: does the largest worker fit a GPU already holding ``m`` bytes (packed's n-th
+        smallest open memory, paired's smallest host memory; ``inf`` when there is none)?"""
+        row = self.packed.get(m)
+        if row is None:
+            cap0 = self.cap0
+            row = self.packed[m] = bytes([m + x <= cap0 for x in self.need])
+        return row
+
+
+class _HostMins:
+    """The ``paired`` option's hosts (``GpuLedger.hosts``) for one masks() call: for a guest of
+    ``n`` GPUs, the smallest of the hosts' largest memory on their last ``n`` GPUs (bytes), over
+    the hosts with at least ``n`` GPUs; the guest's combos that fit it are the feasible ones."""
+
+    __slots__ = ("items", "ml", "by_n")
+
+    def __init__(self, host_items: list, ml: list[float]):
+        """``host_items``: ``GpuLedger.host_decisions()``; ``ml``: the ledger's memory per GPU."""
+        self.items = host_items
+        self.ml = ml
+        self.by_n: dict[int, tuple[float, int, float]] = {}
+
+    def best(self, n: int) -> tuple[float, int, float]:
+        """(smallest memory, its host, the next smallest from another host); ``inf`` when none."""
+        r = self.by_n.get(n)
+        if r is None:
+            m1 = m2 = math.inf
+            j1 = -1
+            ml = self.ml
+            for hid, jd in self.items:
+                gpus = jd.gpus
+                if len(gpus) >= n:
+                    m = max([ml[g] for g in gpus[len(gpus) - n:]])
+                    if m < m1:
+                        m1, j1, m2 = m, hid, m1
+                    elif m < m2:
+                        m2 = m
+            r = self.by_n[n] = (m1, j1, m2)
+        return r
+
+    def min_without(self, n: int, jid: int) -> float:
+        """:meth:`best`'s smallest memory over the hosts other than job ``jid``."""
+        m1, j1, m2 = self.best(n)
+        return m2 if j1 == jid else m1

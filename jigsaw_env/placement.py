@@ -10,9 +10,21 @@ Placement options (the environment's finite menu; heuristics may also build plac
     spread        exclusive GPUs, one per node round-robin over the nodes with the most free GPUs
     packed        GPUs shared with other jobs' workers where memory and the per-GPU worker cap allow,
                   least-loaded occupied GPUs first, then free ones
+    paired        the GPUs of one host: a job in the decision alone on its GPUs (each holds only its
+                  worker) with at least as many GPUs. The guest's worker i goes on the host's GPU
+                  of worker W-1-i (W the host's width): its full-depth worker beside the host's
+                  lightest under static patterns (Jigsaw's "backward window", agents.common.
+                  guest_orders). Of the hosts where the guest's largest worker fits each of those
+                  GPUs: the narrowest first (the smallest lockstep group), then the one whose
+                  isolated iteration time is closest to the guest's (in log ratio: the pair's
+                  lockstep step wastes least), then the most attained GPU-seconds (Tiresias's
+                  lowest priority, the hosts Jigsaw's fitting tries first), then the lowest id.
+                  This is the pairing Jigsaw builds (docs/agents.md, fitting); ``packed`` cannot
+                  express it, since it spreads a guest over the least-loaded GPUs of several jobs.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -20,7 +32,7 @@ import numpy as np
 from .spb import Pattern
 from .state import ClusterState, Decision, JobDecision, JobState
 
-PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed")
+PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed", "paired")
 
 
 class InfeasibleDecision(ValueError):
@@ -47,6 +59,9 @@ class GpuLedger:
         self._pk: dict = {}  # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
+        # the sum of the job ids on each GPU, kept by every update: on a GPU of two workers, one
+        # job's partner is the sum minus its id (the masks' paired option asks, in O(1))
+        self._ids = [0] * G
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -63,6 +78,7 @@ class GpuLedger:
         new._cl = self._cl
         new._pk = self._pk
         new._wc = self._wc.copy()
+        new._ids = self._ids.copy()
         new.decision = Decision(self.decision)
         return new
 
@@ -136,8 +152,9 @@ class GpuLedger:
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
+        mem, workers, wl, ml, wc, ids = self.mem, self.workers, self._wl, self._ml, self._wc, self._ids
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+            ids[g] += job_id
             m = ml[g] + p
             ml[g] = m
             mem[g] = m
@@ -154,8 +171,9 @@ class GpuLedger:
     def remove(self, job_id: int) -> None:
         jd = self.decision.pop(job_id)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
+        mem, workers, wl, ml, wc, ids = self.mem, self.workers, self._wl, self._ml, self._wc, self._ids
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+            ids[g] -= job_id
             w = wl[g] - 1
             wl[g] = w
             workers[g] = w
@@ -164,6 +182,10 @@ class GpuLedger:
             m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
             ml[g] = m
             mem[g] = m
+
+    def partner(self, job_id: int, g: int) -> int:
+        """The other job on GPU ``g``, which holds exactly two workers, one of them ``job_id``'s."""
+        return self._ids[g] - job_id
 
     def num_with_workers(self, w: int) -> int:
         """How many GPUs hold exactly ``w`` workers (``_wl.count(w)``, kept as the ledger changes)."""
@@ -183,8 +205,9 @@ class GpuLedger:
         dec[job_id] = jd
         for x in order[order.index(job_id) + 1:]:  # back to its position in the dict
             dec[x] = dec.pop(x)
-        wl, wc = self._wl, self._wc
+        wl, wc, ids = self._wl, self._wc, self._ids
         for g, m, w in gpus:
+            ids[g] += job_id  # the remove took it off each of these GPUs once
             wc[wl[g]] -= 1
             wc[w] += 1
             self._ml[g] = self.mem[g] = m
@@ -208,6 +231,8 @@ class GpuLedger:
             gpus = self._spread(job.num_gpus)
         elif option == "packed":
             gpus = self._packed(job, level, pattern)
+        elif option == "paired":
+            gpus = self._paired(job, level, pattern)
         else:
             raise ValueError(f"unknown placement option {option!r}; allowed: {list(PLACEMENT_OPTIONS)}")
         if gpus is None:
@@ -278,18 +303,66 @@ class GpuLedger:
                     return out
             r += 1
 
-    def _packed(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
+    def _need(self, job: JobState, level: int, pattern: Pattern) -> float:
+        """The job's largest worker peak (bytes) at this level/pattern: conservative per GPU, any
+        worker may land on any chosen GPU (read from the same cached profile as a list; kept in
+        the copies' shared memo under a tuple key, apart from _peak_list's job ids)."""
         st = self.state
         n = job.num_gpus
-        costs = st.costs
-        # conservative per GPU: any worker may land on any chosen GPU (the largest worker peak of
-        # worker_peaks(job, level, pattern), read from the same cached profile as a list; kept in
-        # the copies' shared memo under a tuple key, apart from _peak_list's job ids)
         key = ("need", job.model, job.batch_size, n, level, pattern)
         need = self._pk.get(key)
         if need is None:
+            costs = st.costs
             need = self._pk[key] = max(costs.peak_list(job, level, pattern,
                                                        costs._reference_gpus(n, st.cluster.main_gpu_type)))
+        return need
+
+    def hosts(self) -> list[tuple[int, tuple[int, ...]]]:
+        """``(job id, GPUs)`` of every job in the decision alone on its GPUs (each holds only its
+        worker), in decision order; none when the worker cap is 1 (no GPU can take a guest)."""
+        return [(jid, jd.gpus) for jid, jd in self.host_decisions()]
+
+    def host_decisions(self) -> list[tuple[int, JobDecision]]:
+        """:meth:`hosts` with each host's JobDecision instead of its GPUs."""
+        if self.state.max_workers_per_gpu < 2:
+            return []
+        wl = self._wl
+        out = []
+        for item in self.decision.items():
+            for g in item[1].gpus:
+                if wl[g] != 1:
+                    break
+            else:
+                out.append(item)
+        return out
+
+    def _paired(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
+        """The GPUs the ``paired`` option gives the job (module docstring: the chosen host's last
+        ``n`` GPUs, last first), or None when no host takes it."""
+        n = job.num_gpus
+        need = self._need(job, level, pattern)
+        ml, cl = self._ml, self._cl
+        st = self.state
+        jobs = st.jobs
+        iso = st.costs.isolated_iteration_s
+        t_guest = iso(job)
+        best = None
+        for hid, jd in self.host_decisions():
+            gpus = jd.gpus
+            if len(gpus) < n or hid == job.job_id:
+                continue
+            g = gpus[::-1][:n]
+            if all(ml[x] + need <= cl[x] for x in g):
+                host = jobs[hid]
+                key = (len(gpus), abs(math.log(iso(host) / t_guest)), -host.attained_gpu_s, hid)
+                if best is None or key < best[0]:
+                    best = (key, g)
+        return list(best[1]) if best is not None else None
+
+    def _packed(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
+        st = self.state
+        n = job.num_gpus
+        need = self._need(job, level, pattern)
         workers = self.workers
         ok = workers < st.max_workers_per_gpu
         ok &= self.mem + need <= self.capacity

@@ -125,7 +125,7 @@ def test_random_masked_play_invariants_and_coverage():
     # the random play really exercises co-location, preemption and every SPB level and pattern
     combos = {(0, "rotating")} | {(l, p) for l in (1, 2, 3) for p in ("rotating", "static")}
     assert stats["levels"] == combos, stats["levels"]
-    assert stats["options"] == {"keep", "consolidated", "spread", "packed"}
+    assert stats["options"] == {"keep", "consolidated", "spread", "packed", "paired"}
     assert stats["shared_rounds"] > 10
     assert stats["preemptions"] > 10
 
@@ -218,6 +218,42 @@ def test_window_slides_so_one_round_starts_a_whole_burst():
     assert not env.action_masks()[: env.codec.advance].any()  # nothing left to decide: only advance
     env.step(env.codec.advance)
     assert len(env.sim.state.running()) == 6
+
+
+def test_paired_puts_a_job_on_one_hosts_gpus():
+    """Hand-built: A (4 GPUs, envA: 7 GiB per worker) and B (2 GPUs, envB: 12 GiB) run alone on
+    16 GiB GPUs. C (2 GPUs, envA) paired: B is the narrower host, but 12 + 7 GiB does not fit, so C
+    takes A's last two GPUs, last first. D (2 GPUs, envA) paired: A now shares (no host), B still
+    does not fit, so paired is masked at every level; packed is not: it takes A's other two GPUs
+    (shared, least-loaded first) and joins A, C and D into one lockstep group."""
+    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [4, 2, 2, 2],
+                         "model": ["envA", "envB", "envA", "envA"], "batch_size": 8, "iterations": 1000.0})
+    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    b, c = env.builder, env.codec
+    slot = {jid: s for s, jid in enumerate(b.window)}
+    env.step(c.encode(slot[0], "consolidated"))
+    env.step(c.encode(slot[1], "consolidated"))
+    assert b.ledger.decision[0].gpus == (0, 1, 2, 3) and b.ledger.decision[1].gpus == (4, 5)
+    assert b.ledger.hosts() == [(0, (0, 1, 2, 3)), (1, (4, 5))]
+    a = c.encode(slot[2], "paired")
+    assert env.action_masks()[a]
+    env.step(a)
+    assert b.ledger.decision[2].gpus == (3, 2)
+    assert b.ledger.hosts() == [(1, (4, 5))]
+    mask = env.action_masks()
+    for level, pattern in c.combos:
+        assert not mask[c.encode(slot[3], "paired", level, pattern)]
+    assert mask[c.encode(slot[3], "packed")]
+    with pytest.raises(InvalidAction, match="paired"):
+        env.step(c.encode(slot[3], "paired"))
+    env.step(c.encode(slot[3], "packed"))
+    assert b.ledger.decision[3].gpus == (0, 1)
+    env.step(c.advance)
+    placed = {j: env.sim.state.jobs[j].placement for j in range(4)}
+    assert placed == {0: (0, 1, 2, 3), 1: (4, 5), 2: (3, 2), 3: (0, 1)}
 
 
 def test_a_policy_that_only_advances_is_truncated_as_stalled():

@@ -92,7 +92,35 @@ def ref_masks(b: RoundBuilder) -> np.ndarray:
             rows[slot, c.n_opt * n_lp] = True
     for i, keep in keep_rows:
         rows[slots[i][0], :n_lp] = keep
+    for i, (slot, jid) in enumerate(slots):  # paired (added after the speed work): plainly, per combo
+        led = base.copy()
+        if jid in led.decision:
+            led.remove(jid)
+        for lp, (lv, pt) in enumerate(c.combos):
+            rows[slot, 4 * n_lp + lp] = ref_paired(led, jobs[i], lv, pt) is not None
     return mask
+
+
+def ref_paired(led, job, level: int, pattern) -> list[int] | None:
+    """The paired option's GPUs, plainly: every job alone on its GPUs (numpy worker counts) and
+    at least as wide is a host; the guest's largest worker must fit each of its last n GPUs,
+    which it takes last first; hosts sorted by width, closeness of isolated iteration time (log
+    ratio), most attained service, job id."""
+    st = led.state
+    if st.max_workers_per_gpu < 2:
+        return None
+    n = job.num_gpus
+    need = float(st.costs.worker_peaks(job, level, pattern).max())
+    hosts = []
+    for hid, jd in led.decision.items():
+        g = list(jd.gpus)
+        tail = g[::-1][:n]
+        if hid != job.job_id and len(g) >= n and (led.workers[g] == 1).all() \
+                and (led.mem[tail] + need <= led.capacity[tail]).all():
+            iso = st.costs.isolated_iteration_s
+            close = abs(math.log(iso(st.jobs[hid]) / iso(job)))
+            hosts.append((len(g), close, -st.jobs[hid].attained_gpu_s, hid, tail))
+    return min(hosts)[4] if hosts else None
 
 
 def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round) -> np.ndarray:
@@ -140,10 +168,12 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
 
 
 def ref_place(led, job, option: str, level: int, pattern) -> list[int] | None:
-    """GpuLedger's consolidated / spread / packed GPU choices as they were (numpy)."""
+    """GpuLedger's consolidated / spread / packed GPU choices as they were (numpy), and paired."""
     st = led.state
     cl = st.cluster
     n = job.num_gpus
+    if option == "paired":
+        return ref_paired(led, job, level, pattern)
     if option in ("consolidated", "spread"):
         per_node = (led.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node)
         counts = per_node.sum(axis=1)
@@ -227,7 +257,10 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
                 led.remove(job.job_id)
             for lv, pt in combos:
                 for opt in PLACEMENT_OPTIONS[1:]:
-                    got = led._packed(job, lv, pt) if opt == "packed" else getattr(led, f"_{opt}")(job.num_gpus)
+                    if opt in ("packed", "paired"):
+                        got = getattr(led, f"_{opt}")(job, lv, pt)
+                    else:
+                        got = getattr(led, f"_{opt}")(job.num_gpus)
                     assert got == ref_place(led, job, opt, lv, pt), (steps, opt)
         obs, reward, term, trunc, info = env.step(a)
         steps += 1
