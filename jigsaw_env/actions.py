@@ -283,13 +283,14 @@ class RoundBuilder:
             else:
                 # the job alone on its GPUs: taken out, they are free (memory 0.0), so every option
                 # is limited only by a worker fitting an empty GPU; paired by the other hosts
-                hmin = hm.min_without(n, jid)
-                key = (gpus, running, hmin)
+                key = (gpus, running)
                 row = info.alone_rows.get(key)
                 if row is None:
                     keep = self._keep_row(job, gpus, [0.0] * len(gpus)) if running else info.blank
-                    row = info.alone_rows[key] = keep + info.nlc * 3 + info.fit_bytes(hmin) + b"\1"
+                    row = info.alone_rows[key] = keep + info.nlc * 3
                 parts.append(row)
+                parts.append(info.fit_bytes(hm.min_without(n, jid)))
+                parts.append(b"\1")
                 continue
             parts.append(self._shared_row(job, jd, info, n_free, om, hm, running))
         parts.extend([zero] * (c.window_k - len(self.window)))
@@ -458,7 +459,7 @@ class _JobInfo:
         self.fit_row = self.blank + self.nlc * 3
         self.fit_rows: dict[float, bytes] = {}                   # fit_row + paired + pause, by the hosts' memory
         self.packed_rows: dict[tuple, bytes] = {}                # by the n-th smallest open memory and the hosts'
-        self.alone_rows: dict[tuple, bytes] = {}                 # running alone, by GPUs, status and the hosts'
+        self.alone_rows: dict[tuple, bytes] = {}                 # running alone (keep to packed), by GPUs and status
         self.packed: dict[float, bytes] = {}                     # fit_bytes, by the memory already on the GPU
         self.keep: dict[tuple, bytes] = {}                       # keep rows, by GPUs and their memory
 
@@ -492,14 +493,22 @@ class _HostMins:
             m1 = m2 = math.inf
             j1 = -1
             ml = self.ml
-            for hid, jd in self.items:
-                gpus = jd.gpus
-                if len(gpus) >= n:
-                    m = max([ml[g] for g in gpus[len(gpus) - n:]])
+            if n == 1:  # the common guest: one read per host, its last GPU
+                for hid, jd in self.items:
+                    m = ml[jd.gpus[-1]]
                     if m < m1:
                         m1, j1, m2 = m, hid, m1
                     elif m < m2:
                         m2 = m
+            else:
+                for hid, jd in self.items:
+                    gpus = jd.gpus
+                    if len(gpus) >= n:
+                        m = max([ml[g] for g in gpus[len(gpus) - n:]])
+                        if m < m1:
+                            m1, j1, m2 = m, hid, m1
+                        elif m < m2:
+                            m2 = m
             r = self.by_n[n] = (m1, j1, m2)
         return r
 

@@ -81,6 +81,34 @@ def test_expert_pauses_first_then_starts_in_the_heuristics_order():
     assert expert_action(b, target, 8) == codec.advance  # job 0 runs as wanted: no action needed
 
 
+def test_expert_pairs_on_one_host_and_defers_a_move_that_lands_only_later():
+    """Four 4-GPU jobs run alone (0-3, 4-7, 8-11, 12-15); the target makes job 1 the guest of job 2
+    and job 3 the guest of job 0. ``paired`` picks among equal hosts the lowest id, so job 1 (the
+    first mover) would land on job 0: it is deferred, job 3 goes to job 0, and then job 1 lands on
+    job 2, the only host left. Without the deferral job 1 would have stayed where it was."""
+    env = JigsawClusterEnv(gpus=16, window_k=8, spb_levels=1)
+    jobs = _jobs([(j, 0.0, 4, "resnet18", 64, 100_000) for j in range(4)])
+    env.reset(seed=0, options={"jobs": jobs})
+    codec = env.codec
+    for j in range(4):
+        env.step(codec.encode(env.builder.window.index(j), "consolidated"))
+    env.step(codec.advance)
+    cur = env.sim.state.current_decision()
+    assert [cur[j].gpus for j in range(4)] == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15)]
+    b = env.builder
+    target = Decision({0: cur[0], 2: cur[2], 1: JobDecision((11, 10, 9, 8)), 3: JobDecision((3, 2, 1, 0))})
+    assert b.window.index(1) < b.window.index(3)
+    a = expert_action(b, target, 8)
+    assert codec.decode(a)[:3] == ("run", b.window.index(3), "paired")
+    env.step(a)
+    assert b.ledger.decision[3].gpus == (3, 2, 1, 0)
+    a = expert_action(b, target, 8)
+    assert codec.decode(a)[:3] == ("run", b.window.index(1), "paired")
+    env.step(a)
+    assert b.ledger.decision[1].gpus == (11, 10, 9, 8)
+    assert expert_action(b, target, 8) == codec.advance
+
+
 def test_expert_actions_are_always_feasible_and_episodes_finish():
     env = JigsawClusterEnv(gpus=16, window_k=6, trace="synthetic", max_jobs=20, load=1.5)
     for name in ("jigsaw", "gandiva+spb", "srtf"):
