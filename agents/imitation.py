@@ -109,7 +109,7 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     # two passes: first every action that lands where the heuristic puts the job (a job that
     # cannot land yet may be able to once another one has moved: the paired option's host choice
     # depends on which hosts are left), then the fallbacks for the rest
-    fallback: list[tuple[int, int | None]] = []
+    fallback: list[int] = []
     for jid in todo:
         slot, tjd = slot_of[jid], target[jid]
         a = _run_action(b, slot, tjd, _shares(target, jid, tjd), gpus_per_node)
@@ -122,7 +122,8 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
                 stay = _run_action(b, slot, JobDecision(cur.gpus, tjd.level, tjd.pattern), False, gpus_per_node)
                 if stay is not None and codec.decode(stay)[2] == "keep":
                     a = stay
-                fallback.append((jid, a))
+                if a is not None:
+                    fallback.append(a)
                 continue
         elif cur is None and a is not None and _shares(target, jid, tjd):
             # a co-location the codec cannot reproduce would time-slice with some other job:
@@ -132,10 +133,7 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
                 a = None
         if a is not None:
             return a
-    for _, a in fallback:
-        if a is not None:
-            return a
-    return codec.advance
+    return fallback[0] if fallback else codec.advance
 
 
 class HeuristicExpert:

@@ -254,7 +254,7 @@ class RoundBuilder:
             jd = dec.get(jid)
             n = info.n
             if hm is None:
-                hm = _HostMins(base.host_decisions(), base._ml)
+                hm = _HostMins(base)
             if jd is None:
                 hmin = hm.min_without(n, jid)
                 if n <= n_free:
@@ -360,23 +360,22 @@ class RoundBuilder:
         jid = job.job_id
         hmin = hm.min_without(nj, jid)
         if cap_w >= 2:
-            seen = None
+            seen: set[int] = set()
+            after = None  # this job's GPUs -> their memory without it
             for g in gpus:
                 if wl[g] != 2:
                     continue
                 # g holds one other worker: its job k is a host without this one if each of k's
-                # GPUs then holds only k's worker (``after``: this job's GPUs without it)
-                k = base.partner(jid, g)
-                if seen is None:
-                    seen = {k}
-                elif k in seen:
+                # GPUs then holds only k's worker
+                k = hm.partner(jid, g)
+                if k in seen:
                     continue
-                else:
-                    seen.add(k)
+                seen.add(k)
                 kg = base.decision[k].gpus
                 if len(kg) < nj:
                     continue
-                after = dict(zip(gpus, m_new))
+                if after is None:
+                    after = dict(zip(gpus, m_new))
                 for x in kg:
                     if wl[x] != (2 if x in after else 1):
                         break
@@ -478,13 +477,28 @@ class _HostMins:
     ``n`` GPUs, the smallest of the hosts' largest memory on their last ``n`` GPUs (bytes), over
     the hosts with at least ``n`` GPUs; the guest's combos that fit it are the feasible ones."""
 
-    __slots__ = ("items", "ml", "by_n")
+    __slots__ = ("ledger", "items", "ml", "by_n", "_ids")
 
-    def __init__(self, host_items: list, ml: list[float]):
-        """``host_items``: ``GpuLedger.host_decisions()``; ``ml``: the ledger's memory per GPU."""
-        self.items = host_items
-        self.ml = ml
+    def __init__(self, ledger: GpuLedger):
+        self.ledger = ledger
+        self.items = ledger.host_decisions()
+        self.ml = ledger._ml
         self.by_n: dict[int, tuple[float, int, float]] = {}
+        self._ids: dict[int, int] | None = None
+
+    def partner(self, jid: int, g: int) -> int:
+        """The other job on GPU ``g``, which holds two workers, one of them job ``jid``'s: the sum of
+        the job ids on each two-worker GPU (one pass over the decision, when first asked) less
+        ``jid``."""
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = {}
+            wl = self.ledger._wl
+            for k, kd in self.ledger.decision.items():
+                for x in kd.gpus:
+                    if wl[x] == 2:
+                        ids[x] = ids.get(x, 0) + k
+        return ids[g] - jid
 
     def best(self, n: int) -> tuple[float, int, float]:
         """(smallest memory, its host, the next smallest from another host); ``inf`` when none."""

@@ -59,9 +59,6 @@ class GpuLedger:
         self._pk: dict = {}  # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
-        # the sum of the job ids on each GPU, kept by every update: on a GPU of two workers, one
-        # job's partner is the sum minus its id (the masks' paired option asks, in O(1))
-        self._ids = [0] * G
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -78,7 +75,6 @@ class GpuLedger:
         new._cl = self._cl
         new._pk = self._pk
         new._wc = self._wc.copy()
-        new._ids = self._ids.copy()
         new.decision = Decision(self.decision)
         return new
 
@@ -152,9 +148,8 @@ class GpuLedger:
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc, ids = self.mem, self.workers, self._wl, self._ml, self._wc, self._ids
+        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
-            ids[g] += job_id
             m = ml[g] + p
             ml[g] = m
             mem[g] = m
@@ -171,9 +166,8 @@ class GpuLedger:
     def remove(self, job_id: int) -> None:
         jd = self.decision.pop(job_id)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc, ids = self.mem, self.workers, self._wl, self._ml, self._wc, self._ids
+        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
-            ids[g] -= job_id
             w = wl[g] - 1
             wl[g] = w
             workers[g] = w
@@ -182,10 +176,6 @@ class GpuLedger:
             m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
             ml[g] = m
             mem[g] = m
-
-    def partner(self, job_id: int, g: int) -> int:
-        """The other job on GPU ``g``, which holds exactly two workers, one of them ``job_id``'s."""
-        return self._ids[g] - job_id
 
     def num_with_workers(self, w: int) -> int:
         """How many GPUs hold exactly ``w`` workers (``_wl.count(w)``, kept as the ledger changes)."""
@@ -205,9 +195,8 @@ class GpuLedger:
         dec[job_id] = jd
         for x in order[order.index(job_id) + 1:]:  # back to its position in the dict
             dec[x] = dec.pop(x)
-        wl, wc, ids = self._wl, self._wc, self._ids
+        wl, wc = self._wl, self._wc
         for g, m, w in gpus:
-            ids[g] += job_id  # the remove took it off each of these GPUs once
             wc[wl[g]] -= 1
             wc[w] += 1
             self._ml[g] = self.mem[g] = m
