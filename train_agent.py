@@ -138,6 +138,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="behaviour-cloning minibatch size (default 1024)")
     w.add_argument("--bc-act-weight", type=positive_float("--bc-act-weight"), default=3.0,
                    help="loss weight of the steps where the expert acts, against 1 where it advances (default 3)")
+    w.add_argument("--bc-width-power", type=float, default=0.0, metavar="P",
+                   help="an acting step on a job of g GPUs weighs --bc-act-weight x g^P (default 0: width does not "
+                        "count); P > 0 makes the rare wide-job decisions count more")
     w.add_argument("--dagger-rounds", type=int, default=2, metavar="N",
                    help="DAgger rounds after cloning: play the policy, label its states with the expert, refit "
                         "on everything so far (default 2; 0 = plain behaviour cloning)")
@@ -211,7 +214,7 @@ def config_from_args(args) -> dict[str, Any]:
         "warm_start": ({"expert": args.warm_start, "order": args.warm_start_order, "record_s": args.warm_start_s,
                         "epochs": args.bc_epochs,
                         "batch_size": args.bc_batch_size, "learning_rate": args.bc_learning_rate,
-                        "act_weight": args.bc_act_weight,
+                        "act_weight": args.bc_act_weight, "width_power": args.bc_width_power,
                         "dagger_rounds": args.dagger_rounds, "dagger_s": args.dagger_s,
                         "dagger_epochs": args.dagger_epochs} if args.warm_start else None),
         "tables": str(Path(args.tables).resolve()) if args.tables else None,
@@ -518,6 +521,8 @@ def train(args) -> dict:
             raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
         if args.dagger_rounds < 0:
             raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+        if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
+            raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
         if args.warm_start:
             from agents.imitation import expert_names
             if args.warm_start not in expert_names():
@@ -622,7 +627,8 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     ws.update(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
               expert_mean_avg_jct_s=_mean_jct(demos.episodes))
     fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
-               act_weight=float(ws.get("act_weight", 1.0)), progress=progress)
+               act_weight=float(ws.get("act_weight", 1.0)), width_power=float(ws.get("width_power", 0.0)),
+               progress=progress)
     hist = [dict(stage="clone", **h) for h in behaviour_clone(model, demos, venv=venv, epochs=int(ws["epochs"]),
                                                               seed=seed, **fit)]
     rounds = []

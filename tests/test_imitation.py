@@ -204,6 +204,46 @@ def test_cloning_fits_the_expert_and_sets_the_statistics(cloned):
     assert agree == pytest.approx(hist[-1]["accuracy"], abs=1e-9)
 
 
+def test_demonstrations_record_the_width_of_the_job_acted_on(cloned):
+    make, demos, *_ = cloned
+    env = make()
+    advance = env.codec.advance
+    assert ((demos.widths == 0) == (demos.actions == advance)).all()
+    # replay the first episode with the recorded actions: each acting step's width is its job's GPUs
+    env.reset(seed=0)
+    for a, w in zip(demos.actions[: demos.episodes[0]["steps"]], demos.widths):
+        kind, slot, *_ = env.codec.decode(int(a))
+        if kind != "advance":
+            assert w == env.sim.state.jobs[env.builder.window[slot]].num_gpus
+        env.step(int(a))
+    assert set(np.unique(demos.widths[demos.widths > 0])) <= {1, 2, 4, 8}
+
+
+def test_width_power_weighs_the_wide_jobs_label(cloned):
+    """One state labelled 50 times with action 0 (a 1-GPU job) and 50 times with action 1 (a
+    4-GPU job): the weighted maximum-likelihood answer is pi(1) = 4 x 50 / (4 x 50 + 50) = 0.8 with
+    width_power 1, and 0.5 with width_power 0."""
+    import torch
+
+    make, *_ = cloned
+    n_act = make().codec.n
+    obs = np.zeros((100, make().observation_space.shape[0]), dtype=np.float32)
+    masks = np.zeros((100, n_act), dtype=bool)
+    masks[:, :2] = True
+    actions = np.repeat([0, 1], 50)
+    demos = Demonstrations(obs, masks, actions, np.zeros(100), np.arange(100) % 10 == 9, np.repeat([1, 4], 50))
+    for power, want in ((0.0, 0.5), (1.0, 0.8)):
+        model, _ = _maskable(make())
+        behaviour_clone(model, demos, epochs=300, batch_size=100, learning_rate=1e-2, seed=0, width_power=power)
+        with torch.no_grad():
+            dist = model.policy.get_distribution(torch.as_tensor(obs[:1]))
+            dist.apply_masking(masks[:1])
+            p = dist.distribution.probs[0, :2].numpy()
+        assert p[1] == pytest.approx(want, abs=0.01)
+    with pytest.raises(ValueError, match="width_power"):
+        behaviour_clone(model, demos, epochs=1, width_power=-1.0)
+
+
 def test_dagger_labels_the_learners_states_with_the_expert(cloned):
     make, demos, model, venv, _ = cloned
     ex = HeuristicExpert("tiresias")

@@ -220,6 +220,10 @@ def test_bad_input_one_line_exit_2(tables_dir, tmp_path, capsys):
     rc = main(tiny_args(tables_dir, tmp_path / "exists", "--timesteps", "64"))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--resume" in err[0]
+    rc = main(tiny_args(tables_dir, tmp_path / "w", "--timesteps", "64", "--warm-start", "fifo", "--bc-width-power", "-1"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--bc-width-power" in err[0] and ">= 0" in err[0]
+    assert not (tmp_path / "w").exists()  # refused before anything is written
 
 
 def test_train_agent_script_entry_point(tables_dir, tmp_path):
