@@ -11,13 +11,16 @@ plain stable-baselines3 algorithms on the same env, where a masked action is a n
 Training uses N environments (``--n-envs``, SubprocVecEnv; ``--vec dummy`` keeps them in this
 process), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
 the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
-see agents/rl_env.py), checkpoints, TensorBoard logs and a progress bar. Every episode draws new
+see agents/rl_env.py) or, with ``--val F``, on a validation split cut before it (so the held-out
+jobs stay unseen until the final evaluation; a warm-started run is also evaluated before its first
+update), checkpoints, TensorBoard logs and a progress bar. Every episode draws new
 jobs (a new synthetic trace, or a random window of the trace), optionally with a sampled load
 (``--load 0.5,1.0,1.5``) and a curriculum (``--curriculum``), so one agent generalises across
 trace windows.
 
-RUN_DIR/ gets model.zip, vecnormalize.pkl, config.json, eval.csv, eval.png, best/best_model.zip,
-checkpoints/ and tb/ (TensorBoard). docs/evaluation.md describes them.
+RUN_DIR/ gets model.zip, vecnormalize.pkl, config.json, eval.csv, eval.png, best/ (the best
+evaluation's model as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/ and tb/
+(TensorBoard). docs/evaluation.md describes them.
 """
 from __future__ import annotations
 
@@ -81,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: synthetic 1.0, a real trace's own arrivals)")
     t.add_argument("--holdout", type=float, default=0.2,
                    help="held-out fraction of a real trace for evaluation (default 0.2: the last 20%% of jobs)")
+    t.add_argument("--val", type=float, default=0.0, metavar="F",
+                   help="validation fraction of a real trace (of all jobs, cut from the end of the training part; "
+                        "synthetic: its own generator seeds); when > 0 the evaluation callback and best/ use it "
+                        "instead of the held-out split, which then stays unseen until the final evaluation (default 0)")
     t.add_argument("--curriculum", action="store_true",
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
     t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
@@ -198,13 +205,18 @@ def config_from_args(args) -> dict[str, Any]:
                             "n_epochs": args.n_epochs, "gamma": args.gamma, "ent_coef": args.ent_coef,
                             "net_arch": list(args.net_arch), "clip_range": args.clip_range, "target_kl": args.target_kl},
         "env": env,
-        "sampling": {"loads": loads, "holdout": args.holdout, "trace_gpu_type": args.trace_gpu_type,
+        "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
                      "curriculum": bool(args.curriculum),
                      "curriculum_steps": args.curriculum_steps or (args.timesteps // 2 if args.curriculum else None),
                      "train_split": "synthetic seeds [0, 2^30)" if args.trace.startswith("synthetic")
-                     else f"first {1 - args.holdout:.0%} of the jobs",
+                     else f"first {1 - args.holdout - args.val:.0%} of the jobs",
                      "eval_split": "synthetic seeds [2^30, 2^31)" if args.trace.startswith("synthetic")
-                     else f"last {args.holdout:.0%} of the jobs"},
+                     else f"last {args.holdout:.0%} of the jobs",
+                     "val_split": None if args.val <= 0 else ("synthetic seeds [2^31, 2^31 + 2^30)"
+                                                              if args.trace.startswith("synthetic") else
+                                                              f"the {args.val:.0%} of the jobs before the last "
+                                                              f"{args.holdout:.0%}"),
+                     "select_on": "val" if args.val > 0 else "eval"},
         "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots),
         "normalize_obs": True, "normalize_reward": True,
         "n_envs": args.n_envs, "vec": args.vec, "seed": args.seed,
@@ -256,7 +268,8 @@ def _env_factories(cfg: dict, split: str, n: int, seed: int):
     from agents.rl_env import make_env_fn
     s = cfg["sampling"]
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
-    return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], loads=s["loads"],
+    return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
+                        loads=s["loads"],
                         trace_gpu_type=s.get("trace_gpu_type"), tables=cfg.get("tables"), difficulty=difficulty)
             for i in range(n)]
 
@@ -264,7 +277,7 @@ def _env_factories(cfg: dict, split: str, n: int, seed: int):
 def _check_env(cfg: dict) -> None:
     """Build and reset one train and one eval env here, so that a bad config fails with its own
     message before any worker process starts."""
-    for split in ("train", "eval"):
+    for split in ("train", "eval") + (("val",) if float(cfg["sampling"].get("val") or 0.0) > 0 else ()):
         env = _env_factories(cfg, split, 1, cfg["seed"])[0]()
         env.reset(seed=cfg["seed"])
         env.close()
@@ -351,6 +364,15 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                 self._metrics_buffer.append(info["episode_metrics"])
 
         def _on_step(self) -> bool:
+            if (self.n_calls == 1 and self.eval_freq != 1 and cfg.get("warm_start")
+                    and int(cfg.get("trained_timesteps") or 0) == 0):
+                # a warm-started run: evaluate the cloned policy first (no update has happened yet),
+                # so that best/ is the clone when no PPO update beats it
+                freq, self.eval_freq = self.eval_freq, 1
+                try:
+                    return self._on_step()
+                finally:
+                    self.eval_freq = freq
             due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
             if due:
                 self._metrics_buffer: list[dict] = []
@@ -379,6 +401,19 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                 self.logger.record("eval/mean_avg_jct_s", row[5])
                 self.logger.record("eval/mean_cluster_efficiency", row[7])
             return cont
+
+    class SaveBestRun(BaseCallback):
+        """On a new best evaluation: best/ becomes a RUN_DIR of its own -- model.zip, the
+        observation statistics the evaluation used (the training envs', synced just before it)
+        and config.json with the timestep -- beside SB3's best/best_model.zip."""
+
+        def _on_step(self) -> bool:
+            d = run_dir / "best"
+            d.mkdir(parents=True, exist_ok=True)
+            save_state(self.model, self.model.get_vec_normalize_env(), d / "model.zip", d / "vecnormalize.pkl")
+            _write_json(d / "config.json", dict(cfg, trained_timesteps=int(self.model.num_timesteps),
+                                                selected_on=cfg["sampling"].get("select_on", "eval")))
+            return True
 
     class Curriculum(BaseCallback):
         def __init__(self, steps: int):
@@ -429,6 +464,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                          name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
         EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"], eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
                   best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
+                  callback_on_new_best=SaveBestRun(),
                   use_masking=masked, warn=False, verbose=cfg.get("verbose", 0)),
     ]
     if cfg.get("max_wall_s"):
@@ -521,6 +557,8 @@ def train(args) -> dict:
             raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
         if args.dagger_rounds < 0:
             raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+        if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
+            raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
         if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
             raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
         if args.warm_start:
@@ -539,7 +577,8 @@ def train(args) -> dict:
     n_envs = int(cfg["n_envs"])
     vec_cls = SubprocVecEnv if cfg.get("vec", "subproc") == "subproc" and n_envs > 1 else DummyVecEnv
     venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
-    eval_raw = DummyVecEnv(_env_factories(cfg, "eval", 1, seed + 1_000_003))
+    # the evaluation callback (and so best/) uses the validation split when there is one
+    eval_raw = DummyVecEnv(_env_factories(cfg, cfg["sampling"].get("select_on", "eval"), 1, seed + 1_000_003))
     try:
         if resume_from is not None:
             steps, model_path, vn_path = resume_from

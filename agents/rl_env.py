@@ -9,6 +9,11 @@ split that keeps the evaluation episodes apart from the training ones:
   split takes windows of ``max_jobs`` consecutive jobs from the first ``1 - holdout`` of the jobs
   (default 80%), the held-out split from the last ``holdout`` (20%).
 
+An optional **validation** split (``val`` > 0, a fraction of all jobs) is cut from the end of the
+training part: training keeps the first ``1 - holdout - val``, validation the next ``val``, so a
+model can be selected (early stopping, ``best/``) on jobs that neither training nor the held-out
+evaluation uses. Synthetic traces draw its generator seeds from ``[2**31, 2**31 + 2**30)``.
+
 Per episode the offered load is drawn uniformly from ``loads`` (one value: fixed; ``None``: the
 synthetic default 1.0, or a real trace's own arrival times). A **curriculum** (``difficulty`` in
 [0, 1], set by the trainer through ``env_method("set_difficulty", d)``) grows episodes from
@@ -27,8 +32,9 @@ import pandas as pd
 
 from jigsaw_env.env import JigsawClusterEnv
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "val", "eval")
 SYNTHETIC_SEED_SPLIT = 2**30
+SYNTHETIC_VAL_BASE = 2**31
 
 #: JigsawClusterEnv keyword arguments that a run's config.json records under "env"
 ENV_KEYS = ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "load", "window_k",
@@ -100,7 +106,8 @@ def training_job_ids(config: dict) -> frozenset[int] | None:
     trace = env.get("trace")
     if not isinstance(trace, str) or is_synthetic(trace):
         return None
-    te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), trace=trace, gpus=int(env["gpus"]),
+    te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), val=float(sampling.get("val") or 0.0),
+                     trace=trace, gpus=int(env["gpus"]),
                      gpus_per_node=int(env.get("gpus_per_node", 8)), max_jobs=1,
                      trace_gpu_type=sampling.get("trace_gpu_type"))
     return frozenset(int(x) for x in te._load_split()["job_id"])
@@ -110,17 +117,23 @@ class TrainingEnv(JigsawClusterEnv):
     """``JigsawClusterEnv`` whose episodes come from a train or held-out split of the trace, with
     per-episode load sampling and an optional curriculum (module docstring)."""
 
-    def __init__(self, *, split: str = "train", holdout: float = 0.2, loads: Sequence[float] | None = None,
-                 trace_gpu_type: str | None = None, difficulty: float = 1.0, **kw: Any):
+    def __init__(self, *, split: str = "train", holdout: float = 0.2, val: float = 0.0,
+                 loads: Sequence[float] | None = None, trace_gpu_type: str | None = None, difficulty: float = 1.0,
+                 **kw: Any):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
         if not 0.0 < holdout < 1.0:
             raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+        if not (0.0 <= val < 1.0 - holdout):
+            raise ValueError(f"val must be in [0, 1 - holdout) = [0, {1.0 - holdout:g}), got {val!r}")
+        if split == "val" and val == 0.0:
+            raise ValueError("split 'val' needs a validation fraction val > 0")
         super().__init__(**kw)
         if not isinstance(self.trace, str):
             raise ValueError("TrainingEnv needs a trace spec (str); use JigsawClusterEnv for a fixed job table")
         self.split = split
         self.holdout = float(holdout)
+        self.val = float(val)
         self.loads = [float(x) for x in loads] if loads else None
         if self.loads and any(not x > 0 for x in self.loads):
             raise ValueError(f"loads must be > 0, got {self.loads}")
@@ -148,10 +161,13 @@ class TrainingEnv(JigsawClusterEnv):
                               gpu_type=self.trace_gpu_type).jobs
             n = len(full)
             cut = int(math.floor(n * (1.0 - self.holdout)))
-            part = full.iloc[:cut] if self.split == "train" else full.iloc[cut:]
+            vcut = int(math.floor(n * (1.0 - self.holdout - self.val))) if self.val > 0 else cut
+            part = {"train": full.iloc[:vcut], "val": full.iloc[vcut:cut], "eval": full.iloc[cut:]}[self.split]
             if len(part) == 0:
+                frac = {"train": 1.0 - self.holdout - self.val, "val": self.val, "eval": self.holdout}[self.split]
                 raise ValueError(f"trace {self.trace!r} has {n} jobs: too few for a {self.split} split "
-                                 f"(holdout {self.holdout:.0%}); expected at least {int(math.ceil(1 / self.holdout))}")
+                                 f"(holdout {self.holdout:.0%}, val {self.val:.0%}); expected at least "
+                                 f"{int(math.ceil(1 / frac))}")
             self._split_jobs = part.reset_index(drop=True)
         return self._split_jobs
 
@@ -161,7 +177,7 @@ class TrainingEnv(JigsawClusterEnv):
         load = float(rng.choice(self.loads)) if self.loads else self.load
         spec = str(self.trace)
         if is_synthetic(spec):
-            base = 0 if self.split == "train" else SYNTHETIC_SEED_SPLIT
+            base = {"train": 0, "eval": SYNTHETIC_SEED_SPLIT, "val": SYNTHETIC_VAL_BASE}[self.split]
             syn_seed = base + int(rng.integers(0, SYNTHETIC_SEED_SPLIT))
             from traces import load_trace
             eff_load = (load if load is not None else 1.0) * mult
@@ -179,7 +195,7 @@ class TrainingEnv(JigsawClusterEnv):
         return df
 
 
-def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: float = 0.2,
+def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: float = 0.2, val: float = 0.0,
                 loads: Sequence[float] | None = None, trace_gpu_type: str | None = None,
                 tables: str | None = None, difficulty: float = 1.0, monitor: bool = True) -> Callable[[], Any]:
     """A picklable env factory for (Subproc|Dummy)VecEnv: registers ``tables`` in the process
@@ -197,7 +213,7 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
         if tables:
             from jigsaw_env.cost_table import register_tables_dir
             register_tables_dir(tables)
-        env = TrainingEnv(split=split, holdout=holdout, loads=loads, trace_gpu_type=trace_gpu_type,
+        env = TrainingEnv(split=split, holdout=holdout, val=val, loads=loads, trace_gpu_type=trace_gpu_type,
                           difficulty=difficulty, **env_kwargs)
         env.reset(seed=seed + rank)
         if monitor:

@@ -21,9 +21,14 @@ Philly windows, with paired confidence intervals (issue 4, the learned-agent tar
    ``i * (len - n) // (W - 1)`` (deterministic; the same for every agent and seed), arrivals shifted
    to 0 and scaled to the offered load (``agents.rl_env.scale_to_load``, as training does).
 3. **Evaluation.** Every agent on every window, through ``jigsaw_env.evaluate.run_task`` (the code
-   ``jigsaw evaluate`` runs: a heuristic in the Simulator; a RUN_DIR's *final* ``model.zip`` played by
+   ``jigsaw evaluate`` runs: a heuristic in the Simulator; a RUN_DIR's model played by
    ``agents.rl.LearnedAgent`` with exact masks, argmax), same cluster (``--gpus``) and SimConfig.
-   The final model is used, not ``best/`` (which is selected on held-out episodes). A warm-started
+   With ``--val F`` (default 0.1) each run trains with ``train_agent.py --val F``: its in-training
+   evaluations play episodes of a validation split (the F of the jobs before the held-out split,
+   which training does not sample) and ``best/`` keeps the best of them, the clone included; the
+   agent under test, ``ppo-sN``, is that ``best/`` (early stopping on validation data: no choice
+   is made on held-out jobs) and the final ``model.zip`` is reported beside it as ``last-sN``.
+   With ``--val 0`` the final model is the agent under test. A warm-started
    run's cloned policy (``RUN_DIR/warm_start``, before any PPO update) is evaluated too, as
    ``imit-sN``, so the report shows what imitation gives and what PPO changes.
 4. **Statistics.** Paired differences per window, ``d_w = JCT_ppo(w) - JCT_ref(w)`` (mean JCT of the
@@ -142,13 +147,14 @@ def study_stats(jct: dict[str, list[float]], ppo_labels: list[str], refs: Sequen
 
 
 # ----------------------------------------------------------------------------------------- windows
-def heldout_split(trace: str, gpus: int, holdout: float, trace_gpu_type: str | None = None):
-    """(train split, held-out split) exactly as ``TrainingEnv`` cuts them."""
+def heldout_split(trace: str, gpus: int, holdout: float, trace_gpu_type: str | None = None, val: float = 0.0):
+    """(train split, held-out split) exactly as ``TrainingEnv`` cuts them (with a validation
+    fraction ``val``, the training split ends where the validation split begins)."""
     from agents.rl_env import TrainingEnv
 
     parts = []
     for split in ("train", "eval"):
-        env = TrainingEnv(split=split, holdout=holdout, trace=trace, gpus=gpus, max_jobs=1,
+        env = TrainingEnv(split=split, holdout=holdout, val=val, trace=trace, gpus=gpus, max_jobs=1,
                           trace_gpu_type=trace_gpu_type)
         parts.append(env._load_split())
     return parts[0], parts[1]
@@ -186,7 +192,7 @@ def build_windows(held, window_jobs: int, windows: int, gpus: int, load: float |
 def train_cmd(a, seed: int, run_dir: Path, timesteps: int, eval_freq: int, eval_episodes: int) -> list[str]:
     wall = ["--max-wall-s", str(a.train_s)] if a.train_s else []
     return [*wall, *shlex.split(a.train_args), "--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
-            "--holdout", str(a.holdout), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
+            "--holdout", str(a.holdout), *(["--val", str(a.val)] if a.val > 0 else []), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
             "--eval-freq", str(eval_freq), "--eval-episodes", str(eval_episodes),
             "--checkpoint-freq", str(max(1, min(timesteps, 16384))), "--seed", str(seed), "--no-progress",
             "--no-tensorboard", "--run-dir", str(run_dir)]
@@ -313,7 +319,8 @@ def write_md(path: Path, res: dict) -> None:
     L.append("## Setup\n")
     L.append(f"- Trace `{s['trace']}`: {s['trace_jobs']} jobs after loading (GPUs capped at {s['gpus']}); "
              f"training windows from the first {s['train_jobs']} jobs (job ids {s['train_job_ids'][0]}..{s['train_job_ids'][1]}), "
-             f"held-out split = the last {s['heldout_jobs']} (job ids {s['heldout_job_ids'][0]}..{s['heldout_job_ids'][1]}); "
+             + (f"validation windows from the next {s['val_jobs']}, " if s.get("val_jobs") else "")
+             + f"held-out split = the last {s['heldout_jobs']} (job ids {s['heldout_job_ids'][0]}..{s['heldout_job_ids'][1]}); "
              f"no held-out job is in the training split: {s['disjoint']}.")
     L.append(f"- Cluster: {s['gpus']} GPUs (v100, 8 per node), round 300 s; offered load {s['load']} "
              f"(arrivals scaled per window, as in training).")
@@ -328,26 +335,36 @@ def write_md(path: Path, res: dict) -> None:
     L.append(f"- Wall-clock budget: {' '.join(how) or 'none'}; hard stop (SIGINT) at {s['budget_s']:.0f} s. The issue "
              f"allows 30 minutes per run. Runs were sequential, under `nice -n 5`, `OMP_NUM_THREADS=1`, on a machine "
              f"shared with other work (the frames each run got are in the table below).")
+    if s.get("val"):
+        which = (f"`ppo-sN` is each run's `best/`: the model with the best return on the validation split "
+                 f"(`train_agent.py --val {s['val']}`: the {s['val']:.0%} of the trace's jobs just before the held-out "
+                 f"split, which training does not sample; {s.get('eval_episodes', '?')} validation episodes per "
+                 f"evaluation, the cloned policy evaluated before the first update), so no choice is made on held-out "
+                 f"jobs; `last-sN` is the same run's final `model.zip`")
+    else:
+        which = "the final `model.zip` of each run (not `best/`, which is selected on held-out episodes)"
     L.append(f"- Evaluation: {s['windows']} fixed held-out windows of {s['window_jobs']} consecutive jobs at evenly "
-             f"spaced offsets of the held-out split (same jobs for every agent and seed); the final `model.zip` of each "
-             f"run (not `best/`, which is selected on held-out episodes), masked argmax, via "
+             f"spaced offsets of the held-out split (same jobs for every agent and seed); {which}; masked argmax, via "
              f"`jigsaw_env.evaluate.run_task` (what `jigsaw evaluate` runs).")
     for note in s.get("notes", []):
         L.append(f"- {note}")
     L.append("")
     L.append("## Training runs\n")
     L.append("| seed | warm start: expert, transitions (DAgger rounds), accuracy, wall s | PPO timesteps | "
-             "training wall incl. warm start (s) | process wall (s) | stopped at budget |")
-    L.append("|---:|---|---:|---:|---:|---|")
+             "selected at timestep | training wall incl. warm start (s) | process wall (s) | stopped at budget |")
+    L.append("|---:|---|---:|---:|---:|---:|---|")
     for r in res["training"]:
         w = r.get("warm_start")
         ws = (f"{w['expert']}, {w.get('total_steps') or w.get('steps')} ({w.get('dagger_rounds', 0)}), "
               f"{_f(w.get('final_accuracy'))}, {_f(w.get('wall_s'), 0)}") if w else "none"
-        L.append(f"| {r['seed']} | {ws} | {r['trained_timesteps']} | {_f(r['train_wall_s'], 0)} | {_f(r['process_wall_s'], 0)} | "
+        sel = r.get("selected_timesteps")
+        L.append(f"| {r['seed']} | {ws} | {r['trained_timesteps']} | {'final' if sel is None else sel} | {_f(r['train_wall_s'], 0)} | {_f(r['process_wall_s'], 0)} | "
                  f"{r['interrupted_at_budget']} |")
     if res.get("imitation_labels"):
         L.append("\n`imit-sN` is seed N's policy right after the imitation warm start (`RUN_DIR/warm_start/`), before "
-                 "any PPO update; `ppo-sN` is the same run's final model after PPO fine-tuning.")
+                 "any PPO update; `ppo-sN` is the same run's model after PPO fine-tuning"
+                 + (" selected on the validation split (`best/`; timestep 1 = the clone itself), `last-sN` its final "
+                    "model." if res.get("final_labels") else " (its final model)."))
     L.append("")
     L.append("## Mean JCT over the windows (hours)\n")
     agents = res["agent_order"]
@@ -445,7 +462,12 @@ def parse_args(argv=None):
     p.add_argument("--eval-freq", type=int, default=None, help="in-training evaluation every N steps (default 32768)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="hard stop (SIGINT) per run, in case learning overruns (default --train-s + 300)")
-    p.add_argument("--eval-episodes", type=int, default=2, help="held-out episodes per in-training evaluation")
+    p.add_argument("--val", type=float, default=0.1,
+                   help="validation fraction (train_agent --val, default 0.1: the 10%% of the jobs before the held-out "
+                        "split); the PPO agent evaluated is then the run's best/ (best validation return, the clone "
+                        "included), and its final model is reported beside it; 0 = no validation split, the final model")
+    p.add_argument("--eval-episodes", type=int, default=6,
+                   help="episodes per in-training evaluation (validation with --val; default 6)")
     p.add_argument("--windows", type=int, default=12, help="held-out evaluation windows (default 12)")
     p.add_argument("--window-jobs", type=int, default=80, help="jobs per evaluation window (default 80)")
     p.add_argument("--workers", type=int, default=2)
@@ -469,7 +491,12 @@ def main(argv=None) -> dict:
     cmdline = "python -m bench.ppo_study " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
 
     # --- splits and windows first (cheap; fails early on a bad trace)
-    train_split, held = heldout_split(a.trace, a.gpus, a.holdout)
+    train_split, held = heldout_split(a.trace, a.gpus, a.holdout, val=a.val)
+    n_val = 0
+    if a.val > 0:
+        from agents.rl_env import TrainingEnv
+        n_val = len(TrainingEnv(split="val", holdout=a.holdout, val=a.val, trace=a.trace, gpus=a.gpus,
+                                max_jobs=1)._load_split())
     disjoint = bool(set(train_split["job_id"]).isdisjoint(set(held["job_id"])))
     windows = build_windows(held, a.window_jobs, a.windows, a.gpus, a.load)
     print(f"[ppo_study] split: train {len(train_split)} jobs, held-out {len(held)}; {len(windows)} windows", flush=True)
@@ -482,6 +509,7 @@ def main(argv=None) -> dict:
     training = []
     runs: dict[str, Path] = {}
     imitation: dict[str, Path] = {}  # RUN_DIR/warm_start: the cloned policy before PPO (--warm-start runs)
+    finals: dict[str, Path] = {}     # with --val: each run's final model, beside the selected one
     t_train = time.perf_counter()
     for seed in seeds:
         rdir = runs_dir / f"seed{seed}"
@@ -523,7 +551,14 @@ def main(argv=None) -> dict:
             training[-1]["warm_start"] = {k: ws.get(k) for k in ("expert", "steps", "total_steps", "episodes", "wall_s",
                                                                  "final_accuracy", "expert_mean_avg_jct_s")}
             training[-1]["warm_start"]["dagger_rounds"] = len(ws.get("dagger") or [])
-        runs[lab] = rdir
+        if a.val > 0 and (rdir / "best" / "model.zip").is_file():
+            # the agent under test: best/, selected on the validation split (never on held-out jobs)
+            runs[lab] = rdir / "best"
+            finals[f"last-s{seed}"] = rdir
+            bc = run_config(rdir / "best")
+            training[-1]["selected_timesteps"] = int(bc.get("trained_timesteps") or 0)
+        else:
+            runs[lab] = rdir
         if ws and (rdir / "warm_start" / "model.zip").is_file():
             imitation[f"imit-s{seed}"] = rdir / "warm_start"
         print(f"[ppo_study] seed {seed}: {training[-1]['trained_timesteps']} steps in {r['wall_s']:.0f} s", flush=True)
@@ -531,9 +566,9 @@ def main(argv=None) -> dict:
 
     # --- evaluation
     t_eval = time.perf_counter()
-    rows = evaluate_all(a, windows, {**imitation, **runs})
+    rows = evaluate_all(a, windows, {**imitation, **finals, **runs})
     eval_wall = time.perf_counter() - t_eval
-    order = list(HEURISTICS) + list(imitation) + list(runs)
+    order = list(HEURISTICS) + list(imitation) + list(finals) + list(runs)
     per_window: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
     per_window_wall: dict[str, list[float]] = {lab: [float("nan")] * len(windows) for lab in order}
     stalled: dict[str, list[int]] = {lab: [] for lab in order}
@@ -544,10 +579,11 @@ def main(argv=None) -> dict:
             stalled[row["agent"]].append(int(row["seed"]))
             print(f"[ppo_study] {row['agent']} stalled on window {row['seed']}: {row['stalled']}", flush=True)
     stats = study_stats(per_window, list(runs))
-    if imitation:  # the cloned policies' rows, beside PPO's (pooled and window-level stats stay PPO's own)
-        si = study_stats(per_window, list(imitation))
+    if imitation or finals:  # the clones' and final models' rows, beside PPO's (pooled and window-level stats stay PPO's own)
+        si = study_stats(per_window, list(imitation) + list(finals))
         stats["per_seed"] = {**si["per_seed"], **stats["per_seed"]}
-        stats["imitation_window_level"] = si["window_level"]
+        if imitation:
+            stats["imitation_window_level"] = study_stats(per_window, list(imitation))["window_level"]
 
     from jigsaw_env.evaluate import git_commit
     res: dict[str, Any] = {
@@ -555,14 +591,16 @@ def main(argv=None) -> dict:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), python {platform.python_version()}",
         "git_commit": git_commit(),
         "command": cmdline,
-        "setup": {"trace": a.trace, "trace_jobs": int(len(train_split) + len(held)), "gpus": a.gpus,
-                  "holdout": a.holdout, "train_jobs": int(len(train_split)), "heldout_jobs": int(len(held)),
+        "setup": {"trace": a.trace, "trace_jobs": int(len(train_split) + n_val + len(held)), "gpus": a.gpus,
+                  "holdout": a.holdout, "train_jobs": int(len(train_split)), "val_jobs": int(n_val),
+                  "heldout_jobs": int(len(held)),
                   "train_job_ids": [int(train_split["job_id"].iloc[0]), int(train_split["job_id"].iloc[-1])],
                   "heldout_job_ids": [int(held["job_id"].iloc[0]), int(held["job_id"].iloc[-1])],
                   "disjoint": disjoint, "load": a.load, "max_jobs": a.max_jobs, "n_envs": a.n_envs,
-                  "timesteps": a.timesteps, "eval_freq": eval_freq, "train_s": a.train_s, "train_args": a.train_args, "budget_s": a.budget_s,
+                  "timesteps": a.timesteps, "eval_freq": eval_freq, "eval_episodes": a.eval_episodes, "train_s": a.train_s, "train_args": a.train_args, "budget_s": a.budget_s,
                   "observe_remaining": training[0]["observe_remaining"] if training else None,
-                  "windows": a.windows, "window_jobs": a.window_jobs, "model_file": "model.zip (final)",
+                  "windows": a.windows, "window_jobs": a.window_jobs, "val": a.val,
+                  "model_file": "best/ (selected on the validation split)" if finals else "model.zip (final)",
                   "notes": list(a.note)},
         "training": training,
         "windows": [info for _, info in windows],
@@ -575,6 +613,7 @@ def main(argv=None) -> dict:
         "stats": stats,
         "ppo_labels": list(runs),
         "imitation_labels": list(imitation),
+        "final_labels": list(finals),
         "train_wall_total_s": train_wall_total,
         "eval_wall_s": eval_wall,
     }

@@ -131,7 +131,9 @@ def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
     # normalization statistics
     loaded = LoadedRun(run_dir, cfg, model, model_path, None, None)
     vn_path = run_dir / "vecnormalize.pkl"
-    if best:
+    if best and (run_dir / "best" / "vecnormalize.pkl").is_file():
+        vn_path = run_dir / "best" / "vecnormalize.pkl"  # saved with the best model (train_agent's SaveBestRun)
+    elif best:
         t = _best_timestep(run_dir)
         ck = run_dir / "checkpoints" / f"rl_model_vecnormalize_{t}_steps.pkl" if t is not None else None
         if ck is not None and ck.is_file():

@@ -223,7 +223,22 @@ def test_best_model_export_uses_its_own_statistics(run_dir, tmp_path):
     assert main(["export", str(run_dir), "--best", "--out", str(out)]) == 0
     md = OnnxPolicy(out).metadata
     assert md["model_file"] == "best/best_model.zip"
-    assert md["normalization_source"].startswith("checkpoints/rl_model_vecnormalize_")
+    assert md["normalization_source"] == "best/vecnormalize.pkl"
+    # the statistics saved with the best model are the ones checkpointed at its timestep
+    t = json.loads((run_dir / "best" / "config.json").read_text())["trained_timesteps"]
+    with open(run_dir / "best" / "vecnormalize.pkl", "rb") as f:
+        got = pickle.load(f).obs_rms
+    with open(run_dir / "checkpoints" / f"rl_model_vecnormalize_{t}_steps.pkl", "rb") as f:
+        want = pickle.load(f).obs_rms
+    assert np.array_equal(got.mean, want.mean) and np.array_equal(got.var, want.var)
+    # a run from before best/ held its statistics: the checkpoint of the best timestep
+    (run_dir / "best" / "vecnormalize.pkl").rename(tmp_path / "kept.pkl")
+    try:
+        assert main(["export", str(run_dir), "--best", "--out", str(tmp_path / "old.onnx")]) == 0
+        assert OnnxPolicy(tmp_path / "old.onnx").metadata["normalization_source"] == \
+            f"checkpoints/rl_model_vecnormalize_{t}_steps.pkl"
+    finally:
+        (tmp_path / "kept.pkl").rename(run_dir / "best" / "vecnormalize.pkl")
 
 
 # ----------------------------------------------------------------------------------------------- deployment

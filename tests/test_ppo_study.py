@@ -87,13 +87,18 @@ def test_tiny_study_end_to_end(tmp_path):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     disk = json.loads((out / "results.json").read_text())
     assert disk["setup"]["disjoint"] is True
-    assert disk["setup"]["train_jobs"] + disk["setup"]["heldout_jobs"] == disk["setup"]["trace_jobs"]
+    su = disk["setup"]
+    assert su["val"] == 0.1 and su["val_jobs"] > 0
+    assert su["train_jobs"] + su["val_jobs"] + su["heldout_jobs"] == su["trace_jobs"]
+    assert su["train_job_ids"][1] + su["val_jobs"] + 1 == su["heldout_job_ids"][0]  # train | val | held-out
     held_ids = disk["setup"]["heldout_job_ids"]
     assert len(disk["windows"]) == 2
     for w in disk["windows"]:
         assert w["jobs"] == 8 and held_ids[0] <= w["first_job_id"] <= held_ids[1]
     # the warm-started run's cloned policy (RUN_DIR/warm_start) is evaluated beside its final model
-    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "fifo", "imit-s0", "ppo-s0"]
+    # and the agent under test, ppo-s0, is best/ (selected on the validation split), the final model as last-s0
+    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "fifo", "imit-s0", "last-s0", "ppo-s0"]
+    assert disk["final_labels"] == ["last-s0"] and disk["training"][0]["selected_timesteps"] in (1, 256)
     assert [t["trained_timesteps"] for t in disk["training"]] == [256]
     ws = disk["training"][0]["warm_start"]
     assert ws["expert"] == "tiresias" and ws["dagger_rounds"] == 1 and ws["total_steps"] > ws["steps"] > 0

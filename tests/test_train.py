@@ -185,6 +185,55 @@ def test_real_trace_windows_come_from_the_right_split(tables_dir, tmp_path):
             env.reset(seed=s)
             ids = sorted(env.sim.state.jobs)
             assert lo <= ids[0] and ids[-1] <= hi and len(ids) == 5
+    # with a validation fraction of 0.2: train = first floor(50 x 0.6) = 30, val = the next 10
+    parts = {}
+    for split in ("train", "val", "eval"):
+        env = TrainingEnv(split=split, val=0.2, gpus=8, trace=f"csv:{tmp_path / 't.csv'}", max_jobs=5, window_k=4)
+        parts[split] = env._load_split()["job_id"].tolist()
+    assert parts == {"train": list(range(30)), "val": list(range(30, 40)), "eval": list(range(40, 50))}
+    from agents.rl_env import training_job_ids
+    cfg = {"env": {"trace": f"csv:{tmp_path / 't.csv'}", "gpus": 8}, "sampling": {"holdout": 0.2, "val": 0.2}}
+    assert training_job_ids(cfg) == frozenset(range(30))
+    # bad fractions and a val split without a fraction: one clear error each
+    for kw, msg in ((dict(val=0.8), "val must be in"), (dict(val=-0.1), "val must be in"),
+                    (dict(split="val"), "needs a validation fraction")):
+        with pytest.raises(ValueError, match=msg):
+            TrainingEnv(gpus=8, trace=f"csv:{tmp_path / 't.csv'}", max_jobs=5, window_k=4, **{"split": "train", **kw})
+
+
+def test_warm_started_run_selects_best_on_the_validation_split(tables_dir, tmp_path):
+    """--val: the callback plays validation episodes, the clone is evaluated before any update,
+    and best/ is a RUN_DIR of its own that LearnedAgent loads."""
+    from agents.rl import LearnedAgent
+    from agents.rl_env import SYNTHETIC_VAL_BASE
+
+    run = tmp_path / "val"
+    rc = main(tiny_args(tables_dir, run, "--vec", "dummy", "--n-envs", "1", "--timesteps", "128", "--n-steps", "64",
+                        "--eval-freq", "100000", "--eval-episodes", "1", "--no-tensorboard", "--val", "0.1",
+                        "--warm-start", "fifo", "--warm-start-s", "0.5", "--bc-epochs", "1", "--dagger-rounds", "0"))
+    assert rc == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["sampling"]["val"] == 0.1 and cfg["sampling"]["select_on"] == "val"
+    ev = pd.read_csv(run / "eval.csv")
+    assert len(ev) == 1 and ev["timesteps"].iloc[0] == 1  # the clone, before the first update (freq 100000)
+    best = json.loads((run / "best" / "config.json").read_text())
+    assert best["trained_timesteps"] == 1 and best["selected_on"] == "val"
+    # best/ holds the clone: the same weights as warm_start/
+    import torch
+    a, b = LearnedAgent(run / "best"), LearnedAgent(run / "warm_start")
+    for (k, x), (_, y) in zip(a.model.policy.state_dict().items(), b.model.policy.state_dict().items()):
+        assert torch.equal(x, y), k
+    # the validation episodes came from the validation seeds
+    from agents.rl_env import TrainingEnv
+    env = TrainingEnv(split="val", val=0.1, gpus=8, trace="synthetic:models=rlA+rlB", max_jobs=5, window_k=4)
+    import traces
+    seen, orig = [], traces.load_trace
+    traces.load_trace = lambda spec, **kw: (seen.append(int(spec.rsplit("seed=", 1)[1])), orig(spec, **kw))[1]
+    try:
+        env.reset(seed=3)
+    finally:
+        traces.load_trace = orig
+    assert seen and all(SYNTHETIC_VAL_BASE <= x < SYNTHETIC_VAL_BASE + 2**30 for x in seen)
 
 
 @pytest.mark.slow
@@ -223,6 +272,10 @@ def test_bad_input_one_line_exit_2(tables_dir, tmp_path, capsys):
     rc = main(tiny_args(tables_dir, tmp_path / "w", "--timesteps", "64", "--warm-start", "fifo", "--bc-width-power", "-1"))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--bc-width-power" in err[0] and ">= 0" in err[0]
+    rc = main(tiny_args(tables_dir, tmp_path / "v", "--timesteps", "64", "--val", "0.85"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--val must be in [0, 1 - --holdout) = [0, 0.8), got 0.85" in err[0]
+    assert not (tmp_path / "v").exists()
     assert not (tmp_path / "w").exists()  # refused before anything is written
 
 
