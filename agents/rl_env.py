@@ -164,10 +164,12 @@ class TrainingEnv(JigsawClusterEnv):
             vcut = int(math.floor(n * (1.0 - self.holdout - self.val))) if self.val > 0 else cut
             part = {"train": full.iloc[:vcut], "val": full.iloc[vcut:cut], "eval": full.iloc[cut:]}[self.split]
             if len(part) == 0:
-                frac = {"train": 1.0 - self.holdout - self.val, "val": self.val, "eval": self.holdout}[self.split]
+                # enough jobs that every split in use gets one (about 1 / the smallest fraction)
+                fracs = [f for f in (1.0 - self.holdout - self.val, self.val, self.holdout) if f > 0]
+                val = f", val {self.val:.0%}" if self.val > 0 else ""
                 raise ValueError(f"trace {self.trace!r} has {n} jobs: too few for a {self.split} split "
-                                 f"(holdout {self.holdout:.0%}, val {self.val:.0%}); expected at least "
-                                 f"{int(math.ceil(1 / frac))}")
+                                 f"(holdout {self.holdout:.0%}{val}); expected at least "
+                                 f"{int(math.ceil(1 / min(fracs)))}")
             self._split_jobs = part.reset_index(drop=True)
         return self._split_jobs
 
