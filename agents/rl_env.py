@@ -98,16 +98,17 @@ def same_trace_file(a: str, b: str) -> bool:
 
 
 def training_job_ids(config: dict) -> frozenset[int] | None:
-    """The job ids of the real trace's training split a run learned from (its config.json: env
-    trace, GPUs and GPU type; sampling holdout and trace GPU type), cut exactly as
-    :class:`TrainingEnv` cuts it. None for a synthetic trace (training draws generator seeds from
-    ``[0, 2**30)``, evaluation splits use the seeds above)."""
+    """The job ids of the real trace a run has seen: its training split and, when it had one, its
+    validation split (``best/`` was chosen on it), from its config.json (env trace, GPUs and GPU
+    type; sampling holdout, val and trace GPU type), cut exactly as :class:`TrainingEnv` cuts them:
+    everything before the held-out split. None for a synthetic trace (training draws generator
+    seeds from ``[0, 2**30)``, evaluation splits use the seeds above)."""
     env, sampling = config["env"], config.get("sampling", {})
     trace = env.get("trace")
     if not isinstance(trace, str) or is_synthetic(trace):
         return None
-    te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), val=float(sampling.get("val") or 0.0),
-                     trace=trace, gpus=int(env["gpus"]),
+    # train + val = everything before the held-out cut: the train split of the same holdout, no val
+    te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), trace=trace, gpus=int(env["gpus"]),
                      gpus_per_node=int(env.get("gpus_per_node", 8)), max_jobs=1,
                      trace_gpu_type=sampling.get("trace_gpu_type"))
     return frozenset(int(x) for x in te._load_split()["job_id"])

@@ -193,7 +193,7 @@ def test_real_trace_windows_come_from_the_right_split(tables_dir, tmp_path):
     assert parts == {"train": list(range(30)), "val": list(range(30, 40)), "eval": list(range(40, 50))}
     from agents.rl_env import training_job_ids
     cfg = {"env": {"trace": f"csv:{tmp_path / 't.csv'}", "gpus": 8}, "sampling": {"holdout": 0.2, "val": 0.2}}
-    assert training_job_ids(cfg) == frozenset(range(30))
+    assert training_job_ids(cfg) == frozenset(range(40))  # trained on 0..29, selected on 30..39: both seen
     # bad fractions and a val split without a fraction: one clear error each
     for kw, msg in ((dict(val=0.8), "val must be in"), (dict(val=-0.1), "val must be in"),
                     (dict(split="val"), "needs a validation fraction")):
