@@ -95,7 +95,12 @@ def window_order(state: ClusterState, k: int) -> list[int]:
     """Every active job in the order the agent sees them this round (the first K are the window).
 
     Up to K/2 running jobs (the ones with the most attained service first: the natural
-    preemption candidates), then waiting jobs in arrival order, then the other running jobs.
+    preemption candidates), then waiting jobs by least attained service (GPU-seconds, ties by
+    arrival: the 2D-LAS order a scheduler without duration knowledge starts them in), then the
+    other running jobs. In arrival order a queue whose oldest jobs have run long and been
+    preempted hides the newly arrived ones behind them, and only acting on a job brings the next
+    one into view: on the first training window of the PPO study's Philly split, Jigsaw played
+    as env actions then left new arrivals waiting for 2,251 h (docs/environment.md).
     """
     jobs = state.jobs
     running, waiting = [], []
@@ -106,6 +111,8 @@ def window_order(state: ClusterState, k: int) -> list[int]:
             waiting.append(x)
     if len(running) > 1:
         running.sort(key=lambda x: (-jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
+    if len(waiting) > 1:
+        waiting.sort(key=lambda x: (jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
     take_run = min(len(running), k // 2)
     return running[:take_run] + waiting + running[take_run:]
 

@@ -220,6 +220,28 @@ def test_window_slides_so_one_round_starts_a_whole_burst():
     assert len(env.sim.state.running()) == 6
 
 
+def test_window_shows_waiting_jobs_by_least_attained_service():
+    """K=2, rounds of 60 s: job 0 (8 GPUs) runs one round and is paused; jobs 1 and 2 (1 GPU)
+    arrive meanwhile. The next window shows 1 and 2 (no service yet) and keeps job 0 (8 x 60 =
+    480 GPU-s) behind them; in arrival order job 0 would take a slot and hide job 2."""
+    jobs = pd.DataFrame({"job_id": np.arange(3), "arrival_s": [0.0, 90.0, 90.0], "num_gpus": [8, 1, 1],
+                         "model": "envA", "batch_size": 8, "iterations": 1e6})
+    env = make_env(trace=jobs, max_jobs=3, window_k=2)
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    assert env.builder.window == [0]
+    env.step(env.codec.encode(0, "consolidated", 0))
+    env.step(env.codec.advance)                       # job 0 runs a round
+    b = env.builder
+    assert b.window[0] == 0 and env.sim.state.jobs[0].status is JobStatus.RUNNING
+    env.step(env.codec.encode(0, None))               # pause it
+    env.step(env.codec.advance)
+    st = env.sim.state
+    assert st.jobs[0].attained_gpu_s == pytest.approx(8 * 60.0) and st.jobs[0].status is not JobStatus.RUNNING
+    assert env.builder.window == [1, 2] and env.builder._queue == [0]
+
+
 def test_paired_puts_a_job_on_one_hosts_gpus():
     """Hand-built: A (4 GPUs, envA: 7 GiB per worker) and B (2 GPUs, envB: 12 GiB) run alone on
     16 GiB GPUs. C (2 GPUs, envA) paired: B is the narrower host, but 12 + 7 GiB does not fit, so C
