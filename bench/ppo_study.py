@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "ppo_study"
 HEURISTICS = ("tiresias", "srtf", "jigsaw", "fifo")
 REFS = ("tiresias", "srtf", "jigsaw")
-DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --bc-width-power 1 --gamma 0.9995 --n-steps 1024 --ent-coef 0.0 --learning-rate 1e-5 "
+DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --gamma 0.9995 --n-steps 1024 --ent-coef 0.0 --learning-rate 1e-5 "
                       "--target-kl 0.01")
 
 
