@@ -146,8 +146,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--bc-act-weight", type=positive_float("--bc-act-weight"), default=3.0,
                    help="loss weight of the steps where the expert acts, against 1 where it advances (default 3)")
     w.add_argument("--bc-width-power", type=float, default=0.0, metavar="P",
-                   help="an acting step on a job of g GPUs weighs --bc-act-weight x g^P (default 0: width does not "
-                        "count); P > 0 makes the rare wide-job decisions count more")
+                   help="a step whose widest undecided job has g GPUs weighs g^P more (default 0: width does not "
+                        "count); P > 0 makes the rare states with wide jobs count more")
     w.add_argument("--dagger-rounds", type=int, default=2, metavar="N",
                    help="DAgger rounds after cloning: play the policy, label its states with the expert, refit "
                         "on everything so far (default 2; 0 = plain behaviour cloning)")

@@ -180,8 +180,8 @@ def play_expert(env, expert: HeuristicExpert, jobs, seed: int = 0):
 class Demonstrations:
     """Expert transitions, in the order played. ``obs``: raw env observations (float32, before any
     normalisation); ``masks``: the action masks the expert acted under; ``rewards``: the env's
-    rewards; ``dones``: True on the last step of an episode; ``widths``: the GPU count of the job
-    the expert's action acts on (0 where it advances)."""
+    rewards; ``dones``: True on the last step of an episode; ``widths``: the GPU count of the
+    widest job in the window still undecided in that state (0 when none is)."""
 
     obs: np.ndarray
     masks: np.ndarray
@@ -195,12 +195,11 @@ class Demonstrations:
         return int(self.actions.size)
 
 
-def _acted_width(env, action: int) -> int:
-    """GPUs of the job that ``action`` pauses or runs in ``env``'s current round (0 for advance)."""
-    kind, slot, *_ = env.codec.decode(action)
-    if kind == "advance":
-        return 0
-    return int(env.sim.state.jobs[env.builder.window[slot]].num_gpus)
+def _state_width(env) -> int:
+    """GPUs of the widest job in ``env``'s window not yet decided this round (0 when none is)."""
+    b = env.builder
+    jobs = env.sim.state.jobs
+    return max((jobs[j].num_gpus for j in b.window if j not in b.acted), default=0)
 
 
 class _Recorder:
@@ -225,7 +224,7 @@ class _Recorder:
             self.obs.append(np.asarray(obs, dtype=np.float32))
             self.masks.append(mask.copy())
             self.actions.append(label)
-            self.widths.append(_acted_width(base, label))
+            self.widths.append(_state_width(base))
             obs, r, term, trunc, info = env.step(label if act is None else act(obs, mask))
             self.rewards.append(float(r))
             n += 1
@@ -372,9 +371,13 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     with ``G`` the discounted return of the scaled rewards and weight ``act_weight`` on the steps
     where the expert acts (1 where it advances): most steps are advances, and a policy that
     advances where the expert would still start a job leaves that job waiting a whole round. With
-    ``width_power`` p > 0 an acting step weighs ``act_weight x g^p`` for a job of g GPUs: wide
-    jobs are rare in the data (2.3 % of Philly's jobs ask for 8 GPUs or more, 0.09 % for 32 or more) but a wrong
-    decision about one idles or blocks many GPUs for hours. Returns one row per epoch: loss, accuracy
+    ``width_power`` p > 0 every step also weighs ``g^p``, g the GPUs of the widest job still
+    undecided in its state (``Demonstrations.widths``): wide jobs are rare in the data (2.3 % of
+    Philly's jobs ask for 8 GPUs or more, 0.09 % for 32 or more) but a wrong decision about one
+    idles or blocks many GPUs for hours. The factor belongs to the state, not to the action, so
+    within a state the expert's actions keep their relative weights and the argmax is not pulled
+    towards acting on wide jobs (weighting each action by its own job's width did that: a
+    1-GPU/4-GPU tie became 0.2/0.8). Returns one row per epoch: loss, accuracy
     (argmax over feasible actions = the expert's action) and value MSE, on a fixed random sample
     of ``stats_sample`` transitions after each epoch and on all the data after the last."""
     import torch
@@ -406,9 +409,8 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     g_t = torch.as_tensor(returns, dtype=torch.float32)
     if width_power < 0:
         raise ValueError(f"width_power must be >= 0, got {width_power!r}")
-    widths = torch.as_tensor(np.maximum(demos.widths, 1), dtype=torch.float32)
-    acting = float(act_weight) * widths ** float(width_power)
-    w_t = torch.where(a_t == m_np.shape[1] - 1, 1.0, acting)  # the advance action is the last
+    state_w = torch.as_tensor(np.maximum(demos.widths, 1), dtype=torch.float32) ** float(width_power)
+    w_t = torch.where(a_t == m_np.shape[1] - 1, 1.0, float(act_weight)) * state_w  # the advance action is the last
     n = len(demos)
     rng = np.random.default_rng(seed)
     stats_idx = np.sort(rng.choice(n, size=min(n, stats_sample), replace=False))

@@ -204,44 +204,56 @@ def test_cloning_fits_the_expert_and_sets_the_statistics(cloned):
     assert agree == pytest.approx(hist[-1]["accuracy"], abs=1e-9)
 
 
-def test_demonstrations_record_the_width_of_the_job_acted_on(cloned):
+def test_demonstrations_record_the_widest_undecided_job(cloned):
     make, demos, *_ = cloned
     env = make()
-    advance = env.codec.advance
-    assert ((demos.widths == 0) == (demos.actions == advance)).all()
-    # replay the first episode with the recorded actions: each acting step's width is its job's GPUs
+    # replay the first episode with the recorded actions: each step's width is the widest job in
+    # the window not yet decided in that state
     env.reset(seed=0)
     for a, w in zip(demos.actions[: demos.episodes[0]["steps"]], demos.widths):
+        b = env.builder
+        undecided = [env.sim.state.jobs[j].num_gpus for j in b.window if j not in b.acted]
+        assert w == max(undecided, default=0)
         kind, slot, *_ = env.codec.decode(int(a))
         if kind != "advance":
-            assert w == env.sim.state.jobs[env.builder.window[slot]].num_gpus
+            assert w >= env.sim.state.jobs[b.window[slot]].num_gpus
         env.step(int(a))
     assert set(np.unique(demos.widths[demos.widths > 0])) <= {1, 2, 4, 8}
 
 
-def test_width_power_weighs_the_wide_jobs_label(cloned):
-    """One state labelled 50 times with action 0 (a 1-GPU job) and 50 times with action 1 (a
-    4-GPU job): the weighted maximum-likelihood answer is pi(1) = 4 x 50 / (4 x 50 + 50) = 0.8 with
-    width_power 1, and 0.5 with width_power 0."""
+def _fit_probs(make, demos, power: float) -> np.ndarray:
     import torch
 
+    model, _ = _maskable(make())
+    behaviour_clone(model, demos, epochs=300, batch_size=len(demos), learning_rate=1e-2, seed=0, width_power=power)
+    obs, masks = demos.obs[:1], demos.masks[:1]
+    with torch.no_grad():
+        dist = model.policy.get_distribution(torch.as_tensor(obs))
+        dist.apply_masking(masks)
+        return dist.distribution.probs[0, :2].numpy()
+
+
+def test_width_power_weighs_states_not_actions(cloned):
+    """Known answers of the weighted maximum likelihood on one observation (100 steps, actions 0
+    and 1, 50 each): labels of one state (the same widest job, 4 GPUs) keep their 0.5/0.5 whatever
+    the power; labels from two states the observation cannot tell apart (widest job 1 GPU with
+    action 0, 4 GPUs with action 1) give pi(1) = 4 x 50 / (4 x 50 + 50) = 0.8 at power 1 and 0.5
+    at power 0: the wide-job state has more say."""
     make, *_ = cloned
     n_act = make().codec.n
     obs = np.zeros((100, make().observation_space.shape[0]), dtype=np.float32)
     masks = np.zeros((100, n_act), dtype=bool)
     masks[:, :2] = True
     actions = np.repeat([0, 1], 50)
-    demos = Demonstrations(obs, masks, actions, np.zeros(100), np.arange(100) % 10 == 9, np.repeat([1, 4], 50))
-    for power, want in ((0.0, 0.5), (1.0, 0.8)):
-        model, _ = _maskable(make())
-        behaviour_clone(model, demos, epochs=300, batch_size=100, learning_rate=1e-2, seed=0, width_power=power)
-        with torch.no_grad():
-            dist = model.policy.get_distribution(torch.as_tensor(obs[:1]))
-            dist.apply_masking(masks[:1])
-            p = dist.distribution.probs[0, :2].numpy()
-        assert p[1] == pytest.approx(want, abs=0.01)
+    dones = np.arange(100) % 10 == 9
+    one_state = Demonstrations(obs, masks, actions, np.zeros(100), dones, np.full(100, 4))
+    two_states = Demonstrations(obs, masks, actions, np.zeros(100), dones, np.repeat([1, 4], 50))
+    assert _fit_probs(make, one_state, 1.0)[1] == pytest.approx(0.5, abs=0.01)
+    assert _fit_probs(make, two_states, 0.0)[1] == pytest.approx(0.5, abs=0.01)
+    assert _fit_probs(make, two_states, 1.0)[1] == pytest.approx(0.8, abs=0.01)
+    model, _ = _maskable(make())
     with pytest.raises(ValueError, match="width_power"):
-        behaviour_clone(model, demos, epochs=1, width_power=-1.0)
+        behaviour_clone(model, two_states, epochs=1, width_power=-1.0)
 
 
 def test_dagger_labels_the_learners_states_with_the_expert(cloned):
