@@ -88,6 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="validation fraction of a real trace (of all jobs, cut from the end of the training part; "
                         "synthetic: its own generator seeds); when > 0 the evaluation callback and best/ use it "
                         "instead of the held-out split, which then stays unseen until the final evaluation (default 0)")
+    t.add_argument("--wide-share", type=float, default=0.0, metavar="F",
+                   help="share of training episodes (real traces) built around a job of at least --wide-gpus GPUs: "
+                        "one drawn uniformly, then a window holding it (default 0: uniform windows)")
+    t.add_argument("--wide-gpus", type=positive_int("--wide-gpus"), default=8, metavar="G",
+                   help="what --wide-share counts as a wide job (default 8 GPUs)")
     t.add_argument("--curriculum", action="store_true",
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
     t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
@@ -206,6 +211,7 @@ def config_from_args(args) -> dict[str, Any]:
                             "net_arch": list(args.net_arch), "clip_range": args.clip_range, "target_kl": args.target_kl},
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
+                     "wide_share": args.wide_share, "wide_gpus": args.wide_gpus,
                      "curriculum": bool(args.curriculum),
                      "curriculum_steps": args.curriculum_steps or (args.timesteps // 2 if args.curriculum else None),
                      "train_split": "synthetic seeds [0, 2^30)" if args.trace.startswith("synthetic")
@@ -269,7 +275,8 @@ def _env_factories(cfg: dict, split: str, n: int, seed: int):
     s = cfg["sampling"]
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
-                        loads=s["loads"],
+                        loads=s["loads"], wide_share=float(s.get("wide_share") or 0.0),
+                        wide_gpus=int(s.get("wide_gpus") or 8),
                         trace_gpu_type=s.get("trace_gpu_type"), tables=cfg.get("tables"), difficulty=difficulty)
             for i in range(n)]
 
@@ -559,6 +566,8 @@ def train(args) -> dict:
             raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
         if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
             raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
+        if not 0.0 <= args.wide_share <= 1.0:
+            raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
         if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
             raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
         if args.warm_start:

@@ -14,6 +14,11 @@ training part: training keeps the first ``1 - holdout - val``, validation the ne
 model can be selected (early stopping, ``best/``) on jobs that neither training nor the held-out
 evaluation uses. Synthetic traces draw its generator seeds from ``[2**31, 2**31 + 2**30)``.
 
+With ``wide_share`` > 0, that share of the training episodes (real traces) is built around a
+job of at least ``wide_gpus`` GPUs (one drawn uniformly, then a window holding it): such jobs are
+rare (2.3 % of Philly's jobs ask for 8 GPUs or more) and the decisions about them decide the mean
+JCT of the windows that have them.
+
 Per episode the offered load is drawn uniformly from ``loads`` (one value: fixed; ``None``: the
 synthetic default 1.0, or a real trace's own arrival times). A **curriculum** (``difficulty`` in
 [0, 1], set by the trainer through ``env_method("set_difficulty", d)``) grows episodes from
@@ -76,10 +81,18 @@ def scale_to_load(df: pd.DataFrame, cluster_gpus: int, load: float, gpus_per_nod
     return out
 
 
-def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFrame:
-    """``n`` consecutive jobs at a random offset (all of them when there are fewer), arrivals from 0."""
+def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator, around: np.ndarray | None = None) -> pd.DataFrame:
+    """``n`` consecutive jobs at a random offset (all of them when there are fewer), arrivals from 0.
+
+    ``around``: positions of jobs to build the window around: one is drawn uniformly, then the
+    offset uniformly among the windows that hold it, so a window's chance grows with how many
+    of those jobs it holds."""
     if len(df) > n:
-        start = int(rng.integers(0, len(df) - n + 1))
+        if around is not None and len(around):
+            pos = int(around[int(rng.integers(0, len(around)))])
+            start = int(rng.integers(max(0, pos - n + 1), min(pos, len(df) - n) + 1))
+        else:
+            start = int(rng.integers(0, len(df) - n + 1))
         df = df.iloc[start:start + n]
     df = df.copy()
     if len(df):
@@ -120,7 +133,7 @@ class TrainingEnv(JigsawClusterEnv):
 
     def __init__(self, *, split: str = "train", holdout: float = 0.2, val: float = 0.0,
                  loads: Sequence[float] | None = None, trace_gpu_type: str | None = None, difficulty: float = 1.0,
-                 **kw: Any):
+                 wide_share: float = 0.0, wide_gpus: int = 8, **kw: Any):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
         if not 0.0 < holdout < 1.0:
@@ -129,12 +142,21 @@ class TrainingEnv(JigsawClusterEnv):
             raise ValueError(f"val must be in [0, 1 - holdout) = [0, {1.0 - holdout:g}), got {val!r}")
         if split == "val" and val == 0.0:
             raise ValueError("split 'val' needs a validation fraction val > 0")
+        if not 0.0 <= wide_share <= 1.0:
+            raise ValueError(f"wide_share must be in [0, 1], got {wide_share!r}")
+        if wide_gpus < 1:
+            raise ValueError(f"wide_gpus must be >= 1, got {wide_gpus!r}")
         super().__init__(**kw)
         if not isinstance(self.trace, str):
             raise ValueError("TrainingEnv needs a trace spec (str); use JigsawClusterEnv for a fixed job table")
         self.split = split
         self.holdout = float(holdout)
         self.val = float(val)
+        # training windows built around a wide job (>= wide_gpus GPUs) with this probability
+        # (real traces, train split only: evaluation splits keep uniform windows)
+        self.wide_share = float(wide_share) if split == "train" else 0.0
+        self.wide_gpus = int(wide_gpus)
+        self._wide_pos: np.ndarray | None = None
         self.loads = [float(x) for x in loads] if loads else None
         if self.loads and any(not x > 0 for x in self.loads):
             raise ValueError(f"loads must be > 0, got {self.loads}")
@@ -186,7 +208,13 @@ class TrainingEnv(JigsawClusterEnv):
             eff_load = (load if load is not None else 1.0) * mult
             return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
                               max_gpus=self.cluster.num_gpus, gpu_type=self.trace_gpu_type).jobs
-        df = window_of(self._load_split(), n, rng)
+        part = self._load_split()
+        around = None
+        if self.wide_share > 0 and rng.random() < self.wide_share:
+            if self._wide_pos is None:
+                self._wide_pos = np.flatnonzero(part["num_gpus"].to_numpy() >= self.wide_gpus)
+            around = self._wide_pos
+        df = window_of(part, n, rng, around)
         if load is not None or mult != 1.0:
             if load is None:
                 from traces import offered_load
@@ -200,7 +228,8 @@ class TrainingEnv(JigsawClusterEnv):
 
 def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: float = 0.2, val: float = 0.0,
                 loads: Sequence[float] | None = None, trace_gpu_type: str | None = None,
-                tables: str | None = None, difficulty: float = 1.0, monitor: bool = True) -> Callable[[], Any]:
+                tables: str | None = None, difficulty: float = 1.0, monitor: bool = True,
+                wide_share: float = 0.0, wide_gpus: int = 8) -> Callable[[], Any]:
     """A picklable env factory for (Subproc|Dummy)VecEnv: registers ``tables`` in the process
     that builds the env (SubprocVecEnv workers do not see tables registered in the parent),
     pins torch to one thread, and wraps the env in an SB3 Monitor."""
@@ -217,7 +246,7 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
             from jigsaw_env.cost_table import register_tables_dir
             register_tables_dir(tables)
         env = TrainingEnv(split=split, holdout=holdout, val=val, loads=loads, trace_gpu_type=trace_gpu_type,
-                          difficulty=difficulty, **env_kwargs)
+                          difficulty=difficulty, wide_share=wide_share, wide_gpus=wide_gpus, **env_kwargs)
         env.reset(seed=seed + rank)
         if monitor:
             from stable_baselines3.common.monitor import Monitor

@@ -201,6 +201,33 @@ def test_real_trace_windows_come_from_the_right_split(tables_dir, tmp_path):
             TrainingEnv(gpus=8, trace=f"csv:{tmp_path / 't.csv'}", max_jobs=5, window_k=4, **{"split": "train", **kw})
 
 
+def test_wide_share_builds_training_windows_around_wide_jobs(tables_dir, tmp_path):
+    """100 jobs of 1 GPU but two of 8 (positions 10 and 70), windows of 5: with wide_share 1 every
+    training window holds one of them, and each is drawn about half the time; evaluation splits
+    keep uniform windows."""
+    from agents.rl_env import TrainingEnv
+    from jigsaw_env.cost_table import register_tables_dir
+    register_tables_dir(tables_dir)
+    n = 100
+    g = np.ones(n, dtype=int)
+    g[[10, 70]] = 8
+    pd.DataFrame({"job_id": np.arange(n), "arrival_s": np.arange(n) * 60.0, "num_gpus": g, "duration_s": 600.0,
+                  "model": "rlA", "batch_size": 8}).to_csv(tmp_path / "t.csv", index=False)
+    spec = f"csv:{tmp_path / 't.csv'}"
+    env = TrainingEnv(split="train", holdout=0.1, wide_share=1.0, gpus=8, trace=spec, max_jobs=5, window_k=4, load=None)
+    hits = []
+    for s in range(60):
+        env.reset(seed=s)
+        ids = set(env.sim.state.jobs)
+        assert len(ids) == 5 and (10 in ids) != (70 in ids)
+        hits.append(10 in ids)
+    assert 15 <= sum(hits) <= 45
+    ev = TrainingEnv(split="eval", holdout=0.5, wide_share=1.0, gpus=8, trace=spec, max_jobs=5, window_k=4, load=None)
+    assert ev.wide_share == 0.0
+    with pytest.raises(ValueError, match="wide_share"):
+        TrainingEnv(split="train", wide_share=1.5, gpus=8, trace=spec, max_jobs=5, window_k=4)
+
+
 def test_warm_started_run_selects_best_on_the_validation_split(tables_dir, tmp_path):
     """--val: the callback plays validation episodes, the clone is evaluated before any update,
     and best/ is a RUN_DIR of its own that LearnedAgent loads."""
