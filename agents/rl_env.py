@@ -100,6 +100,15 @@ def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator, around: np.nda
     return df.reset_index(drop=True)
 
 
+def cut_splits(full: pd.DataFrame, holdout: float, val: float = 0.0) -> dict[str, pd.DataFrame]:
+    """``{"train", "val", "eval"}`` parts of a loaded trace by job position: the first
+    ``1 - holdout - val``, the next ``val`` and the last ``holdout`` (module docstring)."""
+    n = len(full)
+    cut = int(math.floor(n * (1.0 - holdout)))
+    vcut = int(math.floor(n * (1.0 - holdout - val)))
+    return {"train": full.iloc[:vcut], "val": full.iloc[vcut:cut], "eval": full.iloc[cut:]}
+
+
 def same_trace_file(a: str, b: str) -> bool:
     """Whether two real-trace specs (``KIND:PATH``) name the same file; False for synthetic ones."""
     if is_synthetic(a) or is_synthetic(b) or ":" not in a or ":" not in b:
@@ -183,9 +192,7 @@ class TrainingEnv(JigsawClusterEnv):
             full = load_trace(str(self.trace), cluster_gpus=self.cluster.num_gpus, max_gpus=self.cluster.num_gpus,
                               gpu_type=self.trace_gpu_type).jobs
             n = len(full)
-            cut = int(math.floor(n * (1.0 - self.holdout)))
-            vcut = int(math.floor(n * (1.0 - self.holdout - self.val))) if self.val > 0 else cut
-            part = {"train": full.iloc[:vcut], "val": full.iloc[vcut:cut], "eval": full.iloc[cut:]}[self.split]
+            part = cut_splits(full, self.holdout, self.val)[self.split]
             if len(part) == 0:
                 # enough jobs that every split in use gets one (about 1 / the smallest fraction)
                 fracs = [f for f in (1.0 - self.holdout - self.val, self.val, self.holdout) if f > 0]

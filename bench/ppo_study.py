@@ -147,17 +147,32 @@ def study_stats(jct: dict[str, list[float]], ppo_labels: list[str], refs: Sequen
 
 
 # ----------------------------------------------------------------------------------------- windows
+def study_splits(trace: str, gpus: int, holdout: float, trace_gpu_type: str | None = None,
+                 val: float = 0.0) -> dict:
+    """The trace's train / val / eval parts exactly as ``TrainingEnv`` cuts them (one load of the
+    trace, ``agents.rl_env.cut_splits``)."""
+    from agents.rl_env import TrainingEnv, cut_splits
+
+    from traces import load_trace
+
+    # the env checks holdout and val (loading nothing); the trace is loaded once, here
+    env = TrainingEnv(split="train", holdout=holdout, val=val, trace=trace, gpus=gpus, max_jobs=1,
+                      trace_gpu_type=trace_gpu_type)
+    full = load_trace(str(env.trace), cluster_gpus=env.cluster.num_gpus, max_gpus=env.cluster.num_gpus,
+                      gpu_type=trace_gpu_type).jobs
+    parts = {k: v.reset_index(drop=True) for k, v in cut_splits(full, holdout, val).items()}
+    for k in ("train", "eval") + (("val",) if val > 0 else ()):
+        if len(parts[k]) == 0:
+            raise ValueError(f"trace {trace!r} has {len(full)} jobs: too few for a {k} split "
+                             f"(holdout {holdout:.0%}, val {val:.0%})")
+    return parts
+
+
 def heldout_split(trace: str, gpus: int, holdout: float, trace_gpu_type: str | None = None, val: float = 0.0):
     """(train split, held-out split) exactly as ``TrainingEnv`` cuts them (with a validation
     fraction ``val``, the training split ends where the validation split begins)."""
-    from agents.rl_env import TrainingEnv
-
-    parts = []
-    for split in ("train", "eval"):
-        env = TrainingEnv(split=split, holdout=holdout, val=val, trace=trace, gpus=gpus, max_jobs=1,
-                          trace_gpu_type=trace_gpu_type)
-        parts.append(env._load_split())
-    return parts[0], parts[1]
+    parts = study_splits(trace, gpus, holdout, trace_gpu_type, val)
+    return parts["train"], parts["eval"]
 
 
 def window_starts(n_jobs: int, window_jobs: int, windows: int) -> list[int]:
@@ -491,12 +506,8 @@ def main(argv=None) -> dict:
     cmdline = "python -m bench.ppo_study " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
 
     # --- splits and windows first (cheap; fails early on a bad trace)
-    train_split, held = heldout_split(a.trace, a.gpus, a.holdout, val=a.val)
-    n_val = 0
-    if a.val > 0:
-        from agents.rl_env import TrainingEnv
-        n_val = len(TrainingEnv(split="val", holdout=a.holdout, val=a.val, trace=a.trace, gpus=a.gpus,
-                                max_jobs=1)._load_split())
+    parts = study_splits(a.trace, a.gpus, a.holdout, val=a.val)
+    train_split, held, n_val = parts["train"], parts["eval"], len(parts["val"])
     disjoint = bool(set(train_split["job_id"]).isdisjoint(set(held["job_id"])))
     windows = build_windows(held, a.window_jobs, a.windows, a.gpus, a.load)
     print(f"[ppo_study] split: train {len(train_split)} jobs, held-out {len(held)}; {len(windows)} windows", flush=True)
