@@ -1,6 +1,9 @@
 """The live executor's real SPB data-parallel training (jigsaw_executor.spb_worker / launcher).
 
 All on CPU with gloo, 1-4 worker processes of one thread each, tiny models on sklearn digits.
+``JIGSAW_TEST_DEVICE=cuda`` runs the same jobs on one GPU (NCCL for a one-rank job, gloo over CUDA
+tensors for several ranks); the reference stays on the CPU, so run it with ``NVIDIA_TF32_OVERRIDE=0``
+to keep the GPU's float32 products comparable at the same tolerances.
 Distributed jobs run once per module (fixtures) and several tests check their results:
 
 * replicas are bit-identical (parameters, buffers and optimizer state) after iterations whose
@@ -15,6 +18,7 @@ Distributed jobs run once per module (fixtures) and several tests check their re
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -30,6 +34,7 @@ from jigsaw_executor.models import build_executor_model, exact_bytes_table
 from jigsaw_executor.spb_worker import SPBTrainer, plan_sync, ring_bytes_sent
 
 SEED = 3
+DEVICE = os.environ.get("JIGSAW_TEST_DEVICE", "cpu")  # where run_job_local's workers train
 BS = 8
 SPB = SPBConfig()
 
@@ -101,14 +106,14 @@ def reference_run(model_name: str, world: int, decisions, average_over: str = "c
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def bn_job():
-    res = run_job_local("tiny_bn_cnn", 3, len(BN_DECISIONS), BN_DECISIONS, batch_size=BS, seed=SEED,
+    res = run_job_local("tiny_bn_cnn", 3, len(BN_DECISIONS), BN_DECISIONS, batch_size=BS, device=DEVICE, seed=SEED,
                         timeout_s=30, job_timeout_s=120, record_grads_at=range(len(BN_DECISIONS)), return_state=True)
     return res
 
 
 @pytest.fixture(scope="module")
 def tf_job():
-    return run_job_local("tiny_transformer", 4, len(TF_DECISIONS), TF_DECISIONS, batch_size=BS, seed=SEED,
+    return run_job_local("tiny_transformer", 4, len(TF_DECISIONS), TF_DECISIONS, batch_size=BS, device=DEVICE, seed=SEED,
                          average_over="all", timeout_s=30, job_timeout_s=120,
                          record_grads_at=range(len(TF_DECISIONS)), return_state=True)
 
@@ -117,7 +122,7 @@ def tf_job():
 def pause_resume(tmp_path_factory):
     """tiny_mlp, 2 ranks: 5 iterations straight, and the same as 2 + 1 + 2 with two pauses."""
     ck = tmp_path_factory.mktemp("ckpt")
-    kw = dict(batch_size=BS, seed=SEED, timeout_s=30, job_timeout_s=120, return_state=True)
+    kw = dict(batch_size=BS, device=DEVICE, seed=SEED, timeout_s=30, job_timeout_s=120, return_state=True)
     full = run_job_local("tiny_mlp", 2, 5, MLP_DECISIONS, **kw)
     a = run_job_local("tiny_mlp", 2, 2, MLP_DECISIONS, checkpoint_dir=ck, resume=True, **kw)
     b = run_job_local("tiny_mlp", 2, 1, MLP_DECISIONS, checkpoint_dir=ck, resume=True, **kw)
@@ -266,7 +271,7 @@ def test_transformer_job_average_over_all(tf_job):
     _check_job(tf_job, "tiny_transformer", TF_DECISIONS, 4, "all")
     # static level 2 (t = 0): the light ranks keep fewer activations than the full-depth ones
     peaks = [tf_job.reports[r][0].peak_activation_bytes for r in range(4)]
-    table = exact_bytes_table(build_executor_model("tiny_transformer"), BS)
+    table = exact_bytes_table(build_executor_model("tiny_transformer").to(DEVICE), BS)  # counted where it ran
     assert peaks == [table.activation_peak_bytes(s) for s in tf_job.reports[0][0].starts]
     assert peaks[2] < peaks[1] < peaks[0] == peaks[3]
 
@@ -308,12 +313,12 @@ def test_pause_and_resume_is_identical(pause_resume):
 
 
 def test_buffer_broadcast_mode_and_single_worker_job():
-    res = run_job_local("tiny_bn_cnn", 2, 2, Decision(2, "static"), batch_size=BS, seed=SEED,
+    res = run_job_local("tiny_bn_cnn", 2, 2, Decision(2, "static"), batch_size=BS, device=DEVICE, seed=SEED,
                         buffer_sync="broadcast", timeout_s=30, job_timeout_s=60, evaluate=True)
     assert res.identical_replicas
     assert res.reports[1][0].buffer_bytes_sent == 0 < res.reports[0][0].buffer_bytes_sent
     assert 0.0 <= res.accuracy <= 1.0
-    one = run_job_local("tiny_mlp", 1, 2, Decision(3, "rotating"), batch_size=BS, timeout_s=30, job_timeout_s=60)
+    one = run_job_local("tiny_mlp", 1, 2, Decision(3, "rotating"), batch_size=BS, device=DEVICE, timeout_s=30, job_timeout_s=60)
     assert [x.start_group for x in one.reports[0]] == [0, 1]
     assert all(x.bytes_on_wire_total == 0 for x in one.reports[0])
 
@@ -324,7 +329,7 @@ def test_buffer_broadcast_mode_and_single_worker_job():
 def test_worker_exception_fails_the_job_with_rank_and_error():
     t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 1 failed: RuntimeError: injected failure on rank 1") as ei:
-        run_job_local("tiny_mlp", 2, 4, Decision(2, "rotating"), batch_size=BS, fail_at=(1, 1),
+        run_job_local("tiny_mlp", 2, 4, Decision(2, "rotating"), batch_size=BS, device=DEVICE, fail_at=(1, 1),
                       timeout_s=20, job_timeout_s=60)
     assert ei.value.rank == 1
     assert time.monotonic() - t0 < 20
@@ -333,7 +338,7 @@ def test_worker_exception_fails_the_job_with_rank_and_error():
 def test_stalled_worker_times_out_instead_of_hanging():
     t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 0 failed") as ei:
-        run_job_local("tiny_mlp", 2, 4, Decision(0), batch_size=BS, fail_at=(1, 1), fail_mode="hang",
+        run_job_local("tiny_mlp", 2, 4, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 1), fail_mode="hang",
                       timeout_s=2, job_timeout_s=60)
     assert ei.value.rank == 0 and "ranks [1] were still running" in str(ei.value)
     assert time.monotonic() - t0 < 30
@@ -341,7 +346,7 @@ def test_stalled_worker_times_out_instead_of_hanging():
 
 def test_crashed_worker_fails_the_job():
     with pytest.raises(JobFailed, match=r"rank 1 died \(exit code 3\)"):
-        run_job_local("tiny_mlp", 2, 3, Decision(0), batch_size=BS, fail_at=(1, 0), fail_mode="exit",
+        run_job_local("tiny_mlp", 2, 3, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 0), fail_mode="exit",
                       timeout_s=20, job_timeout_s=60)
 
 
