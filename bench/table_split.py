@@ -33,7 +33,7 @@ from jigsaw_env.spb import SPBConfig
 
 def saved_share(table: CostTable) -> np.ndarray:
     """Per start group s: 1 - compute_s(s) / compute_s(0) (no executor overhead), a fraction."""
-    c = table.compute_by_start() - table.executor_overhead_s
+    c = np.array([table.plain_compute_s(s) for s in range(table.num_groups)])
     return 1.0 - c / c[0]
 
 
