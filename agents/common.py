@@ -545,11 +545,11 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     enumeration order (host config, guest config, order), as an exhaustive search would.
 
     The candidates, their bounds and their memory feasibility do not depend on the phases: they
-    are prepared once (:func:`_pair_candidates`, cached by ``prep_key`` when given) and only the
-    phase-dependent step means are computed per call."""
+    are prepared once (:func:`_pair_candidates`, cached by ``prep_key`` when given; a candidate's
+    arrays on its first visit) and only the phase-dependent step means are computed per call."""
     if prep_key is not None:
-        # entries hold arrays per candidate (tens of kB): a smaller bound keeps a whole-trace
-        # replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
+        # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
+        # whole-trace replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
         cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
         prep = cache.get(prep_key)
         if prep is None:
@@ -559,9 +559,13 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
         prep = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
     wa, wb, iso_h, iso_g, cands = prep
     best = None
-    for neg_ub, rank, hc, gc, idx, ph, pg, ok, inv, H, la0, zg in cands:
+    for c in cands:
+        neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
         if best is not None and -neg_ub < best[3] - 1e-12:
             break
+        if arrays is None:  # first visit of this candidate: its phase-independent arrays
+            arrays = c[7] = _candidate_arrays(prep, c)
+        ok, inv, H, la0, zg = arrays
         if inv is None:  # no order of this group fits in memory
             continue
         ks = _arange(H)
@@ -603,11 +607,10 @@ def _arange(n: int) -> np.ndarray:
 
 def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity) -> tuple:
     """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands)``
-    with the candidates sorted by decreasing bound (ties by enumeration rank), each as
-    ``(-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile, memory-ok
-    per order, gather map or None when no order fits, hyper-period, host loads at phase 0 (wa,
-    H), guest compute padded with a zero worker (wb + 1, period))``. The gather map ``inv[o, g]``
-    is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the zero row) for none."""
+    with the candidates sorted by decreasing bound (ties by enumeration rank), each a list
+    ``[-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile, arrays]``
+    where ``arrays`` is None until the search first visits the candidate and fills it in with
+    :func:`_candidate_arrays`."""
     costs = state.costs
     wa, wb = len(host_gpus), guest.num_gpus
     iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
@@ -628,27 +631,47 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
                 ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
                 cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
     cands.sort(key=lambda c: (c[0], c[1]))
-    out = []
-    for neg_ub, rank, hc, gc, idx, ph, pg in cands:
-        sub = cols[idx]
-        n = len(idx)
-        sa = np.arange(n)
-        # memory at each process's peak, per host GPU
-        mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-        for w in range(wb):
-            mem[sa, sub[:, w]] += pg.peak_bytes[w]
-        ok = np.all(mem <= capacity[None, :], axis=1)
-        if not ok.any():
-            out.append((neg_ub, rank, hc, gc, idx, ph, pg, ok, None, 0, None, None))
-            continue
-        inv = np.full((n, wa), wb, dtype=np.int64)
-        for w in range(wb):
-            inv[sa, sub[:, w]] = w
-        H = _lcm(ph.period, pg.period)
-        la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
-        zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
-        out.append((neg_ub, rank, hc, gc, idx, ph, pg, ok, inv, H, la0, zg))
-    return wa, wb, iso_h, iso_g, out
+    # the arrays of a candidate (memory feasibility per order, gather map, loads) are made on its
+    # first visit by the branch and bound (:func:`_candidate_arrays`): most candidates fall below
+    # the best value found and are never visited
+    return _PairPrep(wa, wb, iso_h, iso_g, [[*c, None] for c in cands], cols, capacity)
+
+
+class _PairPrep(tuple):
+    """:func:`_pair_candidates`' result: ``(wa, wb, iso_h, iso_g, cands)`` unpacks as a tuple;
+    ``cols`` (orders x guest workers, host worker indices) and ``capacity`` (bytes per host GPU)
+    are what :func:`_candidate_arrays` needs later."""
+
+    def __new__(cls, wa, wb, iso_h, iso_g, cands, cols, capacity):
+        self = super().__new__(cls, (wa, wb, iso_h, iso_g, cands))
+        self.cols, self.capacity = cols, capacity
+        return self
+
+
+def _candidate_arrays(prep: _PairPrep, cand: list) -> tuple:
+    """One candidate's phase-independent arrays: ``(memory-ok per order, gather map or None when
+    no order fits, hyper-period, host loads at phase 0 (wa, H), guest compute padded with a zero
+    worker (wb + 1, period))``. ``inv[o, g]`` is the guest worker on host GPU ``g`` in order
+    ``o``, or ``wb`` (the zero row) for none."""
+    wa, wb = prep[0], prep[1]
+    idx, ph, pg = cand[4], cand[5], cand[6]
+    sub = prep.cols[idx]
+    n = len(idx)
+    sa = np.arange(n)
+    # memory at each process's peak, per host GPU
+    mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
+    for w in range(wb):
+        mem[sa, sub[:, w]] += pg.peak_bytes[w]
+    ok = np.all(mem <= prep.capacity[None, :], axis=1)
+    if not ok.any():
+        return ok, None, 0, None, None
+    inv = np.full((n, wa), wb, dtype=np.int64)
+    for w in range(wb):
+        inv[sa, sub[:, w]] = w
+    H = _lcm(ph.period, pg.period)
+    la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
+    zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
+    return ok, inv, H, la0, zg
 
 
 # ------------------------------------------------------------------------------------------------
