@@ -69,7 +69,7 @@ def _net_arch(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from jigsaw_env.simulate_cli import add_cluster_arguments
 
-    from agents.rl import ALGOS
+    from agents.rl import ALGOS, POLICIES
 
     add_cluster_arguments(p)
     t = p.add_argument_group("episodes")
@@ -135,6 +135,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--gamma", type=float, default=0.99)
     a.add_argument("--ent-coef", type=float, default=0.01)
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
+    a.add_argument("--policy", choices=POLICIES, default="mlp",
+                   help="policy network: mlp (SB3's MlpPolicy on the flat observation) or slots (every window "
+                        "slot scored by the same layers, agents/slot_policy.py; the value net stays an MLP of "
+                        "--net-arch) (default mlp)")
+    a.add_argument("--slot-hidden", type=positive_int("--slot-hidden"), default=64,
+                   help="width of the slot policy's shared layers (default 64)")
     w = p.add_argument_group("imitation warm start (agents/imitation.py)")
     w.add_argument("--warm-start", default=None, metavar="HEURISTIC",
                    help="before RL, clone this heuristic's decisions (e.g. jigsaw, tiresias): play it on training "
@@ -205,10 +211,10 @@ def config_from_args(args) -> dict[str, Any]:
     return {
         "format": RUN_FORMAT,
         "algo": args.algo,
-        "policy": "MlpPolicy",
+        "policy": "MlpPolicy" if args.policy == "mlp" else "slots",
         "hyperparameters": {"learning_rate": args.learning_rate, "n_steps": n_steps, "batch_size": args.batch_size,
                             "n_epochs": args.n_epochs, "gamma": args.gamma, "ent_coef": args.ent_coef,
-                            "net_arch": list(args.net_arch), "clip_range": args.clip_range, "target_kl": args.target_kl},
+                            "net_arch": list(args.net_arch), "slot_hidden": args.slot_hidden, "clip_range": args.clip_range, "target_kl": args.target_kl},
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
                      "wide_share": args.wide_share, "wide_gpus": args.wide_gpus,
@@ -615,10 +621,13 @@ def train(args) -> dict:
             kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=hp["gamma"],
                                       ent_coef=hp["ent_coef"],
                                       policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
+            if cfg["policy"] == "slots":
+                kw["policy_kwargs"].update(slot_hidden=int(hp.get("slot_hidden", 64)))
             if cfg["algo"] in ("maskable_ppo", "ppo"):
                 kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
                           target_kl=hp.get("target_kl"))
-            model = cls(cfg["policy"], venv, seed=seed, device="cpu", tensorboard_log=tb,
+            from agents.slot_policy import policy_for
+            model = cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=seed, device="cpu", tensorboard_log=tb,
                         verbose=getattr(args, "verbose", 0), **kw)
         target = int(cfg["timesteps"])
         remaining = target - int(model.num_timesteps)

@@ -39,6 +39,7 @@ from .base import Scheduler
 
 RUN_FORMAT = "jigsaw-run/1"
 ALGOS = ("maskable_ppo", "ppo", "a2c")
+POLICIES = ("mlp", "slots")  # train_agent.py --policy (agents/slot_policy.py)
 
 
 def algo_class(name: str):
