@@ -137,7 +137,13 @@ class JigsawClusterEnv(gym.Env):
         jobs = (options or {}).get("jobs")
         if jobs is None:
             jobs = self._episode_jobs(ep_seed)
-        self.sim = Simulator(self.cluster, jobs, self.sim_config)
+        # the cost model (cached profiles and step tables, which depend on the cluster and the
+        # SPB settings only) carries over from the last episode
+        costs = self.sim.costs if self.sim is not None else None
+        if costs is not None and costs.mismatch(self.cluster, self.sim_config.spb, self.sim_config.eta_override,
+                                                self.sim_config.eta_scale) is not None:
+            costs = None  # the settings changed since
+        self.sim = Simulator(self.cluster, jobs, self.sim_config, costs=costs)
         self._mask_caches = ({}, {})  # the round builders' mask caches, kept for the episode
         self._stalled_rounds = 0
         self._new_round()
@@ -185,7 +191,9 @@ class JigsawClusterEnv(gym.Env):
         stalled = False
         if advance:
             waiting = len(self.sim.state.active_ids)
-            r = self.sim.step(self.builder.ledger.decision)
+            # the builder's ledger was built from this round's in_force_ledger() by checked adds and
+            # removes: the simulator takes it over instead of validating the decision again
+            r = self.sim.step(self.builder.ledger.decision, ledger=self.builder.ledger)
             self._stalled_rounds = self._stalled_rounds + 1 if (r.allocated_gpu_s == 0.0 and waiting) else 0
             stalled = self.max_stalled_rounds is not None and self._stalled_rounds >= self.max_stalled_rounds
             if self.reward_kind == "jct":

@@ -287,7 +287,11 @@ class Simulator:
     # in run(), the next completion found with the vectorised scan. Same results, slower.
     _reference = False
 
-    def __init__(self, cluster: ClusterSpec, jobs: Iterable[JobState] | pd.DataFrame, config: SimConfig = SimConfig()):
+    def __init__(self, cluster: ClusterSpec, jobs: Iterable[JobState] | pd.DataFrame, config: SimConfig = SimConfig(),
+                 costs: CostModel | None = None):
+        """``costs``: a CostModel to reuse (its cached profiles and step tables), made by an earlier
+        Simulator of the same ``cluster`` and the same SPB and eta settings (an env that plays many
+        episodes passes its last one); ValueError when it was made for other settings."""
         if isinstance(jobs, pd.DataFrame):
             jobs = jobs_from_table(jobs, cluster, config.backlogged)
         self.cluster = cluster
@@ -300,7 +304,13 @@ class Simulator:
                 raise ValueError(f"job {j.job_id} needs {j.num_gpus} GPUs but the cluster has {cluster.num_gpus}")
             if config.backlogged:
                 j.arrival_s = 0.0
-        self.costs = CostModel(cluster, config.spb, config.eta_override, config.eta_scale)
+        if costs is None:
+            costs = CostModel(cluster, config.spb, config.eta_override, config.eta_scale)
+        else:
+            why = costs.mismatch(cluster, config.spb, config.eta_override, config.eta_scale)
+            if why is not None:
+                raise ValueError(f"costs: a CostModel made for another {why}")
+        self.costs = costs
         self._check_jobs()
         self.reset()
 
@@ -366,7 +376,10 @@ class Simulator:
         # run() sets it for rounds that keep the allocation without asking the policy: the
         # objects are then brought up to date only before someone reads them (_end_round)
         self._defer_round_end = False
-        self._tables: dict = {}                 # shared step tables of components (engine.Component)
+        # shared step tables of components (engine.Component), kept by the cost model whose
+        # profiles they are computed from: they stay valid for as long as it lives
+        self._tables: dict = self.costs.step_tables
+        self._round_token = object()  # marks the ledgers in_force_ledger hands out this round
         self._round_rows: list[tuple] = []
         self._cluster_rows: list[tuple] = []
         self.num_finished = 0
@@ -398,8 +411,11 @@ class Simulator:
         return out
 
     def in_force_ledger(self) -> GpuLedger:
-        """A copy of the ledger of the allocation in force (what ``step(None)`` would keep)."""
-        return self._in_force.copy()
+        """A copy of the ledger of the allocation in force (what ``step(None)`` would keep). Marked
+        with this round, so that :meth:`step` may take it back as the next decision's ledger."""
+        led = self._in_force.copy()
+        led._origin = self._round_token
+        return led
 
     @property
     def done(self) -> bool:
@@ -484,6 +500,37 @@ class Simulator:
             for x in removed:
                 led.remove(x)
         return led, removed, added
+
+    def _adopt(self, ledger: GpuLedger) -> tuple[GpuLedger, list[int], list[int]] | None:
+        """What :meth:`_validate_diff` returns for ``ledger.decision``, with ``ledger`` itself as
+        the new ledger, when its job order is the one validation would give; None otherwise."""
+        cd = self._in_force.decision
+        dec = ledger.decision
+        removed = []
+        for jid, jd in cd.items():
+            x = dec.get(jid)
+            if x is not jd and x != jd:
+                removed.append(jid)
+        rem = set(removed)
+        kept = [jid for jid in cd if jid not in rem and jid in dec]
+        added = []
+        for i, (jid, jd) in enumerate(dec.items()):
+            if type(jd) is not JobDecision:
+                return None
+            if i < len(kept):
+                if jid != kept[i]:
+                    return None
+            else:
+                added.append(jid)
+        if any(jid in cd and jid not in rem for jid in added):
+            return None  # a job re-added with its JobDecision unchanged: validation keeps its place
+        # the tally of GPUs by worker count grows a slot the first time a GPU reaches a new count;
+        # the builder may have passed through a count validation never reaches (a job added before
+        # another left its GPU): drop those empty slots, as validation's tally would not have them
+        wc, n0 = ledger._wc, len(self._in_force._wc)
+        while len(wc) > n0 and wc[-1] == 0:
+            wc.pop()
+        return ledger, removed, added
 
     def _flush(self, comp: Component, gpus: list[int] | None = None) -> None:
         """Add a dissolving component's per-GPU busy seconds to the dissolved total (Python
@@ -789,13 +836,30 @@ class Simulator:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
             self.useful_at_window_end = self._useful_total
 
-    def step(self, decision: Decision | None) -> RoundResult:
-        """Apply ``decision`` (None: keep the current allocation) and advance one round."""
+    def step(self, decision: Decision | None, ledger: GpuLedger | None = None) -> RoundResult:
+        """Apply ``decision`` (None: keep the current allocation) and advance one round.
+
+        ``ledger``: the ledger that holds ``decision`` (``ledger.decision is decision``), if the
+        caller built it from this round's :meth:`in_force_ledger` by the ledger's own checked adds
+        and removes (the env's RoundBuilder does). It is then taken as the allocation in force
+        instead of re-validating the decision job by job: every add was checked against a ledger
+        holding at least the jobs the validation's would (each job leaves before it comes back),
+        and memory is whole bytes (exact sums, in any order), so the validation would pass and
+        build an equal ledger. It is used only when its job order is also the one validation
+        would give (jobs kept, in the order in force, then jobs added); otherwise, or with any
+        other ledger, the decision is validated as usual."""
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         st = self.state
         ref = self._reference
-        if decision is None and not ref:
+        adopted = None
+        if (ledger is not None and not ref and decision is not None and ledger.decision is decision
+                and getattr(ledger, "_origin", None) is self._round_token):
+            adopted = self._adopt(ledger)
+        self._round_token = object()  # ledgers handed out before this step are of an earlier round
+        if adopted is not None:
+            ledger, removed, added = adopted
+        elif decision is None and not ref:
             # the allocation in force: nothing to validate or apply. The ledger itself stands for
             # the decision (jobs finishing in the round leave it; the round log keeps their entries)
             ledger = self._in_force

@@ -120,7 +120,19 @@ class CostModel:
         self._peaks: dict = {}
         self._peak_lists: dict = {}
         self._peak_fast: dict = {}
+        # engine.Component's shared step tables (the simulator's cache), keyed by profile identity:
+        # kept here so that they live exactly as long as the profiles they are computed from
+        self.step_tables: dict = {}
         self.homogeneous = len(set(cluster.gpu_types)) == 1
+
+    def mismatch(self, cluster: ClusterSpec, spb: SPBConfig, eta_override: float | None, eta_scale: float) -> str | None:
+        """The first of these settings that this model was not made for, as ``"name (have, expected
+        want)"``; None when it was made for all of them (its caches then hold for them)."""
+        for name, have, want in (("cluster", self.cluster, cluster), ("spb", self.spb, spb),
+                                 ("eta_override", self.eta_override, eta_override), ("eta_scale", self.eta_scale, eta_scale)):
+            if have is not want and have != want:
+                return f"{name} ({have!r}, expected {want!r})"
+        return None
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
         return get_table(model, batch_size, gpu_type)

@@ -333,3 +333,80 @@ def test_an_infeasible_apply_leaves_the_ledger_exactly_as_it_was():
         if term or trunc or tried > 200:
             break
     assert tried > 20
+
+
+def test_the_builders_ledger_is_taken_over_only_when_validation_would_build_the_same():
+    """Simulator.step(decision, ledger=builder.ledger): at every round of random play the ledger
+    taken over equals, byte for byte and in job order, the one validation builds; a job re-added
+    with an unchanged JobDecision (validation keeps its place) and a ledger of an earlier round
+    are validated instead."""
+    from jigsaw_env.state import JobDecision
+
+    env = JigsawClusterEnv(gpus=32, window_k=8, max_jobs=40, load=1.5)
+    env.reset(seed=7)
+    rng = np.random.default_rng(7)
+    adopted = fallback = 0
+    calls = []
+    orig = env.sim._adopt
+    env.sim._adopt = lambda led: (calls.append(1), orig(led))[1]
+    for _ in range(4000):
+        b = env.builder
+        mask = env.action_masks()
+        a = int(rng.choice(np.flatnonzero(mask)))
+        if a == env.codec.advance:
+            sim = env.sim
+            got = sim._adopt(b.ledger)
+            led, removed, added = sim._validate_diff(b.ledger.decision)
+            if got is None:
+                fallback += 1
+                # the order differs: some job came back with the JobDecision in force
+                cd = sim._in_force.decision
+                assert any(b.ledger.decision.get(j) == jd for j, jd in cd.items())
+            else:
+                adopted += 1
+                assert got[0] is b.ledger and (got[1], got[2]) == (removed, added)
+                assert _ledger_key(got[0]) == _ledger_key(led)
+        n_calls = len(calls)
+        _, _, term, trunc, info = env.step(a)
+        if a == env.codec.advance:
+            assert len(calls) == n_calls + 1  # the env hands its builder's ledger over every round
+        if term or trunc:
+            break
+    assert adopted > 50 and fallback > 0, (adopted, fallback)
+    # a ledger handed out before the last step is of an earlier round: validated, not taken over
+    env.reset(seed=9)
+    sim = env.sim
+    sim._adopt = lambda led: (calls.append(1), Simulator._adopt(sim, led))[1]
+    stale = sim.in_force_ledger()
+    sim.step(None)
+    if not sim.done:
+        n_calls = len(calls)
+        sim.step(stale.decision, ledger=stale)
+        assert len(calls) == n_calls
+    # and a ledger from elsewhere never bypasses validation: an infeasible decision is refused
+    from jigsaw_env.placement import GpuLedger, InfeasibleDecision
+    env.reset(seed=8)
+    sim = env.sim
+    while not sim.state.active_ids:
+        sim.step(None)
+    jid = sim.state.active_ids[0]
+    foreign = GpuLedger(sim.state)
+    foreign.decision[jid] = JobDecision(tuple(range(sim.state.jobs[jid].num_gpus + 1)), 0)  # one GPU too many
+    with pytest.raises(InfeasibleDecision):
+        sim.step(foreign.decision, ledger=foreign)
+
+
+def test_the_env_keeps_its_cost_model_across_episodes():
+    from jigsaw_env.simulator import SimConfig
+
+    env = JigsawClusterEnv(gpus=16, window_k=4, max_jobs=10)
+    env.reset(seed=1)
+    costs = env.sim.costs
+    assert env.sim._tables is costs.step_tables
+    env.reset(seed=2)
+    assert env.sim.costs is costs and env.sim._tables is costs.step_tables
+    env.sim_config = SimConfig(round_s=env.sim_config.round_s, eta_scale=0.8)  # other settings: a new one
+    env.reset(seed=3)
+    assert env.sim.costs is not costs and env.sim.costs.eta_scale == 0.8
+    with pytest.raises(ValueError, match=r"costs: a CostModel made for another eta_scale \(0.8, expected 1.0\)"):
+        Simulator(env.cluster, env.sim._initial_jobs, SimConfig(), costs=env.sim.costs)
