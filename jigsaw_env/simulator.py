@@ -468,6 +468,15 @@ class Simulator:
                 led.add(jid, jd)
         return led
 
+    def _leaving(self, decision: Decision) -> list[int]:
+        """The jobs in force (in the order in force) that ``decision`` leaves out or changes."""
+        removed = []
+        for jid, jd in self._in_force.decision.items():
+            x = decision.get(jid)
+            if x is not jd and x != jd:
+                removed.append(jid)
+        return removed
+
     def _validate_diff(self, decision: Decision) -> tuple[GpuLedger, list[int], list[int]]:
         """:meth:`_validate_incremental`, and what changed: the ids of the jobs in force that
         leave or change (in the order of the allocation in force) and of the jobs to add (in
@@ -475,11 +484,7 @@ class Simulator:
         usually) cost a lookup: no ledger update, no check."""
         cur = self._in_force
         cd = cur.decision
-        removed = []
-        for jid, jd in cd.items():
-            x = decision.get(jid)
-            if x is not jd and x != jd:
-                removed.append(jid)
+        removed = self._leaving(decision)
         added = []
         led = None
         rem = set(removed)
@@ -506,11 +511,7 @@ class Simulator:
         the new ledger, when its job order is the one validation would give; None otherwise."""
         cd = self._in_force.decision
         dec = ledger.decision
-        removed = []
-        for jid, jd in cd.items():
-            x = dec.get(jid)
-            if x is not jd and x != jd:
-                removed.append(jid)
+        removed = self._leaving(dec)
         rem = set(removed)
         kept = [jid for jid in cd if jid not in rem and jid in dec]
         added = []
