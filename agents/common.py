@@ -557,14 +557,14 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
                                                       orders, capacity)
     else:
         prep = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
-    wa, wb, iso_h, iso_g, cands = prep
+    wa, wb, iso_h, iso_g, cands, cols, capacity = prep
     best = None
     for c in cands:
         neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
         if best is not None and -neg_ub < best[3] - 1e-12:
             break
         if arrays is None:  # first visit of this candidate: its phase-independent arrays
-            arrays = c[7] = _candidate_arrays(prep, c)
+            arrays = c[7] = _candidate_arrays(wa, wb, cols[idx], capacity, ph, pg)
         ok, inv, H, la0, zg = arrays
         if inv is None:  # no order of this group fits in memory
             continue
@@ -606,11 +606,12 @@ def _arange(n: int) -> np.ndarray:
 
 
 def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity) -> tuple:
-    """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands)``
-    with the candidates sorted by decreasing bound (ties by enumeration rank), each a list
-    ``[-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile, arrays]``
-    where ``arrays`` is None until the search first visits the candidate and fills it in with
-    :func:`_candidate_arrays`."""
+    """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands,
+    cols, capacity)`` with the candidates sorted by decreasing bound (ties by enumeration rank),
+    each a list ``[-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile,
+    arrays]`` where ``arrays`` is None until the search first visits the candidate and fills it in
+    with :func:`_candidate_arrays`; ``cols`` (orders x guest workers) holds every order's host
+    worker indices and ``capacity`` each host GPU's memory (bytes)."""
     costs = state.costs
     wa, wb = len(host_gpus), guest.num_gpus
     iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
@@ -634,35 +635,22 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
     # the arrays of a candidate (memory feasibility per order, gather map, loads) are made on its
     # first visit by the branch and bound (:func:`_candidate_arrays`): most candidates fall below
     # the best value found and are never visited
-    return _PairPrep(wa, wb, iso_h, iso_g, [[*c, None] for c in cands], cols, capacity)
+    return wa, wb, iso_h, iso_g, [[*c, None] for c in cands], cols, capacity
 
 
-class _PairPrep(tuple):
-    """:func:`_pair_candidates`' result: ``(wa, wb, iso_h, iso_g, cands)`` unpacks as a tuple;
-    ``cols`` (orders x guest workers, host worker indices) and ``capacity`` (bytes per host GPU)
-    are what :func:`_candidate_arrays` needs later."""
-
-    def __new__(cls, wa, wb, iso_h, iso_g, cands, cols, capacity):
-        self = super().__new__(cls, (wa, wb, iso_h, iso_g, cands))
-        self.cols, self.capacity = cols, capacity
-        return self
-
-
-def _candidate_arrays(prep: _PairPrep, cand: list) -> tuple:
-    """One candidate's phase-independent arrays: ``(memory-ok per order, gather map or None when
-    no order fits, hyper-period, host loads at phase 0 (wa, H), guest compute padded with a zero
-    worker (wb + 1, period))``. ``inv[o, g]`` is the guest worker on host GPU ``g`` in order
-    ``o``, or ``wb`` (the zero row) for none."""
-    wa, wb = prep[0], prep[1]
-    idx, ph, pg = cand[4], cand[5], cand[6]
-    sub = prep.cols[idx]
-    n = len(idx)
+def _candidate_arrays(wa: int, wb: int, sub: np.ndarray, capacity: np.ndarray, ph, pg) -> tuple:
+    """One candidate's phase-independent arrays, for its orders ``sub`` (orders x guest workers,
+    host worker indices): ``(memory-ok per order, gather map or None when no order fits,
+    hyper-period, host loads at phase 0 (wa, H), guest compute padded with a zero worker (wb + 1,
+    period))``. ``inv[o, g]`` is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the
+    zero row) for none."""
+    n = len(sub)
     sa = np.arange(n)
     # memory at each process's peak, per host GPU
     mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
     for w in range(wb):
         mem[sa, sub[:, w]] += pg.peak_bytes[w]
-    ok = np.all(mem <= prep.capacity[None, :], axis=1)
+    ok = np.all(mem <= capacity[None, :], axis=1)
     if not ok.any():
         return ok, None, 0, None, None
     inv = np.full((n, wa), wb, dtype=np.int64)

@@ -42,6 +42,10 @@ class InfeasibleDecision(ValueError):
 class GpuLedger:
     """Per-GPU memory (bytes), worker count and owners under a (partial) decision."""
 
+    # the simulator round whose in_force_ledger() handed this ledger out (Simulator.step may take
+    # such a ledger back); None for every other ledger, copies included
+    _origin: object = None
+
     def __init__(self, state: ClusterState, decision: Decision | None = None, checked: bool = False):
         """``decision``: start from it; ``checked=True`` trusts it (e.g. the allocation in force,
         which the simulator validated when it was applied) and skips the feasibility checks."""

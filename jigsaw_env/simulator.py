@@ -855,7 +855,7 @@ class Simulator:
         ref = self._reference
         adopted = None
         if (ledger is not None and not ref and decision is not None and ledger.decision is decision
-                and getattr(ledger, "_origin", None) is self._round_token):
+                and ledger._origin is self._round_token):
             adopted = self._adopt(ledger)
         self._round_token = object()  # ledgers handed out before this step are of an earlier round
         if adopted is not None:
