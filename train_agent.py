@@ -56,6 +56,16 @@ def _loads(text: str) -> list[float]:
     return vals
 
 
+def _gpu_list(text: str) -> list[int]:
+    try:
+        v = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--train-gpus must be comma-separated GPU counts, got {text!r}") from None
+    if not v or any(x < 1 for x in v):
+        raise argparse.ArgumentTypeError(f"--train-gpus values must be integers >= 1, got {text!r}")
+    return v
+
+
 def _net_arch(text: str) -> list[int]:
     try:
         v = [int(x) for x in text.split(",") if x.strip()]
@@ -93,6 +103,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "one drawn uniformly, then a window holding it (default 0: uniform windows)")
     t.add_argument("--wide-gpus", type=positive_int("--wide-gpus"), default=8, metavar="G",
                    help="what --wide-share counts as a wide job (default 8 GPUs)")
+    t.add_argument("--train-gpus", type=_gpu_list, default=None, metavar="G[,G...]",
+                   help="cluster sizes of training episodes, one drawn per episode (evaluation, validation and "
+                        "best/ use --gpus); small clusters show jobs that take half or all of the cluster, which "
+                        "a real trace rarely has (default: --gpus)")
     t.add_argument("--curriculum", action="store_true",
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
     t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
@@ -218,6 +232,7 @@ def config_from_args(args) -> dict[str, Any]:
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
                      "wide_share": args.wide_share, "wide_gpus": args.wide_gpus,
+                     "train_gpus": args.train_gpus,
                      "curriculum": bool(args.curriculum),
                      "curriculum_steps": args.curriculum_steps or (args.timesteps // 2 if args.curriculum else None),
                      "train_split": "synthetic seeds [0, 2^30)" if args.trace.startswith("synthetic")
@@ -282,7 +297,7 @@ def _env_factories(cfg: dict, split: str, n: int, seed: int):
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
                         loads=s["loads"], wide_share=float(s.get("wide_share") or 0.0),
-                        wide_gpus=int(s.get("wide_gpus") or 8),
+                        wide_gpus=int(s.get("wide_gpus") or 8), cluster_sizes=s.get("train_gpus"),
                         trace_gpu_type=s.get("trace_gpu_type"), tables=cfg.get("tables"), difficulty=difficulty)
             for i in range(n)]
 
@@ -574,6 +589,12 @@ def train(args) -> dict:
             raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
         if not 0.0 <= args.wide_share <= 1.0:
             raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
+        from jigsaw_env.cluster import ClusterSpec
+        for g in args.train_gpus or ():
+            try:
+                ClusterSpec.from_gpus(g, gpus_per_node=args.gpus_per_node)
+            except ValueError as e:
+                raise ValueError(f"--train-gpus: a cluster of {g} GPUs: {e}") from None
         if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
             raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
         if args.warm_start:

@@ -19,6 +19,14 @@ job of at least ``wide_gpus`` GPUs (one drawn uniformly, then a window holding i
 rare (2.3 % of Philly's jobs ask for 8 GPUs or more) and the decisions about them decide the mean
 JCT of the windows that have them.
 
+With ``cluster_sizes`` (training split only), each training episode runs on a cluster of one of
+these GPU counts, drawn uniformly per episode (same GPU type, memory and node size); the
+evaluation and validation splits keep ``gpus``. The observation is the same size on every cluster
+and its width features are fractions of the cluster (``jigsaw_env.encoder``), so a small training
+cluster shows what a real trace rarely does: jobs that take half or all of the cluster (on Philly,
+0.16 % of the jobs ask for 16 GPUs or more; on a 16-GPU cluster every 8-GPU job is half of it).
+Jobs wider than the episode's cluster are capped to it, and the load is scaled to its size.
+
 Per episode the offered load is drawn uniformly from ``loads`` (one value: fixed; ``None``: the
 synthetic default 1.0, or a real trace's own arrival times). A **curriculum** (``difficulty`` in
 [0, 1], set by the trainer through ``env_method("set_difficulty", d)``) grows episodes from
@@ -142,7 +150,7 @@ class TrainingEnv(JigsawClusterEnv):
 
     def __init__(self, *, split: str = "train", holdout: float = 0.2, val: float = 0.0,
                  loads: Sequence[float] | None = None, trace_gpu_type: str | None = None, difficulty: float = 1.0,
-                 wide_share: float = 0.0, wide_gpus: int = 8, **kw: Any):
+                 wide_share: float = 0.0, wide_gpus: int = 8, cluster_sizes: Sequence[int] | None = None, **kw: Any):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
         if not 0.0 < holdout < 1.0:
@@ -156,6 +164,22 @@ class TrainingEnv(JigsawClusterEnv):
         if wide_gpus < 1:
             raise ValueError(f"wide_gpus must be >= 1, got {wide_gpus!r}")
         super().__init__(**kw)
+        self._main_cluster = self.cluster
+        self.cluster_sizes: list[int] | None = None
+        self._clusters: dict[int, Any] = {self.cluster.num_gpus: self.cluster}
+        if cluster_sizes and split == "train":
+            from jigsaw_env.cluster import ClusterSpec
+            sizes = [int(g) for g in cluster_sizes]
+            base = self.cluster
+            for g in sizes:
+                if g not in self._clusters:
+                    try:
+                        self._clusters[g] = ClusterSpec.from_gpus(g, gpus_per_node=base.gpus_per_node,
+                                                                  gpu_type=base.main_gpu_type,
+                                                                  gpu_memory_gib=base.memory_of(0) / 2**30)
+                    except ValueError as e:
+                        raise ValueError(f"cluster_sizes: {g} GPUs: {e}") from None
+            self.cluster_sizes = sizes
         if not isinstance(self.trace, str):
             raise ValueError("TrainingEnv needs a trace spec (str); use JigsawClusterEnv for a fixed job table")
         self.split = split
@@ -189,8 +213,8 @@ class TrainingEnv(JigsawClusterEnv):
     def _load_split(self) -> pd.DataFrame:
         if self._split_jobs is None:
             from traces import load_trace
-            full = load_trace(str(self.trace), cluster_gpus=self.cluster.num_gpus, max_gpus=self.cluster.num_gpus,
-                              gpu_type=self.trace_gpu_type).jobs
+            cap = max(self._clusters)  # jobs are capped per episode to its cluster (cut_splits is by position)
+            full = load_trace(str(self.trace), cluster_gpus=cap, max_gpus=cap, gpu_type=self.trace_gpu_type).jobs
             n = len(full)
             part = cut_splits(full, self.holdout, self.val)[self.split]
             if len(part) == 0:
@@ -205,6 +229,11 @@ class TrainingEnv(JigsawClusterEnv):
 
     def _episode_jobs(self, seed: int) -> pd.DataFrame:
         rng = np.random.default_rng(seed)
+        if self.cluster_sizes:
+            # the episode's cluster (drawn from its own stream, so that the jobs drawn below are
+            # those the same seed gives without cluster_sizes)
+            g = self.cluster_sizes[int(np.random.default_rng([seed, 1]).integers(len(self.cluster_sizes)))]
+            self.cluster = self._clusters[g]
         n, mult = self.episode_size()
         load = float(rng.choice(self.loads)) if self.loads else self.load
         spec = str(self.trace)
@@ -222,6 +251,9 @@ class TrainingEnv(JigsawClusterEnv):
                 self._wide_pos = np.flatnonzero(part["num_gpus"].to_numpy() >= self.wide_gpus)
             around = self._wide_pos
         df = window_of(part, n, rng, around)
+        if int(df["num_gpus"].max()) > self.cluster.num_gpus:
+            df = df.copy()
+            df["num_gpus"] = df["num_gpus"].clip(upper=self.cluster.num_gpus)
         if load is not None or mult != 1.0:
             if load is None:
                 from traces import offered_load
@@ -236,7 +268,8 @@ class TrainingEnv(JigsawClusterEnv):
 def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: float = 0.2, val: float = 0.0,
                 loads: Sequence[float] | None = None, trace_gpu_type: str | None = None,
                 tables: str | None = None, difficulty: float = 1.0, monitor: bool = True,
-                wide_share: float = 0.0, wide_gpus: int = 8) -> Callable[[], Any]:
+                wide_share: float = 0.0, wide_gpus: int = 8,
+                cluster_sizes: Sequence[int] | None = None) -> Callable[[], Any]:
     """A picklable env factory for (Subproc|Dummy)VecEnv: registers ``tables`` in the process
     that builds the env (SubprocVecEnv workers do not see tables registered in the parent),
     pins torch to one thread, and wraps the env in an SB3 Monitor."""
@@ -253,7 +286,8 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
             from jigsaw_env.cost_table import register_tables_dir
             register_tables_dir(tables)
         env = TrainingEnv(split=split, holdout=holdout, val=val, loads=loads, trace_gpu_type=trace_gpu_type,
-                          difficulty=difficulty, wide_share=wide_share, wide_gpus=wide_gpus, **env_kwargs)
+                          difficulty=difficulty, wide_share=wide_share, wide_gpus=wide_gpus,
+                          cluster_sizes=cluster_sizes, **env_kwargs)
         env.reset(seed=seed + rank)
         if monitor:
             from stable_baselines3.common.monitor import Monitor

@@ -4,7 +4,7 @@ STATE
     The simulator's :class:`~jigsaw_env.state.ClusterState` (jobs, their progress and placements,
     the GPUs) plus the decision being built for the next round. The agent observes it through the
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
-    ``K * 16 + 10`` float32 values whose shape does not depend on the cluster's size.
+    ``K * 19 + 10`` float32 values whose shape does not depend on the cluster's size.
 ACTIONS
     ``Discrete(K * (4 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
@@ -94,6 +94,7 @@ class JigsawClusterEnv(gym.Env):
         self.observation_space = spaces.Box(low=OBS_LOW, high=OBS_HIGH, shape=(self.encoder.size,), dtype=np.float32)
         self._full_trace: pd.DataFrame | None = trace if isinstance(trace, pd.DataFrame) else None
         self.sim: Simulator | None = None
+        self._cost_models: dict[int, Any] = {}  # cost model of the last episode on each cluster size
         self.builder: RoundBuilder | None = None
         self._steps_in_round = 0
         self._mask_caches: tuple[dict, dict] = ({}, {})
@@ -139,7 +140,10 @@ class JigsawClusterEnv(gym.Env):
             jobs = self._episode_jobs(ep_seed)
         # the cost model (cached profiles and step tables, which depend on the cluster and the
         # SPB settings only) carries over from the last episode
-        costs = self.sim.costs if self.sim is not None else None
+        # (one per cluster size, for training envs that draw the cluster per episode)
+        if self.sim is not None:
+            self._cost_models[self.sim.costs.cluster.num_gpus] = self.sim.costs
+        costs = self._cost_models.get(self.cluster.num_gpus)
         if costs is not None and costs.mismatch(self.cluster, self.sim_config.spb, self.sim_config.eta_override,
                                                 self.sim_config.eta_scale) is not None:
             costs = None  # the settings changed since

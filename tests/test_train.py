@@ -312,3 +312,51 @@ def test_train_agent_script_entry_point(tables_dir, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, os.path.join(root, "train_agent.py"), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--algo" in r.stdout and "--resume" in r.stdout
+
+
+def test_train_gpus_draws_the_cluster_per_training_episode(tables_dir, tmp_path):
+    """cluster_sizes (train_agent --train-gpus): each training episode runs on one of the sizes,
+    drawn per episode; jobs wider than it are capped to it; the same seed draws the same jobs
+    whatever the sizes; evaluation splits keep ``gpus``; each size keeps its own cost model."""
+    from agents.rl_env import TrainingEnv
+    from jigsaw_env.cost_table import register_tables_dir
+    register_tables_dir(tables_dir)
+    n = 100
+    g = np.where(np.arange(n) % 3 == 0, 16, 1)
+    pd.DataFrame({"job_id": np.arange(n), "arrival_s": np.arange(n) * 60.0, "num_gpus": g, "duration_s": 600.0,
+                  "model": "rlA", "batch_size": 8}).to_csv(tmp_path / "t.csv", index=False)
+    spec = f"csv:{tmp_path / 't.csv'}"
+    kw = dict(holdout=0.2, gpus=16, trace=spec, max_jobs=6, window_k=4, load=1.0)
+    mixed = TrainingEnv(split="train", cluster_sizes=[8, 16], **kw)
+    plain = TrainingEnv(split="train", **kw)
+    seen, costs = {}, {}
+    for s in range(40):
+        mixed.reset(seed=s)
+        plain.reset(seed=s)
+        size = mixed.cluster.num_gpus
+        seen[size] = seen.get(size, 0) + 1
+        jobs = mixed.sim.state.jobs
+        assert sorted(jobs) == sorted(plain.sim.state.jobs)  # the cluster draw does not move the window
+        widest = max(jobs[j].num_gpus for j in jobs)
+        assert widest <= size and (widest == size) == any(plain.sim.state.jobs[j].num_gpus >= size for j in jobs)
+        assert mixed.sim.state.cluster.num_gpus == size
+        assert costs.setdefault(size, mixed.sim.costs) is mixed.sim.costs  # one cost model per size, reused
+        assert mixed.observation_space.contains(mixed._obs())
+    assert set(seen) == {8, 16} and min(seen.values()) >= 10
+    ev = TrainingEnv(split="eval", cluster_sizes=[8], **kw)
+    for s in range(3):
+        ev.reset(seed=s)
+        assert ev.cluster.num_gpus == 16
+    with pytest.raises(ValueError, match=r"cluster_sizes: 12 GPUs: gpus \(12\) must be a multiple of gpus_per_node \(8\)"):
+        TrainingEnv(split="train", cluster_sizes=[12], **kw)
+
+
+def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
+    rc = main(tiny_args(tables_dir, tmp_path / "a", "--timesteps", "64", "--train-gpus", "12"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "--train-gpus: a cluster of 12 GPUs: gpus (12) must be a multiple of gpus_per_node (8)" in err[0]
+    with pytest.raises(SystemExit) as e:
+        main(tiny_args(tables_dir, tmp_path / "b", "--timesteps", "64", "--train-gpus", "8,0"))
+    assert e.value.code == 2 and "--train-gpus values must be integers >= 1, got '8,0'" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
