@@ -12,7 +12,16 @@ Per-job features (index: meaning):
  9 progress fraction *        10 current level / L          11 static pattern
 12 log1p(isolated iteration ms)/10                          13 SPB compute gain at the half level - 1
 14 eta at the half level      15 worker peak memory / GPU memory
+16 arrival rank among the active jobs / (active jobs - 1)  (0: the oldest job present)
+17 log1p(s since it last started, resumed or was preempted; since arrival if never started)/16
+18 log1p(s of its last continuous run that ended in a preemption)/16
 (* zero unless ``observe_remaining``: an oracle, as SRTF has.)
+
+Features 16-18 are the job's history as any scheduler can see it (``JobState.status_since_s``,
+``last_run_s``): Tiresias and Jigsaw serve a queue FIFO by arrival, and their starvation guard
+promotes a job that has waited ``starve_factor`` times its last run, so without them those
+decisions are not a function of the observation (in arrival order, ages of hundreds of hours
+differ in the fifth digit of feature 6).
 
 Cluster features: exclusive-free GPU fraction, GPUs under the worker cap fraction, shared GPU
 fraction, mean memory use of occupied GPUs, log1p(waiting jobs)/8, log1p(running jobs)/8,
@@ -28,7 +37,7 @@ import numpy as np
 from .spb import Pattern, spb_compute_bound
 from .state import ClusterState, JobStatus
 
-JOB_FEATURES = 16
+JOB_FEATURES = 19
 CLUSTER_FEATURES = 10
 
 
@@ -53,6 +62,7 @@ class ObservationEncoder:
         self._job_consts: dict[int, tuple] = {}     # per job of the state: size/model features
         self._cap_arr = None                         # the last ledger capacity array seen
         self._cap0: float | None = None              # its one value, when all GPUs have the same
+        self._rank_ids: dict[int, float] | None = None  # arrival rank features of this round
 
     @property
     def size(self) -> int:
@@ -98,6 +108,7 @@ class ObservationEncoder:
         stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8,
                  min(4.0, gpus_wait / G) / 4)
         self._round_state, self._round_key, self._round_val = state, key, stats
+        self._rank_ids = None  # the arrival ranks, made when a row first needs them this round
         self._block_window = None
         return stats
 
@@ -110,6 +121,13 @@ class ObservationEncoder:
             c = self._job_consts[jid] = (math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
                                          *self._job_static(state, j))
         log1p = math.log1p
+        ranks = self._rank_ids
+        if ranks is None:  # active_ids is in arrival order
+            n = len(state.active_ids)
+            ranks = self._rank_ids = {x: i / (n - 1) for i, x in enumerate(state.active_ids)} if n > 1 else {}
+        since = j.status_since_s
+        if since != since:  # NaN: never started
+            since = j.arrival_s
         if self.observe_remaining:
             rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0
@@ -117,7 +135,8 @@ class ObservationEncoder:
             rem = frac = 0.0
         return (1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, c[0], c[1],
                 log1p(max(0.0, state.time_s - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
-                j.level / max(1, state.spb.max_level), j.pattern is Pattern.STATIC, c[2], c[3], c[4], c[5])
+                j.level / max(1, state.spb.max_level), j.pattern is Pattern.STATIC, c[2], c[3], c[4], c[5],
+                ranks.get(jid, 0.0), log1p(max(0.0, state.time_s - since)) / 16, log1p(j.last_run_s) / 16)
 
     def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
         k = self.window_k

@@ -67,6 +67,9 @@ class JobState:
     progress: full-backprop-equivalent iterations done (an SPB iteration adds eta).
     iteration: raw iterations executed (sets the SPB phase).
     attained_gpu_s: GPU-seconds held so far (Tiresias's attained service).
+    status_since_s: when the job last started, resumed or was preempted (NaN before its first
+        start: it has waited since ``arrival_s``).
+    last_run_s: seconds of its last continuous run that ended in a preemption (0 if none yet).
     """
 
     job_id: int
@@ -91,6 +94,8 @@ class JobState:
     migrations: int = 0
     level_changes: int = 0
     last_round_run: int = -1
+    status_since_s: float = float("nan")
+    last_run_s: float = 0.0
 
     @property
     def remaining(self) -> float:
@@ -319,6 +324,8 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
             if was_running:
                 j.status = JobStatus.PAUSED
                 j.preemptions += 1
+                j.last_run_s = now - j.status_since_s
+                j.status_since_s = now
                 j.placement = ()
                 changed.add(j.job_id)
             continue
@@ -329,6 +336,7 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
                 j.first_start_s = now
                 j.restart_until_s = now
             j.status = JobStatus.RUNNING
+            j.status_since_s = now
             changed.add(j.job_id)
         elif jd.gpus != j.placement:
             j.migrations += 1

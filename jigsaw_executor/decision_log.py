@@ -83,7 +83,7 @@ def spb_from_dict(d: dict) -> SPBConfig:
 
 
 _JOB_FLOATS = ("arrival_s", "iterations", "duration_s", "progress", "attained_gpu_s", "run_s", "first_start_s",
-               "finish_s", "restart_until_s")
+               "finish_s", "restart_until_s", "status_since_s", "last_run_s")
 _JOB_INTS = ("job_id", "num_gpus", "batch_size", "iteration", "level", "preemptions", "migrations", "level_changes",
              "last_round_run")
 
@@ -97,7 +97,8 @@ def job_to_dict(j: JobState) -> dict:
 
 def job_from_dict(d: dict) -> JobState:
     kw = {k: int(d[k]) for k in _JOB_INTS}
-    kw.update({k: _unnum(d[k]) for k in _JOB_FLOATS})
+    # logs written before a field existed keep the JobState default for it
+    kw.update({k: _unnum(d[k]) for k in _JOB_FLOATS if k in d})
     kw.update(model=d["model"], status=JobStatus(d["status"]), placement=tuple(int(g) for g in d["placement"]),
               pattern=Pattern.parse(d["pattern"]))
     return JobState(**kw)

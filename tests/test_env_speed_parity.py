@@ -131,8 +131,12 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     G = state.cluster.num_gpus
     now = state.time_s
     L = max(1, state.spb.max_level)
+    by_arrival = sorted(state.active_ids, key=lambda x: (state.jobs[x].arrival_s, x))
+    n_act = len(by_arrival)
     for slot, jid in enumerate(window[:k]):
         j = state.jobs[jid]
+        rank = by_arrival.index(jid) / (n_act - 1) if n_act > 1 else 0.0
+        since = j.arrival_s if math.isnan(j.status_since_s) else j.status_since_s
         if enc.observe_remaining:
             rem = math.log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0
@@ -142,7 +146,8 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
         block[o:o + JOB_FEATURES] = (
             1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
             math.log1p(max(0.0, now - j.arrival_s)) / 16, math.log1p(j.attained_gpu_s) / 20, rem, frac,
-            j.level / L, j.pattern is Pattern.STATIC, *enc._job_static(state, j))
+            j.level / L, j.pattern is Pattern.STATIC, *enc._job_static(state, j),
+            rank, math.log1p(max(0.0, now - since)) / 16, math.log1p(j.last_run_s) / 16)
     n_wait = sum(1 for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     gpus_wait = sum(state.jobs[x].num_gpus for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8, min(4.0, gpus_wait / G) / 4)

@@ -158,6 +158,26 @@ def test_preemption_and_resume_pays_restart():
     assert sim.state.jobs[2].finish_s == pytest.approx(204.0)   # B unaffected
 
 
+def test_job_history_fields_follow_starts_and_preemptions():
+    """status_since_s / last_run_s (the observation's features 17 and 18): NaN and 0 before the
+    first start; a preemption at 100 s after a run from 0 s records a 100 s run; a resume at
+    300 s resets status_since_s and keeps last_run_s."""
+    sim = Simulator(toy_cluster(), [job(1, 2, 1000), job(2, 2, 1000)], SimConfig(round_s=100.0, restart_s=30.0))
+    a, b = sim.state.jobs[1], sim.state.jobs[2]
+    assert np.isnan(a.status_since_s) and a.last_run_s == 0.0
+    sim.step(Decision({1: A_DEC}))                 # round 0 (0..100): A starts at 0
+    assert a.status_since_s == 0.0 and a.last_run_s == 0.0 and np.isnan(b.status_since_s)
+    sim.step(Decision({2: B_DEC}))                 # round 1 (100..200): A preempted at 100, B starts
+    assert a.status is JobStatus.PAUSED and a.status_since_s == 100.0 and a.last_run_s == 100.0
+    assert b.status_since_s == 100.0
+    sim.step(Decision({2: B_DEC}))                 # round 2 (200..300): nothing changes
+    assert a.status_since_s == 100.0 and b.status_since_s == 100.0
+    sim.step(Decision({1: A_DEC, 2: B_DEC}))       # round 3: A resumes at 300
+    assert a.status is JobStatus.RUNNING and a.status_since_s == 300.0 and a.last_run_s == 100.0
+    sim.step(Decision({1: A_DEC}))                 # round 4: B preempted at 400 after 300 s
+    assert b.status_since_s == 400.0 and b.last_run_s == 300.0
+
+
 def test_migration_counts_and_pays_restart():
     sim = Simulator(toy_cluster(), [job(1, 2, 10)], SimConfig(round_s=100.0, restart_s=30.0))
     sim.step(Decision({1: A_DEC}))
