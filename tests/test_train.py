@@ -349,6 +349,13 @@ def test_train_gpus_draws_the_cluster_per_training_episode(tables_dir, tmp_path)
         assert ev.cluster.num_gpus == 16
     with pytest.raises(ValueError, match=r"cluster_sizes: 12 GPUs: gpus \(12\) must be a multiple of gpus_per_node \(8\)"):
         TrainingEnv(split="train", cluster_sizes=[12], **kw)
+    # train_agent passes config.json's sampling.train_gpus to the training envs only
+    import train_agent
+    cfg = {"env": dict(gpus=16, trace=spec, max_jobs=6, window_k=4, load=1.0), "seed": 0,
+           "sampling": {"holdout": 0.2, "val": 0.1, "loads": None, "train_gpus": [8, 16]}}
+    tr = train_agent._env_factories(cfg, "train", 1, 0)[0]().unwrapped
+    va = train_agent._env_factories(cfg, "val", 1, 0)[0]().unwrapped
+    assert tr.cluster_sizes == [8, 16] and va.cluster_sizes is None and va.cluster.num_gpus == 16
 
 
 def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
