@@ -56,24 +56,21 @@ def _loads(text: str) -> list[float]:
     return vals
 
 
-def _gpu_list(text: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--train-gpus must be comma-separated GPU counts, got {text!r}") from None
-    if not v or any(x < 1 for x in v):
-        raise argparse.ArgumentTypeError(f"--train-gpus values must be integers >= 1, got {text!r}")
-    return v
+def _positive_ints(flag: str, what: str):
+    """An argparse type: a comma-separated list of integers >= 1 (``what`` names them)."""
+    def parse(text: str) -> list[int]:
+        try:
+            v = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be comma-separated {what}, got {text!r}") from None
+        if not v or any(x < 1 for x in v):
+            raise argparse.ArgumentTypeError(f"{flag} must be comma-separated {what} >= 1, got {text!r}")
+        return v
+    return parse
 
 
-def _net_arch(text: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--net-arch must be comma-separated layer sizes, got {text!r}") from None
-    if not v or any(x < 1 for x in v):
-        raise argparse.ArgumentTypeError(f"--net-arch must be comma-separated layer sizes >= 1, got {text!r}")
-    return v
+_gpu_list = _positive_ints("--train-gpus", "GPU counts")
+_net_arch = _positive_ints("--net-arch", "layer sizes")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

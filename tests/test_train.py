@@ -43,10 +43,12 @@ def tiny_args(tables: str, run_dir, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def trained(tables_dir, tmp_path_factory):
-    """MaskablePPO, 2 SubprocVecEnv workers, ~2,000 steps."""
+    """MaskablePPO, 2 SubprocVecEnv workers, ~2,000 steps after a 2-second FIFO clone: a policy
+    from random weights may run nothing for 1,000 rounds (PolicyStalled), and whether it does
+    changes with any change to the observation; the clone starts jobs."""
     run = tmp_path_factory.mktemp("runs") / "mppo"
     rc = main(tiny_args(tables_dir, run, "--n-envs", "2", "--timesteps", "2000", "--eval-freq", "1000",
-                        "--checkpoint-freq", "1000", "--seed", "3"))
+                        "--checkpoint-freq", "1000", "--seed", "3", "--warm-start", "fifo", "--warm-start-s", "2"))
     assert rc == 0
     return run
 
@@ -365,5 +367,5 @@ def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
     assert "--train-gpus: a cluster of 12 GPUs: gpus (12) must be a multiple of gpus_per_node (8)" in err[0]
     with pytest.raises(SystemExit) as e:
         main(tiny_args(tables_dir, tmp_path / "b", "--timesteps", "64", "--train-gpus", "8,0"))
-    assert e.value.code == 2 and "--train-gpus values must be integers >= 1, got '8,0'" in capsys.readouterr().err
+    assert e.value.code == 2 and "--train-gpus must be comma-separated GPU counts >= 1, got '8,0'" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
