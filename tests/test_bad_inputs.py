@@ -300,7 +300,7 @@ class Assets:
         shutil.copy(self.get("run_ppo") / "model.zip", p / "model.zip")
 
     # -- ONNX policies
-    def _onnx(self, p: Path, *, spb_levels: int = 3, job_features: int = 16, meta_obs: int | None = None,
+    def _onnx(self, p: Path, *, spb_levels: int = 3, job_features: int | None = None, meta_obs: int | None = None,
               jigsaw: bool = True) -> None:
         import onnx
         from onnx import TensorProto, helper, numpy_helper
@@ -308,6 +308,8 @@ class Assets:
         from agents.rl import spaces_signature
 
         sig = spaces_signature(4, spb_levels, 4)
+        if job_features is None:  # this encoder's
+            job_features = sig["job_features"]
         sig["job_features"] = job_features
         sig["observation_size"] = d = 4 * job_features + sig["cluster_features"]
         a = sig["n_actions"]
@@ -343,7 +345,7 @@ class Assets:
         self._onnx(p, spb_levels=2)
 
     def _policy_old_encoder(self, p: Path) -> None:
-        self._onnx(p, job_features=15)
+        self._onnx(p, job_features=16)  # the encoder before the job-history features
 
     def _policy_tampered(self, p: Path) -> None:
         self._onnx(p, meta_obs=90)
