@@ -164,7 +164,6 @@ class TrainingEnv(JigsawClusterEnv):
         if wide_gpus < 1:
             raise ValueError(f"wide_gpus must be >= 1, got {wide_gpus!r}")
         super().__init__(**kw)
-        self._main_cluster = self.cluster
         self.cluster_sizes: list[int] | None = None
         self._clusters: dict[int, Any] = {self.cluster.num_gpus: self.cluster}
         if cluster_sizes and split == "train":
