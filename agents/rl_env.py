@@ -169,13 +169,12 @@ class TrainingEnv(JigsawClusterEnv):
         if cluster_sizes and split == "train":
             from jigsaw_env.cluster import ClusterSpec
             sizes = [int(g) for g in cluster_sizes]
-            base = self.cluster
+            # the same call the env made for its own cluster, with another GPU count
+            same = {k: kw[k] for k in ("gpus_per_node", "gpu_type", "gpu_memory_gib") if k in kw}
             for g in sizes:
                 if g not in self._clusters:
                     try:
-                        self._clusters[g] = ClusterSpec.from_gpus(g, gpus_per_node=base.gpus_per_node,
-                                                                  gpu_type=base.main_gpu_type,
-                                                                  gpu_memory_gib=base.memory_of(0) / 2**30)
+                        self._clusters[g] = ClusterSpec.from_gpus(g, **same)
                     except ValueError as e:
                         raise ValueError(f"cluster_sizes: {g} GPUs: {e}") from None
             self.cluster_sizes = sizes
@@ -250,8 +249,7 @@ class TrainingEnv(JigsawClusterEnv):
                 self._wide_pos = np.flatnonzero(part["num_gpus"].to_numpy() >= self.wide_gpus)
             around = self._wide_pos
         df = window_of(part, n, rng, around)
-        if int(df["num_gpus"].max()) > self.cluster.num_gpus:
-            df = df.copy()
+        if int(df["num_gpus"].max()) > self.cluster.num_gpus:  # window_of's frame is a copy
             df["num_gpus"] = df["num_gpus"].clip(upper=self.cluster.num_gpus)
         if load is not None or mult != 1.0:
             if load is None:
