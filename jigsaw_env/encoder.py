@@ -126,8 +126,8 @@ class ObservationEncoder:
             n = len(state.active_ids)
             ranks = self._rank_ids = {x: i / (n - 1) for i, x in enumerate(state.active_ids)} if n > 1 else {}
         since = j.status_since_s
-        if since != since:  # NaN: never started
-            since = j.arrival_s
+        if since != since:  # NaN: never started (or a running job of a state built without it)
+            since = j.first_start_s if j.status is JobStatus.RUNNING and j.first_start_s == j.first_start_s else j.arrival_s
         if self.observe_remaining:
             rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0

@@ -324,7 +324,10 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
             if was_running:
                 j.status = JobStatus.PAUSED
                 j.preemptions += 1
-                j.last_run_s = now - j.status_since_s
+                since = j.status_since_s
+                if since != since:  # NaN: a state built without it (by hand, or an old decision log)
+                    since = j.first_start_s if j.first_start_s == j.first_start_s else now
+                j.last_run_s = now - since
                 j.status_since_s = now
                 j.placement = ()
                 changed.add(j.job_id)

@@ -136,7 +136,9 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     for slot, jid in enumerate(window[:k]):
         j = state.jobs[jid]
         rank = by_arrival.index(jid) / (n_act - 1) if n_act > 1 else 0.0
-        since = j.arrival_s if math.isnan(j.status_since_s) else j.status_since_s
+        since = j.status_since_s
+        if math.isnan(since):
+            since = j.first_start_s if j.status is JobStatus.RUNNING and not math.isnan(j.first_start_s) else j.arrival_s
         if enc.observe_remaining:
             rem = math.log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0

@@ -14,6 +14,7 @@ bytes per group; one node of 4 GPUs with alpha = 0 and 1000 B/s, so each group's
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as hst
 
 from conftest import BS, TOY3, TOY4, toy_cluster
 from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.encoder import JOB_FEATURES, ObservationEncoder
 from jigsaw_env.metrics import compute_metrics, fairness
 from jigsaw_env.placement import InfeasibleDecision
 from jigsaw_env.simulator import SimConfig, Simulator, jobs_from_table
@@ -176,6 +178,24 @@ def test_job_history_fields_follow_starts_and_preemptions():
     assert a.status is JobStatus.RUNNING and a.status_since_s == 300.0 and a.last_run_s == 100.0
     sim.step(Decision({1: A_DEC}))                 # round 4: B preempted at 400 after 300 s
     assert b.status_since_s == 400.0 and b.last_run_s == 300.0
+
+
+def test_job_history_of_a_running_job_built_without_it():
+    """A RUNNING job whose status_since_s is unknown (a hand-built state, or a decision log written
+    before the field existed) falls back to its first start (set to 40 s here): preempted at 100 s,
+    its last run is 60 s, not NaN; with no first start either, 0 s, and its time in status counts
+    from its arrival (0 s)."""
+    sim = Simulator(toy_cluster(), [job(1, 2, 1000), job(2, 2, 1000)], SimConfig(round_s=100.0, restart_s=30.0))
+    sim.step(Decision({1: A_DEC, 2: B_DEC}))      # round 0: both start at 0
+    a, b = sim.state.jobs[1], sim.state.jobs[2]
+    a.status_since_s = b.status_since_s = float("nan")
+    a.first_start_s, b.first_start_s = 40.0, float("nan")
+    obs = ObservationEncoder(4).encode(sim.state, [1, 2], sim.in_force_ledger(), set())
+    assert obs[17] == pytest.approx(math.log1p(60.0) / 16)    # job 1: 60 s since its first start
+    assert obs[JOB_FEATURES + 17] == pytest.approx(math.log1p(100.0) / 16)  # job 2: since arrival
+    sim.step(Decision({}))                        # round 1: both preempted at 100
+    assert a.last_run_s == 60.0 and a.status_since_s == 100.0
+    assert b.last_run_s == 0.0 and b.status_since_s == 100.0
 
 
 def test_migration_counts_and_pays_restart():
