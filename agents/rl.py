@@ -234,6 +234,10 @@ class LearnedScheduler(Scheduler):
         self._encoder = ObservationEncoder(self.agent.window_k,
                                            bool(self.agent.config["env"].get("observe_remaining", True)))
 
+    def reset(self) -> None:
+        """A new run: the observation's LAS queue (features 19-21) starts afresh."""
+        self._encoder.reset()
+
     def schedule(self, state: ClusterState) -> Decision:
         from jigsaw_env.env import OBS_HIGH, OBS_LOW
         if self._codec is None or self._codec.spb != state.spb:

@@ -15,6 +15,10 @@ Per-job features (index: meaning):
 16 arrival rank among the active jobs / (active jobs - 1)  (0: the oldest job present)
 17 log1p(s since it last started, resumed or was preempted; since arrival if never started)/16
 18 log1p(s of its last continuous run that ended in a preemption)/16
+19 LAS queue / number of thresholds (0: the highest-priority queue)
+20 log1p(LAS service: GPU-s since its last starvation promotion)/20
+21 starvation progress: s waited / (starve factor x last run), at most 1 (0 unless it waits
+   after a run)
 (* zero unless ``observe_remaining``: an oracle, as SRTF has.)
 
 Features 16-18 are the job's history as any scheduler can see it (``JobState.status_since_s``,
@@ -22,6 +26,16 @@ Features 16-18 are the job's history as any scheduler can see it (``JobState.sta
 promotes a job that has waited ``starve_factor`` times its last run, so without them those
 decisions are not a function of the observation (in arrival order, ages of hundreds of hours
 differ in the fifth digit of feature 6).
+
+Features 19-21 are the job's place in Tiresias's discretized 2D-LAS queue
+(:class:`~jigsaw_env.las.LASQueues`, with the thresholds and starvation factor the ``tiresias`` and
+``jigsaw`` schedulers use by default), which the encoder keeps from round to round: a starvation
+promotion resets the service the queue is judged by, and that reset is visible in no other
+feature. On the PPO study's 12 held-out Philly windows, the only two with any promotion (windows 2
+and 10: 32 and 7 under Jigsaw) were the only two where every clone of Jigsaw lost to Tiresias
+(docs/environment.md). The encoder is therefore stateful: :meth:`ObservationEncoder.reset` starts
+a new episode (the env and the learned scheduler call it), and the queue is updated once per
+round, at the round's first encoding.
 
 Cluster features: exclusive-free GPU fraction, GPUs under the worker cap fraction, shared GPU
 fraction, mean memory use of occupied GPUs, log1p(waiting jobs)/8, log1p(running jobs)/8,
@@ -34,10 +48,11 @@ import math
 
 import numpy as np
 
+from .las import LASQueues
 from .spb import Pattern, spb_compute_bound
 from .state import ClusterState, JobStatus
 
-JOB_FEATURES = 19
+JOB_FEATURES = 22
 CLUSTER_FEATURES = 10
 
 
@@ -63,6 +78,17 @@ class ObservationEncoder:
         self._cap_arr = None                         # the last ledger capacity array seen
         self._cap0: float | None = None              # its one value, when all GPUs have the same
         self._rank_ids: dict[int, float] | None = None  # arrival rank features of this round
+        self._las = LASQueues()                      # the jobs' LAS queue, kept across rounds
+        self._las_t: float | None = None             # the time it was last updated (s)
+
+    def reset(self) -> None:
+        """Start a new episode: forget the LAS queue's history and every per-episode cache."""
+        self._las.reset()
+        self._las_t = None
+        self._round_key = self._round_state = self._round_val = None
+        self._block = self._block_window = None
+        self._job_consts = {}
+        self._rank_ids = None
 
     @property
     def size(self) -> int:
@@ -108,6 +134,9 @@ class ObservationEncoder:
         stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8,
                  min(4.0, gpus_wait / G) / 4)
         self._round_state, self._round_key, self._round_val = state, key, stats
+        if self._las_t != state.time_s:  # once per round (a state rebuilt for the same round: no-op)
+            self._las.observe(state)
+            self._las_t = state.time_s
         self._rank_ids = None  # the arrival ranks, made when a row first needs them this round
         self._block_window = None
         return stats
@@ -133,10 +162,12 @@ class ObservationEncoder:
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0
         else:
             rem = frac = 0.0
+        q, service, starve = self._las.job_features(j, state.time_s)
         return (1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, c[0], c[1],
                 log1p(max(0.0, state.time_s - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
                 j.level / max(1, state.spb.max_level), j.pattern is Pattern.STATIC, c[2], c[3], c[4], c[5],
-                ranks.get(jid, 0.0), log1p(max(0.0, state.time_s - since)) / 16, log1p(j.last_run_s) / 16)
+                ranks.get(jid, 0.0), log1p(max(0.0, state.time_s - since)) / 16, log1p(j.last_run_s) / 16,
+                q, log1p(max(0.0, service)) / 20, starve)
 
     def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
         k = self.window_k

@@ -4,7 +4,7 @@ STATE
     The simulator's :class:`~jigsaw_env.state.ClusterState` (jobs, their progress and placements,
     the GPUs) plus the decision being built for the next round. The agent observes it through the
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
-    ``K * 19 + 10`` float32 values whose shape does not depend on the cluster's size.
+    ``K * 22 + 10`` float32 values whose shape does not depend on the cluster's size.
 ACTIONS
     ``Discrete(K * (4 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
@@ -150,6 +150,7 @@ class JigsawClusterEnv(gym.Env):
         self.sim = Simulator(self.cluster, jobs, self.sim_config, costs=costs)
         self._mask_caches = ({}, {})  # the round builders' mask caches, kept for the episode
         self._stalled_rounds = 0
+        self.encoder.reset()  # the observation's LAS queue (features 19-21) starts afresh
         self._new_round()
         return self._obs(), {"time_s": self.sim.state.time_s}
 

@@ -124,6 +124,35 @@ def test_las_starvation_guard_promotes_a_job_that_waited_too_long():
     assert off.queue_of(j) == 1
 
 
+def test_the_observation_shows_the_queue_tiresias_and_jigsaw_serve():
+    """Parity: features 19-21 of the observation are the queue of the ``tiresias`` scheduler
+    asked every round of the same run, starvation promotions included (3 long 2-GPU jobs on 4
+    GPUs, 300-s rounds: jobs pass the 3600 GPU-s threshold, wait, and get promoted)."""
+    import math
+
+    from jigsaw_env.encoder import JOB_FEATURES, ObservationEncoder
+
+    sim = Simulator(toy_cluster(), [job(i, 2, 1e7, arrival=100.0 * i) for i in range(3)], SimConfig(round_s=300.0))
+    tir = make_scheduler("tiresias")
+    enc = ObservationEncoder(4)
+    checked = 0
+    for _ in range(400):
+        st = sim.state
+        d = tir.schedule(st)
+        ids = list(st.active_ids)
+        obs = enc.encode(st, ids, sim.in_force_ledger(), set())
+        for slot, jid in enumerate(ids):
+            j = st.jobs[jid]
+            q, service, starve = tir.las.job_features(j, st.time_s)
+            assert q == tir.las.queue_of(j)
+            got = obs[slot * JOB_FEATURES + 19: slot * JOB_FEATURES + 22]
+            assert got == pytest.approx((q, math.log1p(service) / 20, starve), abs=1e-6)
+            checked += 1
+        sim.step(d)
+    assert tir.las.promotions >= 3 and enc._las.promotions == tir.las.promotions
+    assert checked > 1000
+
+
 # ------------------------------------------------------------------------------------------------ Gandiva
 def test_gandiva_packs_when_no_exclusive_gpu_is_free_and_unpacks_when_one_frees():
     # 4 GPUs. A (long) and C (10 iterations, 150 s) take both halves; B has no exclusive GPUs.

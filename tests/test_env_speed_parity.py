@@ -123,9 +123,46 @@ def ref_paired(led, job, level: int, pattern) -> list[int] | None:
     return min(hosts)[4] if hosts else None
 
 
-def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round) -> np.ndarray:
+class RefLAS:
+    """Tiresias's 2D-LAS queue with its starvation guard, plainly (thresholds 3600 GPU-s, factor
+    10, the encoder's): per job, when its current run began, its last run's length, when its
+    current wait began, and its attained service at its last promotion."""
+
+    TH, SF = 3600.0, 10.0
+
+    def __init__(self):
+        self.run_since, self.last_run, self.wait_since, self.base = {}, {}, {}, {}
+        self.t = None
+
+    def observe(self, state) -> None:
+        if state.time_s == self.t:
+            return
+        now = self.t = state.time_s
+        for jid in state.active_ids:
+            j = state.jobs[jid]
+            if j.status is JobStatus.RUNNING:
+                self.run_since.setdefault(jid, now)
+                self.wait_since.pop(jid, None)
+                continue
+            if jid in self.run_since:
+                self.last_run[jid] = max(now - self.run_since.pop(jid), 1e-9)
+                self.wait_since[jid] = now
+            if jid in self.wait_since and now - self.wait_since[jid] >= self.SF * self.last_run[jid]:
+                self.base[jid] = j.attained_gpu_s
+                self.wait_since[jid] = now
+
+    def features(self, j, now) -> tuple[float, float, float]:
+        service = j.attained_gpu_s - self.base.get(j.job_id, 0.0)
+        starve = 0.0
+        if j.status is not JobStatus.RUNNING and j.job_id in self.wait_since:
+            starve = min(1.0, (now - self.wait_since[j.job_id]) / (self.SF * self.last_run[j.job_id]))
+        return float(service >= self.TH), math.log1p(max(0.0, service)) / 20, starve
+
+
+def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round, las: RefLAS) -> np.ndarray:
     """ObservationEncoder.encode as it was before the speed work, with no cache (the per-model
-    constants come from a fresh encoder's ``_job_static``)."""
+    constants come from a fresh encoder's ``_job_static``); ``las``: the LAS queue, observed at
+    this state."""
     k = enc.window_k
     block = np.zeros(k * JOB_FEATURES, dtype=np.float32)
     G = state.cluster.num_gpus
@@ -149,7 +186,7 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
             1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
             math.log1p(max(0.0, now - j.arrival_s)) / 16, math.log1p(j.attained_gpu_s) / 20, rem, frac,
             j.level / L, j.pattern is Pattern.STATIC, *enc._job_static(state, j),
-            rank, math.log1p(max(0.0, now - since)) / 16, math.log1p(j.last_run_s) / 16)
+            rank, math.log1p(max(0.0, now - since)) / 16, math.log1p(j.last_run_s) / 16, *las.features(j, now))
     n_wait = sum(1 for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     gpus_wait = sum(state.jobs[x].num_gpus for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8, min(4.0, gpus_wait / G) / 4)
@@ -231,12 +268,14 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
     obs, _ = env.reset(seed=seed)
     ref_sim = Simulator(env.cluster, env.sim._initial_jobs, env.sim_config)
     ref_enc = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
+    ref_las = RefLAS()
     ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger())
     steps = 0
     while True:
         b = env.builder
         # the observation the env returned (for the state before this step)
-        want = ref_encode(ref_enc, env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
+        ref_las.observe(env.sim.state)
+        want = ref_encode(ref_enc, env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round, ref_las)
         assert obs.dtype == np.float32 and obs.tobytes() == want.tobytes(), f"observation differs at step {steps}"
         # masks: the env's, the plain algorithm's, and a fresh builder's with emptied caches
         mask = env.action_masks()

@@ -337,7 +337,7 @@ def test_check_compatible(policy, onnx_path):
         with pytest.raises(ValueError) as e:
             policy.check_compatible(**kw)
         assert msg in str(e.value) and "\n" not in str(e.value), kw
-    with pytest.raises(ValueError, match="observation size expected 162, found 86"):
+    with pytest.raises(ValueError, match="observation size expected 186, found 98"):
         policy.check_compatible(EvalSpaces(8, 3, 4))
     with pytest.raises(ValueError, match="action count expected 105, found 145"):
         policy.check_compatible(EvalSpaces(None, 2, 4))
@@ -393,7 +393,7 @@ def test_bad_onnx_files(onnx_path, tmp_path):
         OnnxPolicy(other)
     # metadata that does not match the graph (a policy whose observation size or action space
     # does not match its configuration)
-    for key, val, msg in (("observation_size", "90", "observation size expected 90 (metadata), found 86"),
+    for key, val, msg in (("observation_size", "90", "observation size expected 90 (metadata), found 98"),
                           ("n_actions", "146", "action count expected 146 (metadata), found 145")):
         m = onnx.load(str(onnx_path))
         for p in m.metadata_props:
@@ -450,7 +450,7 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
     cfg = json.loads((d / "config.json").read_text())
     cfg["spaces"] = spaces_signature(5, 3, 4)
     (d / "config.json").write_text(json.dumps(cfg))
-    assert "observation size expected 105 (config.json), found (86,)" in err_of(d)
+    assert "observation size expected 120 (config.json), found (98,)" in err_of(d)
     # same observation size, another action count (SPB levels 2)
     cfg["spaces"] = spaces_signature(4, 2, 4)
     (d / "config.json").write_text(json.dumps(cfg))

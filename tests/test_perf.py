@@ -81,7 +81,9 @@ def test_lazy_per_gpu_busy_equals_the_sum_of_round_busy(synth):
 
 def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
     # the per-round cache of the encoder gives the same vector as an encoder with no cache, over
-    # whole episodes with random masked actions (and across resets that reuse job ids)
+    # whole episodes with random masked actions (and across resets that reuse job ids); the fresh
+    # encoder is given the env encoder's LAS queue (history, not cache: features 19-21)
+    import copy
     from jigsaw_env.encoder import ObservationEncoder
     from jigsaw_env.env import JigsawClusterEnv
 
@@ -93,6 +95,7 @@ def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
         while True:
             b = env.builder
             fresh = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
+            fresh._las, fresh._las_t = copy.deepcopy(env.encoder._las), env.encoder._las_t
             want = fresh.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
             got = env.encoder.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
             np.testing.assert_array_equal(got, want)

@@ -198,6 +198,38 @@ def test_job_history_of_a_running_job_built_without_it():
     assert b.last_run_s == 0.0 and b.status_since_s == 100.0
 
 
+def test_observation_shows_the_las_queue_and_its_starvation_promotion():
+    """Features 19-21 (Tiresias's queue, thresholds 3600 GPU-s, starvation factor 10), by hand.
+    Job 1 (2 GPUs) runs the first 2000 s round (4000 GPU-s: queue 1 of 1) and is preempted by the
+    decision taken at 2000 s. The queue observes each round's start, as Tiresias does: it sees the
+    job running at 2000 s and waiting at 4000 s, so it records a 2000-s run and a wait from
+    4000 s. At 12000 s the job has waited 8000 of the 20000 s that promote it; at 24000 s it is
+    promoted: its service counts afresh (0 GPU-s, queue 0) and its wait restarts, while feature 7
+    keeps its 4000 attained GPU-s."""
+    sim = Simulator(toy_cluster(), [job(1, 2, 1e7), job(2, 2, 1e7)], SimConfig(round_s=2000.0, restart_s=0.0))
+    enc = ObservationEncoder(4)
+    enc.reset()
+    seen = {}
+    for r in range(14):
+        obs = enc.encode(sim.state, [1, 2], sim.in_force_ledger(), set())
+        obs2 = enc.encode(sim.state, [1, 2], sim.in_force_ledger(), set())  # a second step: no new observe
+        assert obs2.tobytes() == obs.tobytes()
+        seen[sim.state.time_s] = obs[:JOB_FEATURES].copy()
+        sim.step(Decision({1: A_DEC}) if r == 0 else Decision({2: B_DEC}))
+    log_s = math.log1p(4000.0) / 20
+    assert tuple(seen[0.0][19:22]) == (0.0, 0.0, 0.0)
+    assert seen[2000.0][19:22] == pytest.approx((1.0, log_s, 0.0))
+    assert seen[4000.0][19:22] == pytest.approx((1.0, log_s, 0.0))
+    assert seen[12000.0][19:22] == pytest.approx((1.0, log_s, 0.4))
+    assert seen[22000.0][21] == pytest.approx(0.9)
+    assert tuple(seen[24000.0][19:22]) == (0.0, 0.0, 0.0) and seen[24000.0][7] == pytest.approx(log_s)
+    assert seen[26000.0][21] == pytest.approx(0.1)
+    assert enc._las.promotions == 1
+    enc.reset()                                   # a new episode forgets the promotion
+    obs = enc.encode(sim.state, [1, 2], sim.in_force_ledger(), set())
+    assert obs[19] == 1.0
+
+
 def test_migration_counts_and_pays_restart():
     sim = Simulator(toy_cluster(), [job(1, 2, 10)], SimConfig(round_s=100.0, restart_s=30.0))
     sim.step(Decision({1: A_DEC}))
