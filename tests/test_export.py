@@ -30,7 +30,7 @@ from jigsaw_env.cli import main  # noqa: E402
 from test_train import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-K, D, A = 4, 4 * 19 + 10, 4 * 36 + 1  # per slot: 5 placement options x 7 level/pattern combos + pause
+K, D, A = 4, 4 * 22 + 10, 4 * 36 + 1  # per slot: 5 placement options x 7 level/pattern combos + pause
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
