@@ -134,6 +134,8 @@ class ObservationEncoder:
         stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8,
                  min(4.0, gpus_wait / G) / 4)
         self._round_state, self._round_key, self._round_val = state, key, stats
+        if self._las_t is not None and state.time_s < self._las_t:
+            self._las.reset()  # time went back: another episode, begun without reset()
         if self._las_t != state.time_s:  # once per round (a state rebuilt for the same round: no-op)
             self._las.observe(state)
             self._las_t = state.time_s

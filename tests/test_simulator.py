@@ -228,6 +228,12 @@ def test_observation_shows_the_las_queue_and_its_starvation_promotion():
     enc.reset()                                   # a new episode forgets the promotion
     obs = enc.encode(sim.state, [1, 2], sim.in_force_ledger(), set())
     assert obs[19] == 1.0
+    # so does an episode begun without reset(), once time goes back
+    enc2 = ObservationEncoder(4)
+    enc2._las._base[1] = 4000.0                   # as if job 1 had been promoted in an earlier episode
+    enc2._las_t = 1e9
+    obs = enc2.encode(sim.state, [1, 2], sim.in_force_ledger(), set())
+    assert obs[19] == 1.0 and enc2._las._base == {}
 
 
 def test_migration_counts_and_pays_restart():
