@@ -16,7 +16,7 @@ import gymnasium as gym  # noqa: E402
 
 from agents.slot_policy import MaskableSlotPolicy, SlotActorCriticPolicy, policy_for, slot_layout  # noqa: E402
 from jigsaw_env.cli import main  # noqa: E402
-from test_train import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
+from test_train import assert_acts_masked, tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 torch.set_num_threads(1)
 F, C = 22, 10
@@ -133,8 +133,6 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     from agents.rl import LearnedAgent
     from jigsaw_executor.export import random_inputs
     from jigsaw_executor.onnx_policy import OnnxPolicy
-    from jigsaw_env.simulator import SimConfig
-    from traces import load_trace
 
     run = tmp_path / "slots"
     # a short clone of FIFO first: behaviour cloning and DAgger act through the slot policy too
@@ -150,17 +148,7 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     assert isinstance(pol, MaskableSlotPolicy) and (pol.window_k, pol.per_job, pol.slot_hidden) == (4, 36, 16)
     assert isinstance(LearnedAgent(run / "warm_start").model.policy, MaskableSlotPolicy)
     # it acts with masks: every action it picks in 300 steps is feasible
-    env = agent.make_env(cluster_kwargs=dict(num_gpus=8, gpus_per_node=8, gpu_type="v100", gpu_memory_gib=None),
-                         sim_config=SimConfig())
-    jobs = load_trace("synthetic:models=rlA+rlB,jobs=6,seed=2", cluster_gpus=8).jobs
-    obs, _ = env.reset(seed=0, options={"jobs": jobs})
-    for _ in range(300):
-        mask = env.action_masks()
-        a = agent.act(obs, mask)
-        assert mask[a]
-        obs, _, term, trunc, _ = env.step(a)
-        if term or trunc:
-            break
+    assert_acts_masked(agent)
     # the exported graph picks the same actions as the loaded model
     out = tmp_path / "slots.onnx"
     assert main(["export", str(run), "--out", str(out)]) == 0
