@@ -204,17 +204,21 @@ def keep_earlier_parts(res: dict, prev: dict, parts: list[str]) -> None:
         if part not in parts and part in prev:
             res[part] = prev[part]
             res.setdefault("measured", {})[part] = prev.get("measured", {}).get(part) or {
-                "date": prev["machine"]["date"], "commit": prev["machine"]["commit"]}
+                "date": prev["machine"]["date"], "commit": prev["machine"]["commit"], "cpu": prev["machine"].get("cpu")}
             res["merged"] = True
 
 
 # --------------------------------------------------------------------------------------------- report
 def _stamp(res: dict, part: str) -> list[str]:
-    """A 'Measured on ...' line for a part kept from an earlier run (``--only`` merges), else nothing."""
+    """A 'Measured on ...' line for a part kept from an earlier run (``--only`` merges), else nothing.
+    It names the CPU when it is not this run's (the VM behind this project changes; timings from
+    two CPUs are not comparable)."""
     m = res.get("measured", {}).get(part)
     if not m or (m.get("date"), m.get("commit")) == (res["machine"]["date"], res["machine"]["commit"]):
         return []
-    return [f"Measured on {m.get('date')} (commit {m.get('commit')}), kept from an earlier run.", ""]
+    cpu = m.get("cpu")
+    on = f", on {cpu}" if cpu and cpu != res["machine"].get("cpu") else ""
+    return [f"Measured on {m.get('date')} (commit {m.get('commit')}{on}), kept from an earlier run.", ""]
 
 
 def write_markdown(res: dict, path: Path, quick: bool) -> None:
@@ -223,7 +227,7 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
          f"Written by `python -m bench{' --quick' if quick else ''}{res.get('only_flag', '')}` on {m['date']} "
          f"(commit {m['commit']})." + (" Parts not rerun are kept from earlier runs; their sections say when."
                                        if res.get("merged") else ""),
-         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, numpy {m['numpy']}; "
+         f"Machine of this run: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, numpy {m['numpy']}; "
          f"load average at start {m['load_avg_at_start']}. One thread per process. Timings on a shared machine are "
          f"noisy: compare ratios taken in one run.", ""]
     if "env" in res:
@@ -328,7 +332,8 @@ def main(argv=None) -> int:
                     res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
                 elif part == "scaling":
                     res["scaling"] = part_scaling(a.quick, 1 if not a.quick else replay_repeats)
-                res["measured"][part] = {"date": res["machine"]["date"], "commit": res["machine"]["commit"]}
+                res["measured"][part] = {"date": res["machine"]["date"], "commit": res["machine"]["commit"],
+                                         "cpu": res["machine"]["cpu"]}
             except Exception as e:  # a failed part is reported; the others still run and are written
                 res["errors"][part] = f"{type(e).__name__}: {e}"
             # write after every part: nothing measured is lost if a later part fails or is stopped

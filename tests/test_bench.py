@@ -65,7 +65,7 @@ def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
            "measured": {}, "env": [{"gpus": 64, "jobs": 200, "steps_per_s": 1.0, "decisions_per_s": 1.0,
                                     "rounds_per_s": 1.0, "sim_s_per_wall_s": 1.0, "repeats": 1, "command": "c"}]}
     keep_earlier_parts(res, prev, ["env"])
-    assert res["onnx"] == onnx and res["measured"]["onnx"] == {"date": "2026-11-01 10:00", "commit": "aaaaaaa"}
+    assert res["onnx"] == onnx and res["measured"]["onnx"] == {"date": "2026-11-01 10:00", "commit": "aaaaaaa", "cpu": "x"}
     assert res["env"][0]["steps_per_s"] == 1.0 and res["merged"]
     res["measured"]["env"] = {"date": "2026-11-25 13:00", "commit": "bbbbbbb"}
     write_markdown(res, tmp_path / "results.md", quick=False)
@@ -74,6 +74,12 @@ def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
     env_sec = md[md.index("## Env steps per second"):md.index("## Exported-policy")]
     assert "Measured on 2026-11-01 10:00 (commit aaaaaaa), kept from an earlier run." in onnx_sec
     assert "kept from an earlier run" not in env_sec
+    # a part kept from another CPU says which
+    res["machine"]["cpu"] = "y"
+    write_markdown(res, tmp_path / "results.md", quick=False)
+    md = (tmp_path / "results.md").read_text()
+    assert "Measured on 2026-11-01 10:00 (commit aaaaaaa, on x), kept from an earlier run." in md
+    assert md.count("Machine of this run: y,") == 1
     # a quick run's numbers are never kept beside full-size ones
     res2 = {"machine": res["machine"], "quick": False, "errors": {}, "measured": {}}
     keep_earlier_parts(res2, dict(prev, quick=True), ["env"])
