@@ -6,9 +6,9 @@ STATE
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
     ``K * 22 + 10`` float32 values whose shape does not depend on the cluster's size.
 ACTIONS
-    ``Discrete(K * (4 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
+    ``Discrete(K * (5 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
-    spread, packed) and an SPB level and pattern; or pause a running job; or *advance*, which
+    spread, packed, paired) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
     exactly the feasible actions (sb3-contrib protocol). A job is decided at most once per round,
     and the window slides: a decided job's slot shows the next job behind the window, so one round
