@@ -82,13 +82,11 @@ class ObservationEncoder:
         self._las_t: float | None = None             # the time it was last updated (s)
 
     def reset(self) -> None:
-        """Start a new episode: forget the LAS queue's history and every per-episode cache."""
+        """Start a new episode: forget the LAS queue's history. The per-round caches follow the
+        state object (:meth:`_round_part`); forgetting it makes the next encoding a new round."""
         self._las.reset()
         self._las_t = None
-        self._round_key = self._round_state = self._round_val = None
-        self._block = self._block_window = None
-        self._job_consts = {}
-        self._rank_ids = None
+        self._round_state = None
 
     @property
     def size(self) -> int:
@@ -156,9 +154,9 @@ class ObservationEncoder:
         if ranks is None:  # active_ids is in arrival order
             n = len(state.active_ids)
             ranks = self._rank_ids = {x: i / (n - 1) for i, x in enumerate(state.active_ids)} if n > 1 else {}
-        since = j.status_since_s
-        if since != since:  # NaN: never started (or a running job of a state built without it)
-            since = j.first_start_s if j.status is JobStatus.RUNNING and j.first_start_s == j.first_start_s else j.arrival_s
+        since = j.status_start_s
+        if since != since:  # NaN: a running job of a state built without either time
+            since = j.arrival_s
         if self.observe_remaining:
             rem = log1p(j.remaining * state.costs.isolated_iteration_s(j)) / 16
             frac = j.progress / j.iterations if j.iterations > 0 else 0.0

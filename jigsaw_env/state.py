@@ -98,6 +98,17 @@ class JobState:
     last_run_s: float = 0.0
 
     @property
+    def status_start_s(self) -> float:
+        """When the job's current status began (s): ``status_since_s``; for a state built without
+        it (by hand, or from a decision log written before the field existed), the first start of
+        a running job, the arrival of a job that never started, else NaN."""
+        t = self.status_since_s
+        if t != t:
+            t = self.first_start_s if self.status is JobStatus.RUNNING else (
+                self.arrival_s if self.first_start_s != self.first_start_s else t)
+        return t
+
+    @property
     def remaining(self) -> float:
         """Full-backprop-equivalent iterations still to do."""
         return max(0.0, self.iterations - self.progress)
@@ -322,12 +333,10 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
         was_running = j.status is JobStatus.RUNNING
         if jd is None:
             if was_running:
+                since = j.status_start_s  # while it is still running
                 j.status = JobStatus.PAUSED
                 j.preemptions += 1
-                since = j.status_since_s
-                if since != since:  # NaN: a state built without it (by hand, or an old decision log)
-                    since = j.first_start_s if j.first_start_s == j.first_start_s else now
-                j.last_run_s = now - since
+                j.last_run_s = now - since if since == since else 0.0
                 j.status_since_s = now
                 j.placement = ()
                 changed.add(j.job_id)
