@@ -70,6 +70,7 @@ def _positive_ints(flag: str, what: str):
 
 
 _gpu_list = _positive_ints("--train-gpus", "GPU counts")
+_val_gpu_list = _positive_ints("--val-gpus", "GPU counts")
 _net_arch = _positive_ints("--net-arch", "layer sizes")
 
 
@@ -101,9 +102,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--wide-gpus", type=positive_int("--wide-gpus"), default=8, metavar="G",
                    help="what --wide-share counts as a wide job (default 8 GPUs)")
     t.add_argument("--train-gpus", type=_gpu_list, default=None, metavar="G[,G...]",
-                   help="cluster sizes of training episodes, one drawn per episode (evaluation, validation and "
-                        "best/ use --gpus); small clusters show jobs that take half or all of the cluster, which "
-                        "a real trace rarely has (default: --gpus)")
+                   help="cluster sizes of training episodes, one drawn per episode (the held-out evaluation "
+                        "uses --gpus, validation --val-gpus); small clusters show jobs that take half or all of "
+                        "the cluster, which a real trace rarely has (default: --gpus)")
+    t.add_argument("--val-gpus", type=_val_gpu_list, default=None, metavar="G[,G...]",
+                   help="cluster sizes of validation episodes (--val), one drawn per episode: validating on the "
+                        "training sizes lets best/ be chosen on the crowded episodes (queues, preemptions, "
+                        "starvation promotions) that the validation windows rarely hold at --gpus "
+                        "(default: --gpus)")
     t.add_argument("--curriculum", action="store_true",
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
     t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
@@ -229,7 +235,7 @@ def config_from_args(args) -> dict[str, Any]:
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
                      "wide_share": args.wide_share, "wide_gpus": args.wide_gpus,
-                     "train_gpus": args.train_gpus,
+                     "train_gpus": args.train_gpus, "val_gpus": args.val_gpus,
                      "curriculum": bool(args.curriculum),
                      "curriculum_steps": args.curriculum_steps or (args.timesteps // 2 if args.curriculum else None),
                      "train_split": "synthetic seeds [0, 2^30)" if args.trace.startswith("synthetic")
@@ -294,7 +300,8 @@ def _env_factories(cfg: dict, split: str, n: int, seed: int):
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
                         loads=s["loads"], wide_share=float(s.get("wide_share") or 0.0),
-                        wide_gpus=int(s.get("wide_gpus") or 8), cluster_sizes=s.get("train_gpus"),
+                        wide_gpus=int(s.get("wide_gpus") or 8),
+                        cluster_sizes={"train": s.get("train_gpus"), "val": s.get("val_gpus")}.get(split),
                         trace_gpu_type=s.get("trace_gpu_type"), tables=cfg.get("tables"), difficulty=difficulty)
             for i in range(n)]
 
@@ -399,6 +406,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                 finally:
                     self.eval_freq = freq
             due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
+            t_eval = time.perf_counter()
             if due:
                 self._metrics_buffer: list[dict] = []
                 self.eval_env.seed(eval_seed)
@@ -425,7 +433,19 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                     f.write(",".join(_fmt_csv(x) for x in row) + "\n")
                 self.logger.record("eval/mean_avg_jct_s", row[5])
                 self.logger.record("eval/mean_cluster_efficiency", row[7])
+                self.last_eval_s = time.perf_counter() - t_eval
             return cont
+
+        def _on_training_end(self) -> None:
+            # the model learning ends with (at the step budget or at the wall-time limit; not on
+            # Ctrl-C, which skips this) is a candidate for best/ too, unless the last evaluation saw it
+            if self.num_timesteps > (self.evaluations_timesteps[-1] if self.evaluations_timesteps else -1):
+                freq, self.eval_freq = self.eval_freq, 1
+                try:
+                    self._on_step()
+                finally:
+                    self.eval_freq = freq
+            super()._on_training_end()
 
     class SaveBestRun(BaseCallback):
         """On a new best evaluation: best/ becomes a RUN_DIR of its own -- model.zip, the
@@ -471,29 +491,35 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
 
     class StopAtWallTime(BaseCallback):
         """Ends learning once the run's wall time (earlier sessions of a resumed run included)
-        reaches ``cfg["max_wall_s"]``; the model is then saved as at a normal end."""
+        reaches ``cfg["max_wall_s"]`` less the time the final evaluation will take (as long as the
+        last one took), so that the final model is evaluated within the limit; the model is then
+        saved as at a normal end."""
 
-        def __init__(self, limit_s: float):
+        def __init__(self, limit_s: float, evaluator):
             super().__init__()
             self.limit_s = float(limit_s)
+            self.evaluator = evaluator
 
         def _on_step(self) -> bool:
-            if time.perf_counter() - t_start < self.limit_s:
+            reserve = float(getattr(self.evaluator, "last_eval_s", 0.0))
+            if time.perf_counter() - t_start < self.limit_s - reserve:
                 return True
             cfg["stopped_at_wall_limit"] = True
             return False
 
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    evaluator = EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"],
+                          eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
+                          best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
+                          callback_on_new_best=SaveBestRun(),
+                          use_masking=masked, warn=False, verbose=cfg.get("verbose", 0))
     cbs = [
         AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
                          name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
-        EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"], eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
-                  best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
-                  callback_on_new_best=SaveBestRun(),
-                  use_masking=masked, warn=False, verbose=cfg.get("verbose", 0)),
+        evaluator,
     ]
     if cfg.get("max_wall_s"):
-        cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0)))
+        cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0), evaluator))
     if cfg["sampling"].get("curriculum"):
         cbs.append(Curriculum(cfg["sampling"].get("curriculum_steps") or cfg["timesteps"] // 2))
     return CallbackList(cbs)
@@ -587,11 +613,14 @@ def train(args) -> dict:
         if not 0.0 <= args.wide_share <= 1.0:
             raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
         from jigsaw_env.cluster import ClusterSpec
-        for g in args.train_gpus or ():
-            try:
-                ClusterSpec.from_gpus(g, gpus_per_node=args.gpus_per_node)
-            except ValueError as e:
-                raise ValueError(f"--train-gpus: a cluster of {g} GPUs: {e}") from None
+        if args.val_gpus and args.val <= 0:
+            raise ValueError("--val-gpus needs a validation split: pass --val F with F > 0")
+        for flag, sizes in (("--train-gpus", args.train_gpus), ("--val-gpus", args.val_gpus)):
+            for g in sizes or ():
+                try:
+                    ClusterSpec.from_gpus(g, gpus_per_node=args.gpus_per_node)
+                except ValueError as e:
+                    raise ValueError(f"{flag}: a cluster of {g} GPUs: {e}") from None
         if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
             raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
         if args.warm_start:

@@ -19,9 +19,9 @@ job of at least ``wide_gpus`` GPUs (one drawn uniformly, then a window holding i
 rare (2.3 % of Philly's jobs ask for 8 GPUs or more) and the decisions about them decide the mean
 JCT of the windows that have them.
 
-With ``cluster_sizes`` (training split only), each training episode runs on a cluster of one of
-these GPU counts, drawn uniformly per episode (same GPU type, memory and node size); the
-evaluation and validation splits keep ``gpus``. The observation is the same size on every cluster
+With ``cluster_sizes`` (training and validation splits), each episode runs on a cluster of one of
+these GPU counts, drawn uniformly per episode (same GPU type, memory and node size); the held-out
+evaluation split always keeps ``gpus``. The observation is the same size on every cluster
 and its width features are fractions of the cluster (``jigsaw_env.encoder``), so a small training
 cluster shows what a real trace rarely does: jobs that take half or all of the cluster (on Philly,
 0.16 % of the jobs ask for 16 GPUs or more; on a 16-GPU cluster every 8-GPU job is half of it).
@@ -166,7 +166,9 @@ class TrainingEnv(JigsawClusterEnv):
         super().__init__(**kw)
         self.cluster_sizes: list[int] | None = None
         self._clusters: dict[int, Any] = {self.cluster.num_gpus: self.cluster}
-        if cluster_sizes and split == "train":
+        if cluster_sizes and split == "eval":
+            raise ValueError("cluster_sizes: the held-out evaluation split keeps the env's own cluster (gpus)")
+        if cluster_sizes:
             from jigsaw_env.cluster import ClusterSpec
             sizes = [int(g) for g in cluster_sizes]
             # the same call the env made for its own cluster, with another GPU count

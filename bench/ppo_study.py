@@ -45,6 +45,7 @@ import argparse
 import json
 import math
 import os
+import re
 import platform
 import shlex
 import signal
@@ -351,10 +352,13 @@ def write_md(path: Path, res: dict) -> None:
              f"allows 30 minutes per run. Runs were sequential, under `nice -n 5`, `OMP_NUM_THREADS=1`, on a machine "
              f"shared with other work (the frames each run got are in the table below).")
     if s.get("val"):
+        vg = re.search(r"--val-gpus[ =](\S+)", s.get("train_args") or "")
+        on = f"on clusters of {vg.group(1)} GPUs (`--val-gpus`, one drawn per episode)" if vg else f"on {s['gpus']} GPUs"
         which = (f"`ppo-sN` is each run's `best/`: the model with the best return on the validation split "
                  f"(`train_agent.py --val {s['val']}`: the {s['val']:.0%} of the trace's jobs just before the held-out "
                  f"split, which training does not sample; {s.get('eval_episodes', '?')} validation episodes per "
-                 f"evaluation, the cloned policy evaluated before the first update), so no choice is made on held-out "
+                 f"evaluation {on}; the cloned policy is evaluated before the first update and the final "
+                 f"model when learning ends), so no choice is made on held-out "
                  f"jobs; `last-sN` is the same run's final `model.zip`")
     else:
         which = "the final `model.zip` of each run (not `best/`, which is selected on held-out episodes)"

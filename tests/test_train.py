@@ -244,12 +244,15 @@ def test_warm_started_run_selects_best_on_the_validation_split(tables_dir, tmp_p
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["sampling"]["val"] == 0.1 and cfg["sampling"]["select_on"] == "val"
     ev = pd.read_csv(run / "eval.csv")
-    assert len(ev) == 1 and ev["timesteps"].iloc[0] == 1  # the clone, before the first update (freq 100000)
+    # the clone before the first update (freq 100000), then the final model when learning ends
+    assert ev["timesteps"].tolist() == [1, cfg["trained_timesteps"]] and cfg["trained_timesteps"] >= 128
     best = json.loads((run / "best" / "config.json").read_text())
-    assert best["trained_timesteps"] == 1 and best["selected_on"] == "val"
-    # best/ holds the clone: the same weights as warm_start/
+    assert best["selected_on"] == "val"
+    # best/ is the first evaluation with the highest return, and holds that model's weights
+    chosen = int(ev["timesteps"].iloc[int(ev["mean_reward"].to_numpy().argmax())])
+    assert best["trained_timesteps"] == chosen
     import torch
-    a, b = LearnedAgent(run / "best"), LearnedAgent(run / "warm_start")
+    a, b = LearnedAgent(run / "best"), LearnedAgent(run / "warm_start" if chosen == 1 else run)
     for (k, x), (_, y) in zip(a.model.policy.state_dict().items(), b.model.policy.state_dict().items()):
         assert torch.equal(x, y), k
     # the validation episodes came from the validation seeds
@@ -337,7 +340,8 @@ def test_train_agent_script_entry_point(tables_dir, tmp_path):
 def test_train_gpus_draws_the_cluster_per_training_episode(tables_dir, tmp_path):
     """cluster_sizes (train_agent --train-gpus): each training episode runs on one of the sizes,
     drawn per episode; jobs wider than it are capped to it; the same seed draws the same jobs
-    whatever the sizes; evaluation splits keep ``gpus``; each size keeps its own cost model."""
+    whatever the sizes; validation episodes (--val-gpus) draw theirs the same way; the held-out
+    split keeps ``gpus``; each size keeps its own cost model."""
     from agents.rl_env import TrainingEnv
     from jigsaw_env.cost_table import register_tables_dir
     register_tables_dir(tables_dir)
@@ -363,19 +367,31 @@ def test_train_gpus_draws_the_cluster_per_training_episode(tables_dir, tmp_path)
         assert costs.setdefault(size, mixed.sim.costs) is mixed.sim.costs  # one cost model per size, reused
         assert mixed.observation_space.contains(mixed._obs())
     assert set(seen) == {8, 16} and min(seen.values()) >= 10
-    ev = TrainingEnv(split="eval", cluster_sizes=[8], **kw)
-    for s in range(3):
-        ev.reset(seed=s)
-        assert ev.cluster.num_gpus == 16
+    with pytest.raises(ValueError, match=r"cluster_sizes: the held-out evaluation split keeps the env's own"):
+        TrainingEnv(split="eval", cluster_sizes=[8], **kw)
+    val = TrainingEnv(split="val", val=0.2, cluster_sizes=[8, 16], **kw)
+    sizes = set()
+    for s in range(12):
+        val.reset(seed=s)
+        sizes.add(val.cluster.num_gpus)
+        assert max(j.num_gpus for j in val.sim.state.jobs.values()) <= val.cluster.num_gpus
+    assert sizes == {8, 16}
     with pytest.raises(ValueError, match=r"cluster_sizes: 12 GPUs: gpus \(12\) must be a multiple of gpus_per_node \(8\)"):
         TrainingEnv(split="train", cluster_sizes=[12], **kw)
-    # train_agent passes config.json's sampling.train_gpus to the training envs only
+    # train_agent passes config.json's sampling.train_gpus to the training envs only, and
+    # sampling.val_gpus to the validation envs only
     import train_agent
     cfg = {"env": dict(gpus=16, trace=spec, max_jobs=6, window_k=4, load=1.0), "seed": 0,
            "sampling": {"holdout": 0.2, "val": 0.1, "loads": None, "train_gpus": [8, 16]}}
     tr = train_agent._env_factories(cfg, "train", 1, 0)[0]().unwrapped
     va = train_agent._env_factories(cfg, "val", 1, 0)[0]().unwrapped
     assert tr.cluster_sizes == [8, 16] and va.cluster_sizes is None and va.cluster.num_gpus == 16
+    cfg["sampling"]["val_gpus"] = [8]
+    tr = train_agent._env_factories(cfg, "train", 1, 0)[0]().unwrapped
+    va = train_agent._env_factories(cfg, "val", 1, 0)[0]().unwrapped
+    ev = train_agent._env_factories(cfg, "eval", 1, 0)[0]().unwrapped
+    assert tr.cluster_sizes == [8, 16] and va.cluster_sizes == [8] and va.cluster.num_gpus == 8
+    assert ev.cluster_sizes is None and ev.cluster.num_gpus == 16
 
 
 def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
@@ -387,3 +403,12 @@ def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
         main(tiny_args(tables_dir, tmp_path / "b", "--timesteps", "64", "--train-gpus", "8,0"))
     assert e.value.code == 2 and "--train-gpus must be comma-separated GPU counts >= 1, got '8,0'" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # --val-gpus: the same checks, and it needs a validation split
+    rc = main(tiny_args(tables_dir, tmp_path / "c", "--timesteps", "64", "--val-gpus", "8"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["jigsaw train: error: --val-gpus needs a validation split: pass --val F with F > 0"]
+    rc = main(tiny_args(tables_dir, tmp_path / "d", "--timesteps", "64", "--val", "0.1", "--val-gpus", "8,12"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "--val-gpus: a cluster of 12 GPUs: gpus (12) must be a multiple of gpus_per_node (8)" in err[0]
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()

@@ -23,6 +23,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("sb3_contrib")
@@ -173,6 +174,11 @@ def test_max_wall_s_stops_learning_and_saves(tables, tmp_path):
     assert 0 < cfg["trained_timesteps"] < 10_000_000
     assert cfg["train_wall_s"] >= 2.0
     assert (run / "model.zip").is_file() and (run / "vecnormalize.pkl").is_file()
+    # the model learning stopped with is evaluated (no periodic evaluation came at freq 1000000),
+    # so best/ can be it
+    ev = pd.read_csv(run / "eval.csv")
+    assert ev["timesteps"].tolist() == [cfg["trained_timesteps"]]
+    assert json.loads((run / "best" / "config.json").read_text())["trained_timesteps"] == cfg["trained_timesteps"]
 
 
 @pytest.mark.slow
