@@ -335,9 +335,9 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
 
 
 @pytest.mark.parametrize("gpus,window_k,max_jobs,load,extra,seed", [
-    (64, 16, 60, 1.0, {}, 0),
-    (64, 16, 60, 1.5, {}, 1),
-    (512, 16, 60, 1.0, {}, 2),
+    (64, 16, 30, 1.0, {}, 0),
+    (64, 16, 30, 1.5, {}, 1),
+    (512, 16, 30, 1.0, {}, 2),
     (16, 8, 40, 2.0, {}, 3),                               # a crowded cluster: jobs wait for GPUs
     (16, 8, 40, 1.5, {"max_workers_per_gpu": 3}, 4),       # three workers per GPU
     (32, 4, 40, 1.5, {"gpus_per_node": 4, "observe_remaining": False}, 5),

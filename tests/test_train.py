@@ -48,7 +48,8 @@ def trained(tables_dir, tmp_path_factory):
     changes with any change to the observation; the clone starts jobs."""
     run = tmp_path_factory.mktemp("runs") / "mppo"
     rc = main(tiny_args(tables_dir, run, "--n-envs", "2", "--timesteps", "2000", "--eval-freq", "1000",
-                        "--checkpoint-freq", "1000", "--seed", "3", "--warm-start", "fifo", "--warm-start-s", "2"))
+                        "--checkpoint-freq", "1000", "--seed", "3", "--warm-start", "fifo", "--warm-start-s", "2",
+                        "--dagger-rounds", "1", "--dagger-s", "1"))  # the default 2 x 60 s of DAgger play is most of the time
     assert rc == 0
     return run
 
