@@ -513,6 +513,11 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                           best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
                           callback_on_new_best=SaveBestRun(),
                           use_masking=masked, warn=False, verbose=cfg.get("verbose", 0))
+    # a resumed run: best/ stays the best of the whole run, so a new evaluation replaces it only
+    # if it beats every evaluation eval.csv kept (the same episodes are replayed at each one)
+    kept = _eval_rewards(csv_path)
+    if kept:
+        evaluator.best_mean_reward = max(kept)
     cbs = [
         AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
                          name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
@@ -761,6 +766,17 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
 def _mean_jct(episodes: list[dict]) -> float | None:
     v = [e["avg_jct_s"] for e in episodes if e.get("avg_jct_s") is not None and not e.get("truncated")]
     return float(sum(v) / len(v)) if v else None
+
+
+def _eval_rewards(path: Path) -> list[float]:
+    """The mean_reward of every evaluation row of eval.csv (none when there is no file)."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    if not lines:
+        return []
+    col = lines[0].split(",").index("mean_reward")
+    return [float(line.split(",")[col]) for line in lines[1:] if line.strip()]
 
 
 def _truncate_eval_csv(path: Path, steps: int) -> None:

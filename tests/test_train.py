@@ -107,13 +107,22 @@ def test_saved_model_loads_and_acts_with_masks(trained):
 
 @pytest.mark.slow
 def test_resume_reaches_the_requested_total(trained, tables_dir, capsys):
-    before = len(pd.read_csv(trained / "eval.csv"))
+    ev = pd.read_csv(trained / "eval.csv")
+    before = len(ev)
+    # best/ is the first evaluation with the highest return...
+    best_at = int(ev["timesteps"].iloc[int(ev["mean_reward"].to_numpy().argmax())])
+    assert json.loads((trained / "best" / "config.json").read_text())["trained_timesteps"] == best_at
+    # ...and stays so across a resume: make that row unbeatable; no evaluation of the resumed
+    # run may then replace best/ (a fresh callback alone would take its first evaluation)
+    ev.loc[ev["timesteps"] == best_at, "mean_reward"] = 1e9
+    ev.to_csv(trained / "eval.csv", index=False)
     rc = main(["train", "--run-dir", str(trained), "--resume", "--timesteps", "3000", "--no-progress"])
     assert rc == 0
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["trained_timesteps"] >= 3000 and cfg["timesteps"] == 3000
     assert cfg["resumed"][-1]["from_timesteps"] >= 2000
     assert len(pd.read_csv(trained / "eval.csv")) > before
+    assert json.loads((trained / "best" / "config.json").read_text())["trained_timesteps"] == best_at
     # already there: nothing to do, still exit 0
     assert main(["train", "--run-dir", str(trained), "--resume", "--timesteps", "2500", "--no-progress"]) == 0
     assert "nothing to do" in capsys.readouterr().out
