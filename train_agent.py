@@ -769,14 +769,18 @@ def _mean_jct(episodes: list[dict]) -> float | None:
 
 
 def _eval_rewards(path: Path) -> list[float]:
-    """The mean_reward of every evaluation row of eval.csv (none when there is no file)."""
+    """The finite mean_reward of every evaluation row of eval.csv (none without the file or the column)."""
     if not path.is_file():
         return []
     lines = path.read_text().splitlines()
     if not lines:
         return []
-    col = lines[0].split(",").index("mean_reward")
-    return [float(line.split(",")[col]) for line in lines[1:] if line.strip()]
+    head = lines[0].split(",")
+    if "mean_reward" not in head:
+        return []
+    col = head.index("mean_reward")
+    vals = [float(line.split(",")[col]) for line in lines[1:] if line.strip()]
+    return [v for v in vals if math.isfinite(v)]
 
 
 def _truncate_eval_csv(path: Path, steps: int) -> None:
