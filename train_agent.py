@@ -400,14 +400,10 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                     and int(cfg.get("trained_timesteps") or 0) == 0):
                 # a warm-started run: evaluate the cloned policy first (no update has happened yet),
                 # so that best/ is the clone when no PPO update beats it
-                freq, self.eval_freq = self.eval_freq, 1
-                try:
-                    return self._on_step()
-                finally:
-                    self.eval_freq = freq
+                return self._evaluate_now()
             due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
-            t_eval = time.perf_counter()
             if due:
+                t_eval = time.perf_counter()
                 self._metrics_buffer: list[dict] = []
                 self.eval_env.seed(eval_seed)
             n_before = len(self.evaluations_timesteps)
@@ -440,12 +436,16 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             # the model learning ends with (at the step budget or at the wall-time limit; not on
             # Ctrl-C, which skips this) is a candidate for best/ too, unless the last evaluation saw it
             if self.num_timesteps > (self.evaluations_timesteps[-1] if self.evaluations_timesteps else -1):
-                freq, self.eval_freq = self.eval_freq, 1
-                try:
-                    self._on_step()
-                finally:
-                    self.eval_freq = freq
+                self._evaluate_now()
             super()._on_training_end()
+
+        def _evaluate_now(self) -> bool:
+            """One evaluation at this step, whatever the step count (the step is due at frequency 1)."""
+            freq, self.eval_freq = self.eval_freq, 1
+            try:
+                return self._on_step()
+            finally:
+                self.eval_freq = freq
 
     class SaveBestRun(BaseCallback):
         """On a new best evaluation: best/ becomes a RUN_DIR of its own -- model.zip, the
