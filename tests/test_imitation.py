@@ -267,20 +267,39 @@ def test_dagger_labels_the_learners_states_with_the_expert(cloned):
     assert len(both) == len(demos) + len(new) and both.dones.sum() == demos.dones.sum() + new.dones.sum()
 
 
-def test_train_with_warm_start_end_to_end(tmp_path):
+def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
+    import torch
+
+    import agents.imitation as imitation
     from jigsaw_env.cli import main
     from agents.rl import LearnedAgent
+
+    threads = {"fit": [], "play": []}  # torch threads seen by each fit and each recording / DAgger play
+
+    def spy(name, fn, key):
+        def wrapped(*a, **kw):
+            threads[key].append(torch.get_num_threads())
+            return fn(*a, **kw)
+        monkeypatch.setattr(imitation, name, wrapped)
+
+    spy("behaviour_clone", imitation.behaviour_clone, "fit")
+    spy("collect", imitation.collect, "play")
+    spy("collect_on_policy", imitation.collect_on_policy, "play")
 
     run = tmp_path / "run"
     rc = main(["train", "--trace", "synthetic", "--gpus", "8", "--max-jobs", "6", "--window-k", "4",
                "--spb-levels", "1", "--timesteps", "256", "--n-steps", "128", "--batch-size", "64", "--n-envs", "1",
                "--vec", "dummy", "--eval-freq", "100000", "--checkpoint-freq", "100000", "--no-progress",
                "--no-tensorboard", "--warm-start", "tiresias", "--warm-start-s", "1", "--bc-epochs", "2",
-               "--dagger-rounds", "1", "--dagger-s", "0.5", "--dagger-epochs", "1", "--run-dir", str(run)])
+               "--dagger-rounds", "1", "--dagger-s", "0.5", "--dagger-epochs", "1", "--bc-threads", "2",
+               "--run-dir", str(run)])
     assert rc == 0
+    # the fits get --bc-threads; recording, DAgger play and RL afterwards keep train_agent's one thread
+    assert threads == {"fit": [2, 2], "play": [1, 1]}
+    assert torch.get_num_threads() == 1
     cfg = json.loads((run / "config.json").read_text())
     ws = cfg["warm_start"]
-    assert ws["expert"] == "tiresias" and ws["steps"] > 0 and len(ws["dagger"]) == 1
+    assert ws["expert"] == "tiresias" and ws["steps"] > 0 and len(ws["dagger"]) == 1 and ws["threads"] == 2
     assert ws["total_steps"] == ws["steps"] + ws["dagger"][0]["steps"]
     assert cfg["train_wall_s"] >= ws["wall_s"]  # the warm start counts against --max-wall-s
     csv = pd.read_csv(run / "warm_start.csv")
