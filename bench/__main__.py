@@ -146,6 +146,7 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
         best = runs[0]
         rows.append({**best, "repeats": repeats, "wall_s": statistics.median(r["wall_s"] for r in runs),
                      "run_s": statistics.median(r["run_s"] for r in runs),
+                     "gc_s": statistics.median(r["gc_s"] for r in runs),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
                      "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
     return rows
@@ -254,11 +255,12 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
               f"`{o['command']}`", ""]
     if "replay" in res:
         L += ["## Whole-trace replay", "", *_stamp(res, "replay"),
-              "| trace | GPUs | agent | jobs | rounds | rounds without a scheduler call | replay s | total wall s | peak memory MiB | mean JCT h | command |",
-              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| trace | GPUs | agent | jobs | rounds | rounds without a scheduler call | replay s | of it in the garbage collector s | total wall s | peak memory MiB | mean JCT h | command |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in res["replay"]:
+            gc_s = f"{r['gc_s']:.1f}" if r.get("gc_s") is not None else "n/a"  # not measured before 2026-11-26
             L.append(f"| {r['trace'].split(':')[0]} | {r['gpus']} | {r['agent']} | {r['jobs']:,} | {r['rounds']:,} | "
-                     f"{r['quiet_rounds']:,} | {r['run_s']:.1f} | {r['wall_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+                     f"{r['quiet_rounds']:,} | {r['run_s']:.1f} | {gc_s} | {r['wall_s']:.1f} | {r['peak_rss_mib']:.0f} | "
                      f"{r['avg_jct_s'] / 3600:.2f} | `{r['command']}` |")
         L += ["", "Target: Jigsaw on the whole Philly trace, 512 GPUs, at most 60 s and 2 GiB.", ""]
     if "scaling" in res:

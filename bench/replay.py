@@ -9,6 +9,7 @@ cluster log and every metric are kept.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -42,6 +43,31 @@ def add_replay_args(p: argparse.ArgumentParser, agent: str) -> None:
     p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
 
 
+class GcTimer:
+    """Wall time spent in CPython's cyclic garbage collector while the block runs, per generation,
+    via ``gc.callbacks`` (each collection reports its start and stop). Units: seconds."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._t = 0.0
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            g = int(info["generation"])
+            self.seconds[g] += time.perf_counter() - self._t
+            self.collections[g] += 1
+
+    def __enter__(self) -> "GcTimer":
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._cb)
+
+
 def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
            progress: bool = False) -> dict:
     from agents import make_scheduler
@@ -52,13 +78,15 @@ def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load:
     sim = replay_simulator(cluster, jobs)
     t_build = time.perf_counter() - t0 - t_load
     t1 = time.perf_counter()
-    m = sim.run(make_scheduler(agent), progress=progress)
+    with GcTimer() as gct:
+        m = sim.run(make_scheduler(agent), progress=progress)
     t_run = time.perf_counter() - t1
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"trace": trace, "gpus": gpus, "agent": agent, "jobs": len(sim.state.jobs), "load": load,
             "rounds": int(sim.state.round), "quiet_rounds": int(sim.quiet_rounds),
             "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(t_run, 3),
             "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_kib / 1024, 1),
+            "gc_s": round(sum(gct.seconds), 3), "gc_full_collections": gct.collections[2],
             "avg_jct_s": m["avg_jct_s"], "makespan_s": m["makespan_s"],
             "cluster_efficiency": m["cluster_efficiency"], "jobs_completed": m["jobs_completed"]}
 

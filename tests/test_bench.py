@@ -24,6 +24,7 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     assert all(row["steps_per_s"] > 0 and row["steps"] > 0 for row in res["env"])
     assert {row["agent"] for row in res["replay"]} == {"fifo", "tiresias", "jigsaw"}
     assert all(row["jobs_completed"] == row["jobs"] for row in res["replay"])
+    assert all(0.0 <= row["gc_s"] <= row["run_s"] for row in res["replay"])
     assert res["onnx"]["median_ms"] > 0
     assert len(res["scaling"]["rows"]) == 3 and res["scaling"]["exponent"] == res["scaling"]["exponent"]
     st = res["scaling"]["stationary"]
@@ -35,6 +36,19 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
                     "Whole-trace replay", "Replay time against job count"):
         assert heading in md
     assert "python -m bench.replay" in md  # every number comes with its command
+
+
+def test_gc_timer_counts_the_collections_inside_its_block_only():
+    import gc
+
+    from bench.replay import GcTimer
+
+    with GcTimer() as t:
+        gc.collect(2)
+        gc.collect(2)
+    assert t.collections[2] == 2 and t.seconds[2] > 0.0
+    gc.collect(2)  # after the block: the callback is gone
+    assert t.collections[2] == 2 and t._cb not in gc.callbacks
 
 
 def test_bench_rejects_an_unknown_part(tmp_path):
