@@ -163,3 +163,57 @@ def test_expert_ceiling_tiresias_translates_exactly():
                   log=lambda s: None)
     direct, translated = res["jct_h"]["tiresias"], res["jct_h"]["tiresias as actions, K=8, heuristic order"]
     assert len(direct) == 2 and direct == pytest.approx(translated, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------- clone accuracy
+def test_clone_accuracy_round_sets_and_scores_hand_computed():
+    import numpy as np
+
+    from bench.clone_accuracy import round_sets, scores
+
+    # two rounds (9 = advance), then an unfinished one
+    assert round_sets([3, 1, 9, 2, 9], 9) == [{3, 1}, {1}, {9}, {2}, {9}]
+    assert round_sets([9, 4, 5], 9) == [{9}, {4, 5}, {5}]
+    expert = np.array([3, 1, 9, 2, 9])
+    policy = np.array([1, 1, 2, 9, 9])  # another order, right, wrong, advances too early, right
+    widths = np.array([32, 0, 0, 32, 0])
+    sc = scores(expert, policy, widths, advance=9, wide=32)
+    assert (sc["states"], sc["acting"], sc["wide_states"], sc["wide_acting"]) == (5, 3, 2, 2)
+    assert sc["exact"] == pytest.approx(2 / 5) and sc["exact_acting"] == pytest.approx(1 / 3)
+    assert sc["in_round"] == pytest.approx(3 / 5) and sc["in_round_acting"] == pytest.approx(2 / 3)
+    assert sc["exact_wide"] == 0.0 and sc["in_round_wide"] == 0.5 and sc["in_round_wide_acting"] == 0.5
+    assert sc["exact"] <= sc["in_round"]
+
+
+def test_clone_accuracy_follows_the_expert_and_scores_known_policies():
+    import numpy as np
+
+    from agents.imitation import HeuristicExpert
+    from bench.clone_accuracy import follow_expert, scores
+    from jigsaw_env.env import JigsawClusterEnv
+
+    env = JigsawClusterEnv(gpus=16, window_k=6, trace="synthetic", max_jobs=20, load=1.5)
+    jobs = None  # the env draws the episode from its seed
+    twin = HeuristicExpert("jigsaw")  # a second, independent copy of the expert: the same choices
+    adv = env.codec.advance
+    res = follow_expert(env, HeuristicExpert("jigsaw"), jobs, {"twin": lambda o, m: twin.act(env),
+                                                              "advance": lambda o, m: adv}, seed=1)
+    assert res["advance"] == adv and res["expert"].size > 0 and env.sim.num_finished == 20
+    twin_sc = scores(res["expert"], res["policy"]["twin"], res["widths"], adv, wide=8)
+    assert twin_sc["exact"] == 1.0 and twin_sc["in_round"] == 1.0
+    adv_sc = scores(res["expert"], res["policy"]["advance"], res["widths"], adv, wide=8)
+    acting = res["expert"] != adv
+    assert acting.any() and adv_sc["exact_acting"] == 0.0 and adv_sc["in_round_acting"] == 0.0
+    assert adv_sc["exact"] == pytest.approx(float(np.mean(~acting)))
+
+
+def test_clone_accuracy_labels_and_bad_arguments(tmp_path, capsys):
+    from bench.clone_accuracy import main, policy_labels
+
+    assert policy_labels(["/a/runs/s0/warm_start", "/a/runs/s1/warm_start"]) == ["s0/warm_start", "s1/warm_start"]
+    assert policy_labels(["/a/runs/s0/warm_start"]) == ["s0/warm_start"]
+    with pytest.raises(ValueError, match="given twice"):
+        policy_labels(["/a/r", "/a/r/"])
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--windows", "a"])
+    assert "--windows must be comma-separated integers, got 'a'" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Where does a cloned policy disagree with its expert? Follow the expert through held-out windows
+and score the policy's masked argmax at every state the expert visits.
+
+    python -m bench.clone_accuracy RUN_DIR [RUN_DIR ...] --windows 2,7,8 --out DIR
+    python -m bench.clone_accuracy RUN_DIR --split val --windows 0,1,2,3,4,5   # choose on these
+
+The windows are the PPO study's (``bench/ppo_study.py``: the same held-out split, offsets, window
+length, load and evaluation cluster); ``--split val`` cuts them from the validation split instead
+(``--val``, default 0.1, the jobs just before the held-out ones), which is where choices between
+training settings belong: the held-out windows only report. Each window is played once by the expert (``--expert``,
+default jigsaw, its actions in the env's learnable slot order, as the warm start records them);
+at every state it visits, each policy is asked what it would do, and the expert's action is
+applied. Per window and policy:
+
+- ``states``, ``acting``: states, and those where the expert does not advance the round;
+- ``exact``: the policy's action is the expert's next action;
+- ``in_round``: the policy's action is one the expert takes from this state to the end of the
+  round (the same decision in another order; advancing counts only where the expert advances);
+- each of the two for all states, for the acting states, and for the states whose widest
+  undecided job in the window has at least ``--wide`` GPUs (default 32).
+
+Writes ``DIR/clone_accuracy.json`` and ``DIR/clone_accuracy.md`` and prints the table. The scores
+are about the expert's own trajectory: where a policy's mistakes take it is not measured here (the
+study's JCTs are).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+Policy = Callable[[np.ndarray, np.ndarray], int]
+
+
+def round_sets(actions: Sequence[int], advance: int) -> list[set[int]]:
+    """For each step, the actions the expert takes from that step to the end of its round (a round
+    ends with ``advance``; a last, unfinished round ends with the data). ``advance`` is in a step's
+    set only where the expert advances at that step: advancing earlier drops the rest of the round."""
+    out: list[set[int]] = []
+    start = 0
+    n = len(actions)
+    for i in range(n + 1):
+        if i == n or actions[i] == advance:
+            end = min(i + 1, n)
+            for j in range(start, end):
+                s = {int(a) for a in actions[j:end]}
+                if actions[j] != advance:
+                    s.discard(advance)
+                out.append(s)
+            start = end
+    return out
+
+
+def follow_expert(env, expert, jobs, policies: dict[str, Policy], seed: int = 0) -> dict:
+    """Play ``jobs`` (a job table; None: the episode ``env`` draws from ``seed``) in ``env`` with ``expert`` (an ``agents.imitation.HeuristicExpert``); at every
+    state record the expert's action, each policy's action on that state's observation and mask,
+    and the widest undecided job's GPUs. Returns arrays ``expert``, ``widths``, ``policy[name]``,
+    the ``advance`` action and the expert's mean JCT (s)."""
+    from agents.imitation import _state_width
+
+    obs, _ = env.reset(seed=seed, options={"jobs": jobs})
+    acts: list[int] = []
+    widths: list[int] = []
+    chosen: dict[str, list[int]] = {k: [] for k in policies}
+    while True:
+        mask = env.action_masks()
+        a = expert.act(env)
+        for name, pol in policies.items():
+            chosen[name].append(int(pol(obs, mask)))
+        acts.append(int(a))
+        widths.append(_state_width(env))
+        obs, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    return {"expert": np.asarray(acts), "widths": np.asarray(widths), "advance": int(env.codec.advance),
+            "policy": {k: np.asarray(v) for k, v in chosen.items()},
+            "expert_avg_jct_s": float(env.sim.metrics()["avg_jct_s"])}
+
+
+def scores(expert: np.ndarray, policy: np.ndarray, widths: np.ndarray, advance: int, wide: int) -> dict:
+    """Exact and in-round accuracies (fractions; NaN where a group is empty) for all states, the
+    acting states and the states with a job of ``wide`` GPUs or more undecided."""
+    sets = round_sets(expert.tolist(), advance)
+    exact = policy == expert
+    in_round = np.array([int(p) in s for p, s in zip(policy.tolist(), sets)], dtype=bool)
+    acting = expert != advance
+    wide_s = widths >= wide
+
+    def frac(x, sel):
+        return float(x[sel].mean()) if sel.any() else float("nan")
+
+    out = {"states": int(expert.size), "acting": int(acting.sum()), "wide_states": int(wide_s.sum()),
+           "wide_acting": int((wide_s & acting).sum())}
+    for name, x in (("exact", exact), ("in_round", in_round)):
+        every = np.ones_like(acting)
+        out[name] = frac(x, every)
+        out[f"{name}_acting"] = frac(x, acting)
+        out[f"{name}_wide"] = frac(x, wide_s)
+        out[f"{name}_wide_acting"] = frac(x, wide_s & acting)
+    return out
+
+
+def policy_labels(run_dirs: Sequence[str]) -> list[str]:
+    """One label per RUN_DIR: its path below the folder all of them share (a lone RUN_DIR: its last
+    two parts, so ``runs/seed0/warm_start`` reads ``seed0/warm_start``). Raises ValueError when a
+    RUN_DIR is given twice."""
+    paths = [Path(d).resolve() for d in run_dirs]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"a RUN_DIR is given twice: {[str(d) for d in run_dirs]}")
+    if len(paths) == 1:
+        return [str(Path(*paths[0].parts[-2:]))]
+    common = Path(os.path.commonpath(paths))
+    return [str(p.relative_to(common)) for p in paths]
+
+
+def measure(run_dirs: list[str], windows: list[int], trace: str, gpus: int, holdout: float, n_windows: int,
+            window_jobs: int, load: float | None, expert_name: str, wide: int, split: str = "heldout",
+            val: float = 0.1, log=print) -> dict:
+    from agents.imitation import HeuristicExpert
+    from agents.rl import LearnedAgent
+    from bench.ppo_study import build_windows, evaluation_setup, study_splits
+
+    agents = {label: LearnedAgent(d) for label, d in zip(policy_labels(run_dirs), run_dirs)}
+    ks = {a.window_k for a in agents.values()}
+    if len(ks) != 1:
+        raise ValueError(f"the RUN_DIRs have different window sizes K {sorted(ks)}; expected one")
+    parts = study_splits(trace, gpus, holdout, val=val if split == "val" else 0.0)
+    wins = build_windows(parts["val" if split == "val" else "eval"], window_jobs, n_windows, gpus, load)
+    bad = [w for w in windows if not 0 <= w < len(wins)]
+    if bad:
+        raise ValueError(f"--windows {bad}: expected window numbers in 0..{len(wins) - 1}")
+    cluster_kwargs, cfg = evaluation_setup(gpus)
+    first = next(iter(agents.values()))
+    rows = []
+    for w in windows:
+        jobs, info = wins[w]
+        env = first.make_env(cluster_kwargs=cluster_kwargs, sim_config=cfg)
+        res = follow_expert(env, HeuristicExpert(expert_name), jobs, {k: a.act for k, a in agents.items()})
+        for label in agents:
+            sc = scores(res["expert"], res["policy"][label], res["widths"], res["advance"], wide)
+            rows.append({"window": w, "policy": label, "max_gpus": info["max_gpus"],
+                         "expert_avg_jct_h": res["expert_avg_jct_s"] / 3600, **sc})
+            log(f"window {w} {label}: exact {sc['exact']:.3f} (acting {sc['exact_acting']:.3f}), in-round "
+                f"{sc['in_round']:.3f} (acting {sc['in_round_acting']:.3f}; with a job of >= {wide} GPUs undecided: "
+                f"{sc['in_round_wide_acting']:.3f} over {sc['wide_acting']} acting states)")
+    return {"trace": trace, "gpus": gpus, "holdout": holdout, "split": split, "val": val if split == "val" else None,
+            "windows": windows, "window_jobs": window_jobs,
+            "load": load, "expert": expert_name, "wide": wide, "run_dirs": [str(Path(d).resolve()) for d in run_dirs],
+            "rows": rows}
+
+
+def _f(x: float) -> str:
+    return "n/a" if x != x else f"{x:.3f}"
+
+
+def write_md(path: Path, res: dict, command: str) -> str:
+    w = res["wide"]
+    L = ["# Clone accuracy along the expert's trajectory", "",
+         f"Expert `{res['expert']}` on {'validation' if res.get('split') == 'val' else 'held-out'} windows "
+         f"{res['windows']} of `{res['trace']}` ({res['gpus']} GPUs, "
+         f"{res['window_jobs']} jobs per window, load {res['load']}). `exact`: the policy's action is the expert's next "
+         f"one; `in round`: one the expert takes before the round ends. `wide`: states with a job of >= {w} GPUs "
+         "undecided.", "",
+         f"| window | max GPUs | policy | states | acting | exact | exact, acting | in round | in round, acting | "
+         f"wide acting states | in round, wide acting |",
+         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["rows"]:
+        L.append(f"| {r['window']} | {r['max_gpus']} | {r['policy']} | {r['states']} | {r['acting']} | {_f(r['exact'])} | "
+                 f"{_f(r['exact_acting'])} | {_f(r['in_round'])} | {_f(r['in_round_acting'])} | {r['wide_acting']} | "
+                 f"{_f(r['in_round_wide_acting'])} |")
+    L += ["", f"`{command}`", ""]
+    text = "\n".join(L)
+    path.write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    from bench.ppo_study import _default_trace
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="trained policies (a RUN_DIR or RUN_DIR/warm_start)")
+    p.add_argument("--windows", default="2", help="comma-separated held-out window numbers (default 2)")
+    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument("--split", choices=("heldout", "val"), default="heldout",
+                   help="cut the windows from the held-out split (default; report only) or the validation split")
+    p.add_argument("--val", type=float, default=0.1, help="validation fraction for --split val (default 0.1)")
+    p.add_argument("--n-windows", type=int, default=12, help="windows the held-out split is cut into (default 12)")
+    p.add_argument("--window-jobs", type=int, default=80)
+    p.add_argument("--load", type=float, default=1.0)
+    p.add_argument("--expert", default="jigsaw")
+    p.add_argument("--wide", type=int, default=32, help="GPUs of a 'wide' job (default 32)")
+    p.add_argument("--out", default=None, help="write clone_accuracy.json and .md here")
+    a = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        windows = [int(x) for x in a.windows.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--windows must be comma-separated integers, got {a.windows!r}")
+    if not windows:
+        p.error("--windows: expected at least one window number")
+    t0 = time.perf_counter()
+    try:
+        res = measure(a.run_dirs, windows, a.trace or _default_trace(), a.gpus, a.holdout, a.n_windows,
+                      a.window_jobs, a.load, a.expert, a.wide, a.split, a.val)
+    except ValueError as e:
+        p.error(str(e))
+    res["wall_s"] = time.perf_counter() - t0
+    command = "python -m bench.clone_accuracy " + " ".join(argv if argv is not None else sys.argv[1:])
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "clone_accuracy.json").write_text(json.dumps(res, indent=1))
+        print(write_md(out / "clone_accuracy.md", res, command))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
