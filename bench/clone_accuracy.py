@@ -13,8 +13,11 @@ at every state it visits, each policy is asked what it would do, and the expert'
 applied. Per window and policy:
 
 - ``states``, ``acting``: states, and those where the expert does not advance the round;
-- ``exact``: the policy's action is the expert's next action;
-- ``in_round``: the policy's action is one the expert takes from this state to the end of the
+- ``exact``: the policy's action does what the expert's next action does (the same job paused,
+  or run at the same SPB level and pattern on as many nodes, shared or not, restarted or not:
+  actions are compared by effect, :func:`action_effect`, so two placement options that give
+  the same kind of GPUs agree);
+- ``in_round``: it does what the expert does at some step from this state to the end of the
   round (the same decision in another order; advancing counts only where the expert advances);
 - each of the two for all states, for the acting states, and for the states whose widest
   undecided job in the window has at least ``--wide`` GPUs (default 32).
@@ -31,71 +34,104 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
 Policy = Callable[[np.ndarray, np.ndarray], int]
 
 
-def round_sets(actions: Sequence[int], advance: int) -> list[set[int]]:
-    """For each step, the actions the expert takes from that step to the end of its round (a round
-    ends with ``advance``; a last, unfinished round ends with the data). ``advance`` is in a step's
-    set only where the expert advances at that step: advancing earlier drops the rest of the round."""
-    out: list[set[int]] = []
+ADVANCE = ("advance",)
+
+
+def round_sets(effects: Sequence[Hashable], advance: Hashable = ADVANCE) -> list[set]:
+    """For each step, what the expert does from that step to the end of its round (a round ends
+    with ``advance``; a last, unfinished round ends with the data). ``advance`` is in a step's set
+    only where the expert advances at that step: advancing earlier drops the rest of the round."""
+    out: list[set] = []
     start = 0
-    n = len(actions)
+    n = len(effects)
     for i in range(n + 1):
-        if i == n or actions[i] == advance:
+        if i == n or effects[i] == advance:
             end = min(i + 1, n)
             for j in range(start, end):
-                s = {int(a) for a in actions[j:end]}
-                if actions[j] != advance:
+                s = set(effects[j:end])
+                if effects[j] != advance:
                     s.discard(advance)
                 out.append(s)
             start = end
     return out
 
 
+def action_effect(env, action: int) -> tuple:
+    """What ``action`` would do to the round's decision in ``env``'s current state, up to which
+    interchangeable GPUs it picks: ``("advance",)``, ``("pause", job)``, or ``("run", job, level,
+    pattern, nodes, shared, restart)`` for the placement ``RoundBuilder.candidate`` gives, with the
+    number of nodes it spans, whether any of its GPUs holds another job's worker, and whether a
+    running job leaves its GPUs (a restart). Two actions with the same effect are the same
+    decision: placement options often give the same GPUs, and the same option taken later in the
+    round gives other GPUs of the same shape."""
+    kind, slot, option, level, pattern = env.codec.decode(int(action))
+    if kind == "advance":
+        return ADVANCE
+    b = env.builder
+    jid = int(b.window[slot])
+    if kind == "pause":
+        return ("pause", jid)
+    jd = b.candidate(slot, option, level, pattern)
+    if jd is None:  # not for a feasible action
+        return ("run", jid, int(level), pattern.value, None, None, None)
+    gpn = env.cluster.gpus_per_node
+    own = b.ledger.decision.get(jid)
+    mine = set(own.gpus) if own is not None else set()
+    workers = b.ledger.workers
+    shared = any(int(workers[g]) - (1 if g in mine else 0) > 0 for g in jd.gpus)
+    job = env.sim.state.jobs[jid]
+    restart = bool(job.placement) and tuple(jd.gpus) != tuple(job.placement)
+    return ("run", jid, int(level), pattern.value, len({g // gpn for g in jd.gpus}), shared, restart)
+
+
 def follow_expert(env, expert, jobs, policies: dict[str, Policy], seed: int = 0) -> dict:
-    """Play ``jobs`` (a job table; None: the episode ``env`` draws from ``seed``) in ``env`` with ``expert`` (an ``agents.imitation.HeuristicExpert``); at every
-    state record the expert's action, each policy's action on that state's observation and mask,
-    and the widest undecided job's GPUs. Returns arrays ``expert``, ``widths``, ``policy[name]``,
-    the ``advance`` action and the expert's mean JCT (s)."""
+    """Play ``jobs`` (a job table; None: the episode ``env`` draws from ``seed``) in ``env`` with
+    ``expert`` (an ``agents.imitation.HeuristicExpert``). At every state record the effect
+    (:func:`action_effect`) of the expert's action and of each policy's action on that state's
+    observation and mask, and the widest undecided job's GPUs. Returns lists ``expert`` and
+    ``policy[name]`` of effects, the array ``widths`` and the expert's mean JCT (s)."""
     from agents.imitation import _state_width
 
     obs, _ = env.reset(seed=seed, options={"jobs": jobs})
-    acts: list[int] = []
+    acts: list[tuple] = []
     widths: list[int] = []
-    chosen: dict[str, list[int]] = {k: [] for k in policies}
+    chosen: dict[str, list[tuple]] = {k: [] for k in policies}
     while True:
         mask = env.action_masks()
         a = expert.act(env)
         for name, pol in policies.items():
-            chosen[name].append(int(pol(obs, mask)))
-        acts.append(int(a))
+            chosen[name].append(action_effect(env, int(pol(obs, mask))))
+        acts.append(action_effect(env, a))
         widths.append(_state_width(env))
         obs, _, term, trunc, _ = env.step(a)
         if term or trunc:
             break
-    return {"expert": np.asarray(acts), "widths": np.asarray(widths), "advance": int(env.codec.advance),
-            "policy": {k: np.asarray(v) for k, v in chosen.items()},
+    return {"expert": acts, "widths": np.asarray(widths), "policy": chosen,
             "expert_avg_jct_s": float(env.sim.metrics()["avg_jct_s"])}
 
 
-def scores(expert: np.ndarray, policy: np.ndarray, widths: np.ndarray, advance: int, wide: int) -> dict:
-    """Exact and in-round accuracies (fractions; NaN where a group is empty) for all states, the
-    acting states and the states with a job of ``wide`` GPUs or more undecided."""
-    sets = round_sets(expert.tolist(), advance)
-    exact = policy == expert
-    in_round = np.array([int(p) in s for p, s in zip(policy.tolist(), sets)], dtype=bool)
-    acting = expert != advance
-    wide_s = widths >= wide
+def scores(expert: Sequence[Hashable], policy: Sequence[Hashable], widths: np.ndarray, wide: int,
+           advance: Hashable = ADVANCE) -> dict:
+    """Exact and in-round agreement (fractions; NaN where a group is empty) of the policy's
+    effects with the expert's, for all states, the acting states (the expert does not advance)
+    and the states with a job of ``wide`` GPUs or more undecided."""
+    sets = round_sets(expert, advance)
+    exact = np.array([p == e for p, e in zip(policy, expert)], dtype=bool)
+    in_round = np.array([p in s for p, s in zip(policy, sets)], dtype=bool)
+    acting = np.array([e != advance for e in expert], dtype=bool)
+    wide_s = np.asarray(widths) >= wide
 
     def frac(x, sel):
         return float(x[sel].mean()) if sel.any() else float("nan")
 
-    out = {"states": int(expert.size), "acting": int(acting.sum()), "wide_states": int(wide_s.sum()),
+    out = {"states": int(len(expert)), "acting": int(acting.sum()), "wide_states": int(wide_s.sum()),
            "wide_acting": int((wide_s & acting).sum())}
     for name, x in (("exact", exact), ("in_round", in_round)):
         every = np.ones_like(acting)
@@ -143,7 +179,7 @@ def measure(run_dirs: list[str], windows: list[int], trace: str, gpus: int, hold
         env = first.make_env(cluster_kwargs=cluster_kwargs, sim_config=cfg)
         res = follow_expert(env, HeuristicExpert(expert_name), jobs, {k: a.act for k, a in agents.items()})
         for label in agents:
-            sc = scores(res["expert"], res["policy"][label], res["widths"], res["advance"], wide)
+            sc = scores(res["expert"], res["policy"][label], res["widths"], wide)
             rows.append({"window": w, "policy": label, "max_gpus": info["max_gpus"],
                          "expert_avg_jct_h": res["expert_avg_jct_s"] / 3600, **sc})
             log(f"window {w} {label}: exact {sc['exact']:.3f} (acting {sc['exact_acting']:.3f}), in-round "
@@ -164,8 +200,8 @@ def write_md(path: Path, res: dict, command: str) -> str:
     L = ["# Clone accuracy along the expert's trajectory", "",
          f"Expert `{res['expert']}` on {'validation' if res.get('split') == 'val' else 'held-out'} windows "
          f"{res['windows']} of `{res['trace']}` ({res['gpus']} GPUs, "
-         f"{res['window_jobs']} jobs per window, load {res['load']}). `exact`: the policy's action is the expert's next "
-         f"one; `in round`: one the expert takes before the round ends. `wide`: states with a job of >= {w} GPUs "
+         f"{res['window_jobs']} jobs per window, load {res['load']}). `exact`: the policy's action does what the expert's "
+         f"next one does; `in round`: what the expert does before the round ends (actions compared by effect). `wide`: states with a job of >= {w} GPUs "
          "undecided.", "",
          f"| window | max GPUs | policy | states | acting | exact | exact, acting | in round | in round, acting | "
          f"wide acting states | in round, wide acting |",

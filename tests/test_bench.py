@@ -169,42 +169,76 @@ def test_expert_ceiling_tiresias_translates_exactly():
 def test_clone_accuracy_round_sets_and_scores_hand_computed():
     import numpy as np
 
-    from bench.clone_accuracy import round_sets, scores
+    from bench.clone_accuracy import ADVANCE, round_sets, scores
 
     # two rounds (9 = advance), then an unfinished one
     assert round_sets([3, 1, 9, 2, 9], 9) == [{3, 1}, {1}, {9}, {2}, {9}]
     assert round_sets([9, 4, 5], 9) == [{9}, {4, 5}, {5}]
-    expert = np.array([3, 1, 9, 2, 9])
-    policy = np.array([1, 1, 2, 9, 9])  # another order, right, wrong, advances too early, right
+    run = lambda j, nodes: ("run", j, 0, "rotating", nodes, False, False)  # noqa: E731
+    expert = [run(3, 1), ("pause", 1), ADVANCE, run(2, 2), ADVANCE]
+    # another order, right, wrong, advances too early, right
+    policy = [("pause", 1), ("pause", 1), run(2, 2), ADVANCE, ADVANCE]
     widths = np.array([32, 0, 0, 32, 0])
-    sc = scores(expert, policy, widths, advance=9, wide=32)
+    sc = scores(expert, policy, widths, wide=32)
     assert (sc["states"], sc["acting"], sc["wide_states"], sc["wide_acting"]) == (5, 3, 2, 2)
     assert sc["exact"] == pytest.approx(2 / 5) and sc["exact_acting"] == pytest.approx(1 / 3)
     assert sc["in_round"] == pytest.approx(3 / 5) and sc["in_round_acting"] == pytest.approx(2 / 3)
     assert sc["exact_wide"] == 0.0 and sc["in_round_wide"] == 0.5 and sc["in_round_wide_acting"] == 0.5
-    assert sc["exact"] <= sc["in_round"]
+    # the same job on more nodes is another decision
+    assert scores([run(3, 1)], [run(3, 2)], np.array([1]), wide=32)["exact"] == 0.0
 
 
 def test_clone_accuracy_follows_the_expert_and_scores_known_policies():
     import numpy as np
 
     from agents.imitation import HeuristicExpert
-    from bench.clone_accuracy import follow_expert, scores
+    from bench.clone_accuracy import ADVANCE, action_effect, follow_expert, scores
     from jigsaw_env.env import JigsawClusterEnv
 
     env = JigsawClusterEnv(gpus=16, window_k=6, trace="synthetic", max_jobs=20, load=1.5)
-    jobs = None  # the env draws the episode from its seed
     twin = HeuristicExpert("jigsaw")  # a second, independent copy of the expert: the same choices
     adv = env.codec.advance
-    res = follow_expert(env, HeuristicExpert("jigsaw"), jobs, {"twin": lambda o, m: twin.act(env),
-                                                              "advance": lambda o, m: adv}, seed=1)
-    assert res["advance"] == adv and res["expert"].size > 0 and env.sim.num_finished == 20
-    twin_sc = scores(res["expert"], res["policy"]["twin"], res["widths"], adv, wide=8)
+    res = follow_expert(env, HeuristicExpert("jigsaw"), None, {"twin": lambda o, m: twin.act(env),
+                                                               "advance": lambda o, m: adv}, seed=1)
+    assert len(res["expert"]) > 0 and env.sim.num_finished == 20
+    twin_sc = scores(res["expert"], res["policy"]["twin"], res["widths"], wide=8)
     assert twin_sc["exact"] == 1.0 and twin_sc["in_round"] == 1.0
-    adv_sc = scores(res["expert"], res["policy"]["advance"], res["widths"], adv, wide=8)
-    acting = res["expert"] != adv
+    adv_sc = scores(res["expert"], res["policy"]["advance"], res["widths"], wide=8)
+    acting = np.array([e != ADVANCE for e in res["expert"]])
     assert acting.any() and adv_sc["exact_acting"] == 0.0 and adv_sc["in_round_acting"] == 0.0
     assert adv_sc["exact"] == pytest.approx(float(np.mean(~acting)))
+    # effects on the first round of a fresh episode (an empty cluster: nothing is shared or
+    # restarted): a run action's nodes are those of the placement the builder would give
+    env.reset(seed=2)
+    b = env.builder
+    mask = env.action_masks()
+    runs = [a for a in np.flatnonzero(mask) if env.codec.decode(int(a))[0] == "run"]
+    assert runs
+    gpn = env.cluster.gpus_per_node
+    for a in runs:
+        kind, slot, option, level, pattern = env.codec.decode(int(a))
+        jd = b.candidate(slot, option, level, pattern)
+        nodes = len({g // gpn for g in jd.gpus})
+        assert action_effect(env, int(a)) == ("run", b.window[slot], level, pattern.value, nodes, False, False)
+    assert action_effect(env, adv) == ADVANCE
+    # later rounds: keeping a running job where it is is no restart, on its own nodes
+    ex = HeuristicExpert("jigsaw")
+    checked = 0
+    for _ in range(400):
+        b = env.builder
+        mask = env.action_masks()
+        for a in np.flatnonzero(mask):
+            kind, slot, option, level, pattern = env.codec.decode(int(a))
+            if kind == "run" and option == "keep":
+                job = env.sim.state.jobs[b.window[slot]]
+                eff = action_effect(env, int(a))
+                assert eff[0] == "run" and eff[6] is False
+                assert eff[4] == len({g // gpn for g in job.placement})
+                checked += 1
+        _, _, term, trunc, _ = env.step(ex.act(env))
+        if term or trunc:
+            break
+    assert checked > 0
 
 
 def test_clone_accuracy_labels_and_bad_arguments(tmp_path, capsys):
