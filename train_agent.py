@@ -75,16 +75,9 @@ _val_gpu_list = _positive_ints("--val-gpus", "GPU counts")
 _net_arch = _positive_ints("--net-arch", "layer sizes")
 
 
-def _usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells it, else all)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from jigsaw_env.simulate_cli import add_cluster_arguments
+    from jigsaw_executor.cluster_ray import physical_cores
 
     from agents.rl import ALGOS, POLICIES
 
@@ -194,9 +187,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="epochs over all the data so far after each DAgger round (default 2)")
     w.add_argument("--bc-learning-rate", type=positive_float("--bc-learning-rate"), default=1e-3,
                    help="behaviour-cloning Adam learning rate (default 1e-3)")
-    w.add_argument("--bc-threads", type=positive_int("--bc-threads"), default=_usable_cores(), metavar="N",
-                   help="torch threads while the policy is fitted to the demonstrations (default: every core this "
-                        f"process may use, {_usable_cores()} here); the env workers are idle then, and RL keeps one "
+    cores = physical_cores()
+    w.add_argument("--bc-threads", type=positive_int("--bc-threads"), default=cores, metavar="N",
+                   help="torch threads while the policy is fitted to the demonstrations (default: every physical "
+                        f"core this process may use, {cores} here); the env workers are idle then, and RL keeps one "
                         "thread")
     o = p.add_argument_group("output")
     o.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-<time>)")

@@ -133,8 +133,8 @@ def scores(expert: Sequence[Hashable], policy: Sequence[Hashable], widths: np.nd
 
     out = {"states": int(len(expert)), "acting": int(acting.sum()), "wide_states": int(wide_s.sum()),
            "wide_acting": int((wide_s & acting).sum())}
+    every = np.ones_like(acting)
     for name, x in (("exact", exact), ("in_round", in_round)):
-        every = np.ones_like(acting)
         out[name] = frac(x, every)
         out[f"{name}_acting"] = frac(x, acting)
         out[f"{name}_wide"] = frac(x, wide_s)

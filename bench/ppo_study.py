@@ -259,19 +259,11 @@ def run_task_or_stall(task) -> dict:
 def evaluation_setup(gpus: int) -> tuple[dict, object]:
     """(cluster keyword arguments, SimConfig) that ``jigsaw evaluate --gpus GPUS`` gives every agent
     with its defaults: the cluster and simulator settings the study's windows are played on."""
-    from dataclasses import replace
-
-    from jigsaw_env.evaluate import add_arguments
-    from jigsaw_env.simulate_cli import build_cluster_and_config
-    from jigsaw_env.spb import SPBConfig
+    from jigsaw_env.evaluate import add_arguments, evaluation_cluster
 
     p = argparse.ArgumentParser()
     add_arguments(p)
-    eargs = p.parse_args(["--agents", "fifo", "--out", "unused", "--gpus", str(gpus)])
-    _, cfg = build_cluster_and_config(eargs)
-    cfg = replace(cfg, spb=SPBConfig(max_level=eargs.spb_levels, num_slots=eargs.spb_slots))
-    cluster_kwargs = dict(num_gpus=eargs.gpus, gpus_per_node=eargs.gpus_per_node, gpu_type=eargs.gpu_type,
-                          gpu_memory_gib=eargs.gpu_memory_gib)
+    _, cfg, cluster_kwargs = evaluation_cluster(p.parse_args(["--agents", "fifo", "--out", "unused", "--gpus", str(gpus)]))
     return cluster_kwargs, cfg
 
 
@@ -280,7 +272,7 @@ def evaluate_all(a, windows, runs: dict[str, Path]) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing as mp
 
-    from jigsaw_env.evaluate import AgentSpec, Task, _init_worker, run_task
+    from jigsaw_env.evaluate import AgentSpec, Task, _init_worker
 
     cluster_kwargs, cfg = evaluation_setup(a.gpus)
     specs = [AgentSpec(h, "heuristic", h, h.startswith("jigsaw") or "spb" in h) for h in HEURISTICS]

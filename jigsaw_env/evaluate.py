@@ -411,6 +411,19 @@ def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- main
+def evaluation_cluster(args) -> tuple[Any, Any, dict]:
+    """(ClusterSpec, SimConfig, the cluster's keyword arguments for ``ClusterSpec.from_gpus`` in a
+    worker) of an evaluation from its parsed arguments: every agent runs on these."""
+    from .simulate_cli import build_cluster_and_config
+    from .spb import SPBConfig
+
+    cluster, cfg = build_cluster_and_config(args)
+    cfg = replace(cfg, spb=SPBConfig(max_level=args.spb_levels, num_slots=args.spb_slots))
+    cluster_kwargs = dict(num_gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
+                          gpu_memory_gib=args.gpu_memory_gib)
+    return cluster, cfg, cluster_kwargs
+
+
 def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     """Run the whole evaluation; returns (metrics frame, metadata, out dir)."""
     import hashlib
@@ -418,8 +431,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     from agents.rl import EvalSpaces, LearnedAgent, describe
 
     from .cost_table import register_tables_dir
-    from .simulate_cli import build_cluster_and_config, check_out_dir
-    from .spb import SPBConfig
+    from .simulate_cli import check_out_dir
 
     t_start = time.perf_counter()
     check_out_dir(args.out)
@@ -429,8 +441,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     specs = parse_agents(args.agents)
     if args.spb_levels < 0:
         raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
-    cluster, base_cfg = build_cluster_and_config(args)
-    base_cfg = replace(base_cfg, spb=SPBConfig(max_level=args.spb_levels, num_slots=args.spb_slots))
+    cluster, base_cfg, cluster_kwargs = evaluation_cluster(args)
     learned = {}
     for s in specs:
         if s.kind == "learned":
@@ -465,8 +476,6 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     multi_load, multi_eta = len(loads) > 1, args.eta_sweep is not None
-    cluster_kwargs = dict(num_gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
-                          gpu_memory_gib=args.gpu_memory_gib)
     tasks = []
     for spec in specs:
         for load in loads:
