@@ -19,6 +19,11 @@ Per-job features (index: meaning):
 20 log1p(LAS service: GPU-s since its last starvation promotion)/20
 21 starvation progress: s waited / (starve factor x last run), at most 1 (0 unless it waits
    after a run)
+22 GPUs of the active jobs ahead of it in the 2D-LAS order / cluster GPUs, at most 2, /2
+23 GPUs the 2D-LAS fill has left when it reaches the job / cluster GPUs
+24 the 2D-LAS fill takes it (1) or skips it (0)
+25 log1p(jobs ahead of it that the 2D-LAS fill skips)/4, at most 1
+26 shares a GPU: one of its GPUs in the decision being built holds another job's worker
 (* zero unless ``observe_remaining``: an oracle, as SRTF has.)
 
 Features 16-18 are the job's history as any scheduler can see it (``JobState.status_since_s``,
@@ -37,6 +42,20 @@ and 10: 32 and 7 under Jigsaw) were the only two where every clone of Jigsaw los
 a new episode (the env and the learned scheduler call it), and the queue is updated once per
 round, at the round's first encoding.
 
+Features 22-25 place the job in that queue's order against the cluster's size. The 2D-LAS order
+is (queue, arrival, id), highest priority first; the *fill* walks it taking every job whose GPUs
+still fit in the cluster's GPUs left and skipping the others (``agents.common.select_by_budget``,
+the run set of ``tiresias`` and the exclusive set ``jigsaw`` starts from). Whether a job is in
+it depends on the GPUs of every job ahead of it, inside the window or behind it, which no
+per-slot feature and no pooling over the K slots shows: on the PPO study's held-out window 2,
+a third to a half of the clones' wrong actions with a 32-GPU job undecided started a job Jigsaw
+left for a later round (docs/environment.md).
+
+Feature 26, like features 2 and 3, is set at every step from the decision being built (which
+starts from the allocation in force): whether the job shares a GPU with another job. Jigsaw keeps
+a running pair whose sharing still pays (``keep_margin``) although its guest is outside the fill;
+without this feature a running guest and a running job alone on its GPUs look the same.
+
 Cluster features: exclusive-free GPU fraction, GPUs under the worker cap fraction, shared GPU
 fraction, mean memory use of occupied GPUs, log1p(waiting jobs)/8, log1p(running jobs)/8,
 waiting GPU demand / cluster GPUs (capped at 4)/4, jobs decided this round / K, round progress
@@ -52,8 +71,11 @@ from .las import LASQueues
 from .spb import Pattern, spb_compute_bound
 from .state import ClusterState, JobStatus
 
-JOB_FEATURES = 22
+JOB_FEATURES = 27
 CLUSTER_FEATURES = 10
+
+
+_NOT_QUEUED = (0.0, 0.0, 0.0, 0.0)  # features 22-25 of a job no longer active (an episode's last observation)
 
 
 def observation_size(window_k: int) -> int:
@@ -78,6 +100,7 @@ class ObservationEncoder:
         self._cap_arr = None                         # the last ledger capacity array seen
         self._cap0: float | None = None              # its one value, when all GPUs have the same
         self._rank_ids: dict[int, float] | None = None  # arrival rank features of this round
+        self._fill: dict[int, tuple] = {}            # features 22-25 of this round's active jobs
         self._las = LASQueues()                      # the jobs' LAS queue, kept across rounds
         self._las_t: float | None = None             # the time it was last updated (s)
 
@@ -138,11 +161,33 @@ class ObservationEncoder:
             self._las.observe(state)
             self._las_t = state.time_s
         self._rank_ids = None  # the arrival ranks, made when a row first needs them this round
+        self._fill = self._las_fill(state)
         self._block_window = None
         return stats
 
+    def _las_fill(self, state: ClusterState) -> dict[int, tuple[float, float, float, float]]:
+        """Features 22-25 of every active job (module docstring): walk the 2D-LAS order
+        (:meth:`LASQueues.order`, with this encoder's queue) taking each job whose GPUs fit in the
+        GPUs left, as ``agents.common.select_by_budget`` does."""
+        G = state.cluster.num_gpus
+        ahead = 0
+        left = G
+        skipped = 0
+        out = {}
+        log1p = math.log1p
+        for j in self._las.order(state.active()):
+            n = j.num_gpus
+            takes = n <= left
+            out[j.job_id] = (min(2.0, ahead / G) / 2, left / G, 1.0 if takes else 0.0, min(1.0, log1p(skipped) / 4))
+            ahead += n
+            if takes:
+                left -= n
+            else:
+                skipped += 1
+        return out
+
     def _job_row(self, state: ClusterState, jid: int) -> tuple:
-        """One job's JOB_FEATURES values, with features 2 and 3 (set per step) zero."""
+        """One job's JOB_FEATURES values, with features 2, 3 and 26 (set per step) zero."""
         j = state.jobs[jid]
         c = self._job_consts.get(jid)
         if c is None:  # what depends only on the job's size, model and the cluster
@@ -167,7 +212,7 @@ class ObservationEncoder:
                 log1p(max(0.0, state.time_s - j.arrival_s)) / 16, log1p(j.attained_gpu_s) / 20, rem, frac,
                 j.level / max(1, state.spb.max_level), j.pattern is Pattern.STATIC, c[2], c[3], c[4], c[5],
                 ranks.get(jid, 0.0), log1p(max(0.0, state.time_s - since)) / 16, log1p(j.last_run_s) / 16,
-                q, log1p(max(0.0, service)) / 20, starve)
+                q, log1p(max(0.0, service)) / 20, starve, *self._fill.get(jid, _NOT_QUEUED), 0.0)
 
     def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
         k = self.window_k
@@ -194,10 +239,16 @@ class ObservationEncoder:
         obs = np.empty(kf + CLUSTER_FEATURES, dtype=np.float32)
         obs[:kf] = block
         in_dec = ledger.decision
+        wl = ledger._wl  # workers per GPU
         o = 2
-        for jid in win:  # features 2 and 3 are 0.0 in the block
-            if jid in in_dec:
+        for jid in win:  # features 2, 3 and 26 are 0.0 in the block
+            jd = in_dec.get(jid)
+            if jd is not None:
                 obs[o] = 1.0
+                for g in jd.gpus:
+                    if wl[g] > 1:
+                        obs[o + 24] = 1.0
+                        break
             if jid in acted:
                 obs[o + 1] = 1.0
             o += JOB_FEATURES

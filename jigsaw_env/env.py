@@ -4,7 +4,7 @@ STATE
     The simulator's :class:`~jigsaw_env.state.ClusterState` (jobs, their progress and placements,
     the GPUs) plus the decision being built for the next round. The agent observes it through the
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
-    ``K * 22 + 10`` float32 values whose shape does not depend on the cluster's size.
+    ``K * 27 + 10`` float32 values whose shape does not depend on the cluster's size.
 ACTIONS
     ``Discrete(K * (5 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import BS, TOY3, TOY4, TOY4C, toy_cluster
 from agents import available_schedulers, make_scheduler
-from agents.common import LASQueues, best_pairing, best_solo, guest_orders
+from agents.common import LASQueues, best_pairing, best_solo, guest_orders, select_by_budget
 from jigsaw_env.placement import validate_decision
 from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern
@@ -126,7 +126,7 @@ def test_las_starvation_guard_promotes_a_job_that_waited_too_long():
 
 def test_the_observation_shows_the_queue_tiresias_and_jigsaw_serve():
     """Parity: features 19-21 of the observation are the queue of the ``tiresias`` scheduler
-    asked every round of the same run, starvation promotions included (3 long 2-GPU jobs on 4
+    asked every round of the same run, and feature 24 its run set, starvation promotions included (3 long 2-GPU jobs on 4
     GPUs, 300-s rounds: jobs pass the 3600 GPU-s threshold, wait, and get promoted)."""
     import math
 
@@ -135,22 +135,26 @@ def test_the_observation_shows_the_queue_tiresias_and_jigsaw_serve():
     sim = Simulator(toy_cluster(), [job(i, 2, 1e7, arrival=100.0 * i) for i in range(3)], SimConfig(round_s=300.0))
     tir = make_scheduler("tiresias")
     enc = ObservationEncoder(4)
-    checked = 0
+    checked = took = 0
     for _ in range(400):
         st = sim.state
         d = tir.schedule(st)
         ids = list(st.active_ids)
         obs = enc.encode(st, ids, sim.in_force_ledger(), set())
+        run_set = {j.job_id for j in select_by_budget(tir.las.order(st.active()), st.cluster.num_gpus)[0]}
+        took += len(run_set) < len(ids)
         for slot, jid in enumerate(ids):
             j = st.jobs[jid]
             q, service, starve = tir.las.job_features(j, st.time_s)
             assert q == tir.las.queue_of(j)
             got = obs[slot * JOB_FEATURES + 19: slot * JOB_FEATURES + 22]
             assert got == pytest.approx((q, math.log1p(service) / 20, starve), abs=1e-6)
+            # feature 24: in the run set tiresias picks by its queue (select_by_budget)
+            assert obs[slot * JOB_FEATURES + 24] == (jid in run_set)
             checked += 1
         sim.step(d)
     assert tir.las.promotions >= 3 and enc._las.promotions == tir.las.promotions
-    assert checked > 1000
+    assert checked > 1000 and took > 100  # rounds where the run set leaves a job out
 
 
 # ------------------------------------------------------------------------------------------------ Gandiva

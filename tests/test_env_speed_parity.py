@@ -158,6 +158,26 @@ class RefLAS:
             starve = min(1.0, (now - self.wait_since[j.job_id]) / (self.SF * self.last_run[j.job_id]))
         return float(service >= self.TH), math.log1p(max(0.0, service)) / 20, starve
 
+    def fill(self, state) -> dict[int, tuple[float, float, float, float]]:
+        """Features 22-25 of every active job: the jobs sorted by (queue, arrival, id), each taken
+        while its GPUs fit in the GPUs left."""
+        G = state.cluster.num_gpus
+        jobs = [state.jobs[x] for x in state.active_ids]
+        order = sorted(jobs, key=lambda j: (j.attained_gpu_s - self.base.get(j.job_id, 0.0) >= self.TH, j.arrival_s, j.job_id))
+        out = {}
+        for i, j in enumerate(order):
+            before = order[:i]
+            left = G
+            skipped = 0
+            for b in before:
+                if b.num_gpus <= left:
+                    left -= b.num_gpus
+                else:
+                    skipped += 1
+            ahead = sum(b.num_gpus for b in before)
+            out[j.job_id] = (min(2.0, ahead / G) / 2, left / G, float(j.num_gpus <= left), min(1.0, math.log1p(skipped) / 4))
+        return out
+
 
 def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round, las: RefLAS) -> np.ndarray:
     """ObservationEncoder.encode as it was before the speed work, with no cache (the per-model
@@ -170,6 +190,7 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     L = max(1, state.spb.max_level)
     by_arrival = sorted(state.active_ids, key=lambda x: (state.jobs[x].arrival_s, x))
     n_act = len(by_arrival)
+    fill = las.fill(state)
     for slot, jid in enumerate(window[:k]):
         j = state.jobs[jid]
         rank = by_arrival.index(jid) / (n_act - 1) if n_act > 1 else 0.0
@@ -186,7 +207,8 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
             1.0, j.status is JobStatus.RUNNING, 0.0, 0.0, math.log2(1 + j.num_gpus) / 8, min(1.0, j.num_gpus / G),
             math.log1p(max(0.0, now - j.arrival_s)) / 16, math.log1p(j.attained_gpu_s) / 20, rem, frac,
             j.level / L, j.pattern is Pattern.STATIC, *enc._job_static(state, j),
-            rank, math.log1p(max(0.0, now - since)) / 16, math.log1p(j.last_run_s) / 16, *las.features(j, now))
+            rank, math.log1p(max(0.0, now - since)) / 16, math.log1p(j.last_run_s) / 16, *las.features(j, now),
+            *fill.get(jid, (0.0, 0.0, 0.0, 0.0)), 0.0)
     n_wait = sum(1 for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     gpus_wait = sum(state.jobs[x].num_gpus for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8, min(4.0, gpus_wait / G) / 4)
@@ -195,6 +217,9 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     for slot, jid in enumerate(window[:k]):
         obs[slot * JOB_FEATURES + 2] = jid in ledger.decision
         obs[slot * JOB_FEATURES + 3] = jid in acted
+        others = [x for x in ledger.decision if x != jid and jid in ledger.decision
+                  and set(ledger.decision[x].gpus) & set(ledger.decision[jid].gpus)]
+        obs[slot * JOB_FEATURES + 26] = bool(others)
     wl = ledger._wl
     n_free = wl.count(0)
     cap_w = state.max_workers_per_gpu

@@ -30,7 +30,7 @@ from jigsaw_env.cli import main  # noqa: E402
 from test_train import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-K, D, A = 4, 4 * 22 + 10, 4 * 36 + 1  # per slot: 5 placement options x 7 level/pattern combos + pause
+K, D, A = 4, 4 * 27 + 10, 4 * 36 + 1  # per slot: 5 placement options x 7 level/pattern combos + pause
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
@@ -337,7 +337,7 @@ def test_check_compatible(policy, onnx_path):
         with pytest.raises(ValueError) as e:
             policy.check_compatible(**kw)
         assert msg in str(e.value) and "\n" not in str(e.value), kw
-    with pytest.raises(ValueError, match="observation size expected 186, found 98"):
+    with pytest.raises(ValueError, match=f"observation size expected {8 * 27 + 10}, found {D}"):
         policy.check_compatible(EvalSpaces(8, 3, 4))
     with pytest.raises(ValueError, match="action count expected 105, found 145"):
         policy.check_compatible(EvalSpaces(None, 2, 4))
@@ -393,7 +393,7 @@ def test_bad_onnx_files(onnx_path, tmp_path):
         OnnxPolicy(other)
     # metadata that does not match the graph (a policy whose observation size or action space
     # does not match its configuration)
-    for key, val, msg in (("observation_size", "90", "observation size expected 90 (metadata), found 98"),
+    for key, val, msg in (("observation_size", "90", f"observation size expected 90 (metadata), found {D}"),
                           ("n_actions", "146", "action count expected 146 (metadata), found 145")):
         m = onnx.load(str(onnx_path))
         for p in m.metadata_props:

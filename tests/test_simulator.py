@@ -236,6 +236,53 @@ def test_observation_shows_the_las_queue_and_its_starvation_promotion():
     assert obs[19] == 1.0 and enc2._las._base == {}
 
 
+def test_observation_places_each_job_in_the_las_fill():
+    """Features 22-25 by hand on 8 GPUs. After a first round five jobs wait, all in queue 0, so the 2D-LAS
+    order is by arrival: 1 (4 GPUs), 2 (8), 3 (2), 4 (2), 5 (4). The fill takes 1 (4 left), skips
+    2, takes 3 and 4 (0 left) and skips 5. Per job: GPUs ahead / 8 (at most 2) / 2, GPUs left / 8,
+    taken, log1p(skipped ahead) / 4. Job 2 then runs one 1000-s round on all 8 GPUs: 8000 GPU-s
+    puts it in queue 1, behind the others, and the fill takes 1, 3 and 4 and skips 5 and 2."""
+    sim = Simulator(toy_cluster(8, 4), [job(1, 4, 1e7), job(2, 8, 1e7, arrival=1.0), job(3, 2, 1e7, arrival=2.0),
+                                        job(4, 2, 1e7, arrival=3.0), job(5, 4, 1e7, arrival=4.0)],
+                    SimConfig(round_s=1000.0, restart_s=0.0))
+    enc = ObservationEncoder(5)
+    sim.step(Decision({}))
+    assert len(sim.state.active_ids) == 5
+    ids = [1, 2, 3, 4, 5]
+
+    def fill(obs):
+        return {jid: tuple(obs[s * JOB_FEATURES + 22: s * JOB_FEATURES + 26]) for s, jid in enumerate(ids)}
+
+    l1 = math.log1p(1) / 4
+    got = fill(enc.encode(sim.state, ids, sim.in_force_ledger(), set()))
+    want = {1: (0.0, 1.0, 1.0, 0.0), 2: (0.25, 0.5, 0.0, 0.0), 3: (0.75, 0.5, 1.0, l1), 4: (0.875, 0.25, 1.0, l1),
+            5: (1.0, 0.0, 0.0, l1)}
+    for jid in ids:
+        assert got[jid] == pytest.approx(want[jid], abs=1e-7), jid
+    sim.step(Decision({2: JobDecision(tuple(range(8)), 0)}))
+    assert sim.state.jobs[2].attained_gpu_s == pytest.approx(8000.0)
+    got = fill(enc.encode(sim.state, ids, sim.in_force_ledger(), set()))
+    want = {1: (0.0, 1.0, 1.0, 0.0), 3: (0.25, 0.5, 1.0, 0.0), 4: (0.375, 0.25, 1.0, 0.0), 5: (0.5, 0.0, 0.0, 0.0),
+            2: (0.75, 0.0, 0.0, l1)}
+    for jid in ids:
+        assert got[jid] == pytest.approx(want[jid], abs=1e-7), jid
+
+
+def test_observation_shows_which_jobs_share_a_gpu_in_the_decision_being_built():
+    """Feature 26: jobs 1 and 2 share GPUs 0-1 and job 3 is alone on 2-3; once job 2 leaves the
+    decision being built, job 1 is alone too. Feature 2 (placed) is unchanged for job 1."""
+    sim = Simulator(toy_cluster(), [job(1, 2, 1e7), job(2, 2, 1e7), job(3, 2, 1e7)], SimConfig(round_s=100.0))
+    sim.step(Decision({1: JobDecision((0, 1), 0), 2: JobDecision((0, 1), 0), 3: JobDecision((2, 3), 0)}))
+    enc = ObservationEncoder(3)
+    led = sim.in_force_ledger()
+    obs = enc.encode(sim.state, [1, 2, 3], led, set())
+    assert [obs[s * JOB_FEATURES + 26] for s in range(3)] == [1.0, 1.0, 0.0]
+    led.remove(2)
+    obs = enc.encode(sim.state, [1, 2, 3], led, {2})
+    assert [obs[s * JOB_FEATURES + 26] for s in range(3)] == [0.0, 0.0, 0.0]
+    assert [obs[s * JOB_FEATURES + 2] for s in range(3)] == [1.0, 0.0, 1.0]
+
+
 def test_migration_counts_and_pays_restart():
     sim = Simulator(toy_cluster(), [job(1, 2, 10)], SimConfig(round_s=100.0, restart_s=30.0))
     sim.step(Decision({1: A_DEC}))

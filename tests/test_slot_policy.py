@@ -19,7 +19,7 @@ from jigsaw_env.cli import main  # noqa: E402
 from test_train import assert_acts_masked, tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 torch.set_num_threads(1)
-F, C = 22, 10
+F, C = 27, 10
 
 
 def _policy(k: int, per_job: int, cls=MaskableSlotPolicy, **kw):
@@ -36,12 +36,12 @@ def _logits(policy, x: np.ndarray) -> np.ndarray:
 
 
 def test_slot_layout_known_answers_and_bad_spaces():
-    assert slot_layout(16 * 22 + 10, 16 * 36 + 1) == (16, 36)   # the env's default: K=16, 5 options x 7 combos + pause
-    assert slot_layout(4 * 22 + 10, 4 * 36 + 1) == (4, 36)
-    with pytest.raises(ValueError, match="K x 22 job features"):
-        slot_layout(4 * 22 + 11, 4 * 36 + 1)
+    assert slot_layout(16 * 27 + 10, 16 * 36 + 1) == (16, 36)   # the env's default: K=16, 5 options x 7 combos + pause
+    assert slot_layout(4 * 27 + 10, 4 * 36 + 1) == (4, 36)
+    with pytest.raises(ValueError, match="K x 27 job features"):
+        slot_layout(4 * 27 + 11, 4 * 36 + 1)
     with pytest.raises(ValueError, match="K x per_job \\+ 1 actions for K = 4"):
-        slot_layout(4 * 22 + 10, 4 * 36)
+        slot_layout(4 * 27 + 10, 4 * 36)
     with pytest.raises(ValueError, match="slot_hidden"):
         _policy(2, 3, slot_hidden=0)
     assert policy_for("mlp", "maskable_ppo") == "MlpPolicy" and policy_for("MlpPolicy", "ppo") == "MlpPolicy"
