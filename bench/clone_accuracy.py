@@ -20,7 +20,12 @@ applied. Per window and policy:
 - ``in_round``: it does what the expert does at some step from this state to the end of the
   round (the same decision in another order; advancing counts only where the expert advances);
 - each of the two for all states, for the acting states, and for the states whose widest
-  undecided job in the window has at least ``--wide`` GPUs (default 32).
+  undecided job in the window has at least ``--wide`` GPUs (default 32);
+- where it departs from the round on acting states, by kind (:func:`mistake_kind`): advancing
+  early, pausing a running job the expert keeps or changes (a preemption), pausing a waiting job
+  or keeping a running one as it runs (no change), changing a running job the expert keeps,
+  starting a job the expert leaves waiting, running a job the expert pauses, or running one the
+  expert runs in another way.
 
 Writes ``DIR/clone_accuracy.json`` and ``DIR/clone_accuracy.md`` and prints the table. The scores
 are about the expert's own trajectory: where a policy's mistakes take it is not measured here (the
@@ -91,30 +96,89 @@ def action_effect(env, action: int) -> tuple:
     return ("run", jid, int(level), pattern.value, len({g // gpn for g in jd.gpus}), shared, restart)
 
 
+def job_now(env, effect: tuple) -> tuple | None:
+    """``(running, level, pattern)`` of the job an effect names, as it is in force now (None for
+    advance): what :func:`mistake_kind` needs to tell a preemption from a no-op."""
+    if effect == ADVANCE:
+        return None
+    job = env.sim.state.jobs[effect[1]]
+    from jigsaw_env.state import JobStatus
+
+    return (job.status is JobStatus.RUNNING, int(job.level), job.pattern.value)
+
+
 def follow_expert(env, expert, jobs, policies: dict[str, Policy], seed: int = 0) -> dict:
     """Play ``jobs`` (a job table; None: the episode ``env`` draws from ``seed``) in ``env`` with
     ``expert`` (an ``agents.imitation.HeuristicExpert``). At every state record the effect
     (:func:`action_effect`) of the expert's action and of each policy's action on that state's
-    observation and mask, and the widest undecided job's GPUs. Returns lists ``expert`` and
-    ``policy[name]`` of effects, the array ``widths`` and the expert's mean JCT (s)."""
+    observation and mask, the job a policy's action names as it is now (:func:`job_now`), and the
+    widest undecided job's GPUs. Returns lists ``expert``, ``policy[name]`` of effects and
+    ``policy_jobs[name]``, the array ``widths`` and the expert's mean JCT (s)."""
     from agents.imitation import _state_width
 
     obs, _ = env.reset(seed=seed, options={"jobs": jobs})
     acts: list[tuple] = []
     widths: list[int] = []
     chosen: dict[str, list[tuple]] = {k: [] for k in policies}
+    their_jobs: dict[str, list[tuple | None]] = {k: [] for k in policies}
     while True:
         mask = env.action_masks()
         a = expert.act(env)
         for name, pol in policies.items():
-            chosen[name].append(action_effect(env, int(pol(obs, mask))))
+            eff = action_effect(env, int(pol(obs, mask)))
+            chosen[name].append(eff)
+            their_jobs[name].append(job_now(env, eff))
         acts.append(action_effect(env, a))
         widths.append(_state_width(env))
         obs, _, term, trunc, _ = env.step(a)
         if term or trunc:
             break
-    return {"expert": acts, "widths": np.asarray(widths), "policy": chosen,
+    return {"expert": acts, "widths": np.asarray(widths), "policy": chosen, "policy_jobs": their_jobs,
             "expert_avg_jct_s": float(env.sim.metrics()["avg_jct_s"])}
+
+
+MISTAKES = ("advances early", "pauses a running job the expert keeps", "pauses a running job the expert changes",
+            "pauses a waiting job (no change)", "keeps a running job as it is (no change)",
+            "changes a running job the expert keeps", "runs a waiting job the expert leaves waiting",
+            "runs a job the expert pauses", "runs a job the expert runs, otherwise")
+
+
+def mistake_kind(in_round: set, effect: tuple, job: tuple | None, advance: Hashable = ADVANCE) -> str | None:
+    """What kind of departure from the expert's round ``effect`` is (None: it is in the round's
+    set, :func:`round_sets`). ``job``: :func:`job_now` of the job it names. The kinds
+    (:data:`MISTAKES`) separate what changes the next round (a preemption, a start the expert
+    does not make) from what leaves it as it is (pausing a job that waits, keeping a running job
+    as it runs: steps the expert does not spend, but no other decision)."""
+    if effect in in_round:
+        return None
+    if effect == advance:
+        return MISTAKES[0]
+    running, level, pattern = job
+    theirs = {e[0] for e in in_round if e != advance and e[1] == effect[1]}
+    if effect[0] == "pause":
+        if not running:
+            return MISTAKES[3]
+        return MISTAKES[2] if "run" in theirs else MISTAKES[1]
+    if "pause" in theirs:
+        return MISTAKES[7]
+    if "run" in theirs:
+        return MISTAKES[8]
+    if running:
+        same = not effect[6] and (effect[2], effect[3]) == (level, pattern)
+        return MISTAKES[4] if same else MISTAKES[5]
+    return MISTAKES[6]
+
+
+def mistakes(expert: Sequence[Hashable], policy: Sequence[Hashable], jobs: Sequence[tuple | None], select: np.ndarray,
+             advance: Hashable = ADVANCE) -> dict[str, int]:
+    """Counts of each :func:`mistake_kind` over the states ``select`` picks (a boolean array)."""
+    out = {k: 0 for k in MISTAKES}
+    for st, e, p, j, sel in zip(round_sets(expert, advance), expert, policy, jobs, select):
+        if sel:
+            k = mistake_kind(st, p, j, advance)
+            if k is not None:
+                out[k] += 1
+    return out
 
 
 def scores(expert: Sequence[Hashable], policy: Sequence[Hashable], widths: np.ndarray, wide: int,
@@ -178,10 +242,13 @@ def measure(run_dirs: list[str], windows: list[int], trace: str, gpus: int, hold
         jobs, info = wins[w]
         env = first.make_env(cluster_kwargs=cluster_kwargs, sim_config=cfg)
         res = follow_expert(env, HeuristicExpert(expert_name), jobs, {k: a.act for k, a in agents.items()})
+        acting = np.array([e != ADVANCE for e in res["expert"]], dtype=bool)
         for label in agents:
             sc = scores(res["expert"], res["policy"][label], res["widths"], wide)
+            wrong = {f"mistakes_{part}": mistakes(res["expert"], res["policy"][label], res["policy_jobs"][label], sel)
+                     for part, sel in (("acting", acting), ("wide_acting", acting & (res["widths"] >= wide)))}
             rows.append({"window": w, "policy": label, "max_gpus": info["max_gpus"],
-                         "expert_avg_jct_h": res["expert_avg_jct_s"] / 3600, **sc})
+                         "expert_avg_jct_h": res["expert_avg_jct_s"] / 3600, **sc, **wrong})
             log(f"window {w} {label}: exact {sc['exact']:.3f} (acting {sc['exact_acting']:.3f}), in-round "
                 f"{sc['in_round']:.3f} (acting {sc['in_round_acting']:.3f}; with a job of >= {wide} GPUs undecided: "
                 f"{sc['in_round_wide_acting']:.3f} over {sc['wide_acting']} acting states)")
@@ -210,6 +277,16 @@ def write_md(path: Path, res: dict, command: str) -> str:
         L.append(f"| {r['window']} | {r['max_gpus']} | {r['policy']} | {r['states']} | {r['acting']} | {_f(r['exact'])} | "
                  f"{_f(r['exact_acting'])} | {_f(r['in_round'])} | {_f(r['in_round_acting'])} | {r['wide_acting']} | "
                  f"{_f(r['in_round_wide_acting'])} |")
+    L += ["", "Where the policy departs from the expert's round, on acting states (counts; the three most frequent "
+          "kinds, `bench.clone_accuracy.MISTAKES`; states with a wide job undecided in brackets):", "",
+          "| window | policy | acting | departures | most frequent kinds |", "|---:|---|---:|---:|---|"]
+    for r in res["rows"]:
+        m, mw = r.get("mistakes_acting"), r.get("mistakes_wide_acting", {})
+        if not m:
+            continue
+        top = sorted((k for k in m if m[k]), key=lambda k: -m[k])[:3]
+        L.append(f"| {r['window']} | {r['policy']} | {r['acting']} | {sum(m.values())} | "
+                 + "; ".join(f"{k}: {m[k]} [{mw.get(k, 0)}]" for k in top) + " |")
     L += ["", f"`{command}`", ""]
     text = "\n".join(L)
     path.write_text(text)

@@ -188,6 +188,37 @@ def test_clone_accuracy_round_sets_and_scores_hand_computed():
     assert scores([run(3, 1)], [run(3, 2)], np.array([1]), wide=32)["exact"] == 0.0
 
 
+def test_clone_accuracy_mistake_kinds_hand_computed():
+    import numpy as np
+
+    from bench.clone_accuracy import ADVANCE, MISTAKES, mistake_kind, mistakes
+
+    run = lambda j, level=0, restart=False: ("run", j, level, "rotating", 1, False, restart)  # noqa: E731
+    # the expert's round: pause running job 1, move running job 2 (a restart), start waiting job 3
+    rnd = {("pause", 1), run(2, restart=True), run(3)}  # an acting state's set (round_sets: no advance)
+    running = (True, 0, "rotating")
+    waiting = (False, 0, "rotating")
+    assert mistake_kind(rnd, ("pause", 1), running) is None
+    assert mistake_kind(rnd, ADVANCE, None) == "advances early"
+    assert mistake_kind(rnd, ("pause", 4), running) == "pauses a running job the expert keeps"
+    assert mistake_kind(rnd, ("pause", 2), running) == "pauses a running job the expert changes"
+    assert mistake_kind(rnd, ("pause", 5), waiting) == "pauses a waiting job (no change)"
+    assert mistake_kind(rnd, run(4), running) == "keeps a running job as it is (no change)"
+    assert mistake_kind(rnd, run(4, level=2), running) == "changes a running job the expert keeps"
+    assert mistake_kind(rnd, run(4, restart=True), running) == "changes a running job the expert keeps"
+    assert mistake_kind(rnd, run(5), waiting) == "runs a waiting job the expert leaves waiting"
+    assert mistake_kind(rnd, run(1), running) == "runs a job the expert pauses"
+    assert mistake_kind(rnd, run(3, level=1), waiting) == "runs a job the expert runs, otherwise"
+    # counted over the selected states only, each state against the rest of its round
+    expert = [("pause", 1), run(3), ADVANCE]
+    policy = [run(3), run(3), ("pause", 1)]
+    jobs = [waiting, waiting, running]
+    got = mistakes(expert, policy, jobs, np.array([True, True, True]))
+    assert set(got) == set(MISTAKES) and sum(got.values()) == 1
+    assert got["pauses a running job the expert keeps"] == 1  # at the advance, job 1 is not paused any more
+    assert sum(mistakes(expert, policy, jobs, np.array([True, True, False])).values()) == 0
+
+
 def test_clone_accuracy_follows_the_expert_and_scores_known_policies():
     import numpy as np
 
@@ -203,6 +234,8 @@ def test_clone_accuracy_follows_the_expert_and_scores_known_policies():
     assert len(res["expert"]) > 0 and env.sim.num_finished == 20
     twin_sc = scores(res["expert"], res["policy"]["twin"], res["widths"], wide=8)
     assert twin_sc["exact"] == 1.0 and twin_sc["in_round"] == 1.0
+    assert len(res["policy_jobs"]["twin"]) == len(res["expert"])
+    assert all((j is None) == (e == ADVANCE) for j, e in zip(res["policy_jobs"]["twin"], res["policy"]["twin"]))
     adv_sc = scores(res["expert"], res["policy"]["advance"], res["widths"], wide=8)
     acting = np.array([e != ADVANCE for e in res["expert"]])
     assert acting.any() and adv_sc["exact_acting"] == 0.0 and adv_sc["in_round_acting"] == 0.0

@@ -450,7 +450,7 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
     cfg = json.loads((d / "config.json").read_text())
     cfg["spaces"] = spaces_signature(5, 3, 4)
     (d / "config.json").write_text(json.dumps(cfg))
-    assert "observation size expected 120 (config.json), found (98,)" in err_of(d)
+    assert "observation size expected 145 (config.json), found (118,)" in err_of(d)
     # same observation size, another action count (SPB levels 2)
     cfg["spaces"] = spaces_signature(4, 2, 4)
     (d / "config.json").write_text(json.dumps(cfg))
