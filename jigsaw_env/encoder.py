@@ -239,22 +239,23 @@ class ObservationEncoder:
         obs = np.empty(kf + CLUSTER_FEATURES, dtype=np.float32)
         obs[:kf] = block
         in_dec = ledger.decision
-        wl = ledger._wl  # workers per GPU
+        G = state.cluster.num_gpus
+        n_free = ledger.num_with_workers(0)
+        n_one = ledger.num_with_workers(1)
+        wl = ledger._wl if n_free + n_one < G else None  # workers per GPU, when any GPU is shared
         o = 2
         for jid in win:  # features 2, 3 and 26 are 0.0 in the block
             jd = in_dec.get(jid)
             if jd is not None:
                 obs[o] = 1.0
-                for g in jd.gpus:
-                    if wl[g] > 1:
-                        obs[o + 24] = 1.0
-                        break
+                if wl is not None:
+                    for g in jd.gpus:
+                        if wl[g] > 1:
+                            obs[o + 24] = 1.0
+                            break
             if jid in acted:
                 obs[o + 1] = 1.0
             o += JOB_FEATURES
-        G = state.cluster.num_gpus
-        n_free = ledger.num_with_workers(0)
-        n_one = ledger.num_with_workers(1)
         cap_w = state.max_workers_per_gpu
         # GPUs under the worker cap (workers are never negative: a count of each value below it)
         n_open = n_free + n_one if cap_w == 2 else sum(ledger.num_with_workers(v) for v in range(cap_w))
