@@ -12,11 +12,7 @@ do not pause running jobs). This module lets training start from a heuristic ins
    decision leaves out, then the jobs it runs, in the decision's order, each with the SPB level and
    pattern the heuristic chose and the placement option whose GPUs come closest to the
    heuristic's (the same GPUs, else the same GPU set, else the same nodes, else the option of the
-   same kind: exclusive or shared), then *advance*. A running job the heuristic moves to GPUs
-   no option gives stays where it is, and when its SPB level and pattern stay too the expert
-   emits nothing for it (the stay would change nothing, and a no-op action on a running job
-   taught the clones to pause such jobs: 35 of Jigsaw's 368 actions on held-out window 2 of the
-   PPO study were such no-ops, 2026-11-27). The codec sees only the window of K jobs and
+   same kind: exclusive or shared), then *advance*. The codec sees only the window of K jobs and
    offers four placement options, not arbitrary GPU lists, so the translated policy approximates
    the heuristic; :func:`play_expert` measures how closely (``python -m bench.ppo_study`` reports it).
 2. :func:`collect` plays the expert on training episodes and records raw observations, masks,
@@ -123,10 +119,6 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
             # stay on the GPUs in force (at the heuristic's level) when that fits
             landed = a is not None and set(b.candidate(slot, *codec.decode(a)[2:]).gpus) == set(tjd.gpus)
             if not landed:
-                if (cur.level, cur.pattern) == (tjd.level, tjd.pattern):
-                    # staying changes nothing: leave the job as it runs (an action here would be a
-                    # no-op the policy must learn to tell from a pause)
-                    continue
                 stay = _run_action(b, slot, JobDecision(cur.gpus, tjd.level, tjd.pattern), False, gpus_per_node)
                 if stay is not None and codec.decode(stay)[2] == "keep":
                     a = stay

@@ -18,7 +18,6 @@ from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, 
 from jigsaw_env.actions import RoundBuilder
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.simulator import Simulator
-from jigsaw_env.spb import Pattern
 from jigsaw_env.state import Decision, JobDecision
 
 
@@ -80,27 +79,6 @@ def test_expert_pauses_first_then_starts_in_the_heuristics_order():
     assert codec.decode(a)[:2] == ("pause", slot[1])
     b.apply(a)
     assert expert_action(b, target, 8) == codec.advance  # job 0 runs as wanted: no action needed
-
-
-def test_expert_stays_silent_when_a_move_it_cannot_make_would_change_nothing():
-    """Job 0 runs alone on GPUs 0-3 of 8; the target moves it to 2-5, which no placement option
-    gives. At the same SPB level the fallback (stay where it is) changes nothing, so the expert
-    advances instead of acting (an action there would be a no-op a policy must tell from a
-    pause); at another level it stays with the target's level (``keep``)."""
-    env = JigsawClusterEnv(gpus=8, window_k=4, spb_levels=1)
-    env.reset(seed=0, options={"jobs": _jobs([(0, 0.0, 4, "resnet18", 64, 100_000)])})
-    codec = env.codec
-    env.step(codec.encode(env.builder.window.index(0), "consolidated"))
-    env.step(codec.advance)
-    b = env.builder
-    cur = env.sim.state.current_decision()[0]
-    assert cur.gpus == (0, 1, 2, 3) and cur.level == 0
-    slot = b.window.index(0)
-    opts = {codec.decode(int(a))[2] for a in np.flatnonzero(env.action_masks()) if codec.decode(int(a))[:2] == ("run", slot)}
-    assert all(set(b.candidate(slot, o, 0, Pattern.ROTATING).gpus) != {2, 3, 4, 5} for o in opts)
-    assert expert_action(b, Decision({0: JobDecision((2, 3, 4, 5), 0)}), 8) == codec.advance
-    a = expert_action(b, Decision({0: JobDecision((2, 3, 4, 5), 1, Pattern.ROTATING)}), 8)
-    assert codec.decode(a) == ("run", slot, "keep", 1, Pattern.ROTATING)
 
 
 def test_expert_pairs_on_one_host_and_defers_a_move_that_lands_only_later():
