@@ -25,14 +25,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, register_scheduler
-from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_gpus, current_pairs, guest_orders,
+from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_from_counts, current_pairs, guest_orders,
                      host_layout, job_decision, parse_thresholds, placement_sig, profile_summary, select_by_budget, spb_configs)
 
 
@@ -237,34 +236,61 @@ class Jigsaw(Scheduler):
         lower-priority jobs that fit them well (backfilling).
         """
         cl = state.cluster
+        gpn = cl.gpus_per_node
         ledger = GpuLedger(state)
-        # GPUs held by chosen running jobs not yet placed (a list of bools, turned into an array
-        # only when a job needs placing)
+        wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
+        # GPUs held by chosen running jobs not yet placed
         reserved = [False] * cl.num_gpus
         for j in chosen:
             if j.status is JobStatus.RUNNING and j.placement:
                 for g in j.placement:
                     reserved[g] = True
+        # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not
+        # reserved ("free"): kept as jobs are added and reservations lifted, so that a job needing
+        # GPUs finds consolidated ones from 64 counts, not from masks of every GPU
+        # (common.consolidated_from_counts: the choice common.consolidated_gpus makes on the masks)
+        unheld = [gpn] * cl.num_nodes
+        free_n = unheld.copy()
+        for g, r in enumerate(reserved):
+            if r:
+                free_n[g // gpn] -= 1
+
+        def add(jid: int, jd: JobDecision) -> None:
+            for g in jd.gpus:
+                if wl[g] == 0:
+                    k = g // gpn
+                    unheld[k] -= 1
+                    if not reserved[g]:
+                        free_n[k] -= 1
+            ledger.add(jid, jd, checked=True)
+
+        def free_on(k: int) -> list[int]:
+            return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0 and not reserved[g]]
+
+        def unheld_on(k: int) -> list[int]:
+            return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
+
         deferred: list[JobState] = []
         for j in chosen:
             own = j.status is JobStatus.RUNNING and bool(j.placement)
             if own:
                 for g in j.placement:  # its own reservation no longer blocks anyone
-                    reserved[g] = False
-                wl = ledger._wl
+                    if reserved[g]:
+                        reserved[g] = False
+                        if wl[g] == 0:
+                            free_n[g // gpn] += 1
                 still_free = not any(wl[g] for g in j.placement)
                 # a running job's own configuration on GPUs nobody else holds yet always fits: the
                 # simulator validated it in force with at least these workers on them (so the
                 # ledger's check is skipped here and below; it would return True)
                 cur = self._current_jd(state, j) if still_free else None
                 if cur is not None and self._spread_ok(state, j, cur.gpus):
-                    ledger.add(j.job_id, cur, checked=True)
+                    add(j.job_id, cur)
                     continue
-            free = (ledger.workers == 0) & ~np.array(reserved, dtype=bool)
-            jd = self._consolidated(state, ledger, j, free)
+            jd = self._consolidated(ledger, j, consolidated_from_counts(free_n, free_on, j.num_gpus))
             if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
                 # displace lower-priority running jobs if that gives a good placement
-                alt = self._consolidated(state, ledger, j, ledger.workers == 0)
+                alt = self._consolidated(ledger, j, consolidated_from_counts(unheld, unheld_on, j.num_gpus))
                 if alt is not None and self._spread_ok(state, j, alt.gpus):
                     jd = alt
             if own and cur is not None:
@@ -277,15 +303,15 @@ class Jigsaw(Scheduler):
                 else:
                     jd = None
                 if jd is None:  # cur: its GPUs are still free (nothing was added since), so it fits
-                    ledger.add(j.job_id, cur, checked=True)
+                    add(j.job_id, cur)
                     continue
             if jd is None or not self._spread_ok(state, j, jd.gpus):
                 deferred.append(j)
                 continue
-            ledger.add(j.job_id, jd, checked=True)
+            add(j.job_id, jd)
         # backfill free GPUs with lower-priority jobs that fit them well
         left = []
-        nfree = int((ledger.workers == 0).sum())
+        nfree = sum(unheld)
         # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
         # another job of the same model, batch size and width (the outcome depends on nothing else)
         no_fit: set[tuple] = set()
@@ -294,15 +320,13 @@ class Jigsaw(Scheduler):
         for j in rest:
             if j.num_gpus <= nfree:
                 jd = None
-                wl = ledger._wl
                 stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
                 if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
                     jd = self._current_jd(state, j)
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
-                    gpus = cons[n] if n in cons else cons.setdefault(
-                        n, consolidated_gpus(ledger.workers == 0, cl.gpus_per_node, n))
+                    gpus = cons[n] if n in cons else cons.setdefault(n, consolidated_from_counts(unheld, unheld_on, n))
                     if gpus is not None:
                         jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
                         if not ledger.fits(j.job_id, jd):
@@ -310,7 +334,7 @@ class Jigsaw(Scheduler):
                     if jd is None or not self._spread_ok(state, j, jd.gpus):
                         no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
-                    ledger.add(j.job_id, jd, checked=True)
+                    add(j.job_id, jd)
                     nfree -= j.num_gpus
                     no_fit.clear()
                     cons.clear()
@@ -322,8 +346,8 @@ class Jigsaw(Scheduler):
         return ledger, left
 
     @staticmethod
-    def _consolidated(state, ledger: GpuLedger, job: JobState, free: np.ndarray) -> JobDecision | None:
-        gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
+    def _consolidated(ledger: GpuLedger, job: JobState, gpus: list[int] | None) -> JobDecision | None:
+        """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger."""
         if gpus is None:
             return None
         jd = JobDecision(tuple(gpus), 0)
@@ -361,6 +385,11 @@ class Jigsaw(Scheduler):
         most useful work, if it clears ``1 + margin``."""
         best_gain, best = -float("inf"), (None, None)
         n = 0
+        # a paused guest restarts with any plan, so its work is at most the bound times the
+        # restart discount below: the bound can prune with it (on Philly most paused guests'
+        # pairings fail the margin only because of that discount; docs/simulator.md section 8)
+        discount = 1.0 - self.restart_s / self.horizon_s if self.horizon_s > 0 else 1.0
+        scale = discount if guest.status is JobStatus.PAUSED and 0.0 <= discount <= 1.0 else 1.0
         for host in hosts_by_priority:
             if host.job_id not in hostable or host.num_gpus < guest.num_gpus:
                 continue
@@ -369,10 +398,11 @@ class Jigsaw(Scheduler):
                 break
             hgpus = ledger.decision[host.job_id].gpus
             alone = self._host_alone(state, ledger, host)
-            if self.prune and self._pairing_bound(state, host, hgpus, guest) * (1.0 + 1e-9) < max(
+            if self.prune and self._pairing_bound(state, host, hgpus, guest) * scale * (1.0 + 1e-9) < max(
                     alone * (1.0 + self.margin) - 1e-9, alone + best_gain + 1e-12):
                 # no pairing can clear the margin or beat the best host so far (the work below is
-                # at most the plan's value, and the value at most the bound): skip the search
+                # at most the plan's value, times the discount when the guest is paused, and the
+                # value at most the bound): skip the search
                 continue
             plan = best_pairing(state, host, hgpus, guest)
             if plan is None:

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 
 from agents import make_scheduler
-from agents.common import (LASQueues, _lcm, best_pairing, current_pairs, guest_orders, job_decision,
+from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_from_counts, consolidated_gpus, current_pairs,
+                           guest_orders, job_decision,
                            placement_sig, profile_summary, spb_configs)
+from agents.jigsaw import Jigsaw
 from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.placement import GpuLedger
 from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
@@ -284,3 +287,177 @@ def test_replay_with_and_without_quiet_skipping_is_identical(agent):
         frames.append((sim.jobs_frame(), sim.cluster_frame()))
     for a, b in zip(*frames):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Jigsaw's exclusive pass: per-node free counts against the masks of every GPU it used before
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gpn", [1, 2, 4, 8])
+def test_consolidated_from_counts_equals_the_mask_rule(gpn):
+    rng = random.Random(gpn)
+    for _ in range(400):
+        nodes = rng.randint(1, 9)
+        free = np.array([rng.random() < rng.choice([0.2, 0.5, 0.9]) for _ in range(nodes * gpn)])
+        counts = free.reshape(-1, gpn).sum(axis=1).tolist()
+
+        def free_on(k):
+            return [g for g in range(k * gpn, k * gpn + gpn) if free[g]]
+
+        for n in range(1, nodes * gpn + 2):
+            assert consolidated_from_counts(counts, free_on, n) == consolidated_gpus(free, gpn, n), (free, n)
+
+
+def _mask_consolidated(state, ledger, job, free):
+    gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
+    if gpus is None:
+        return None
+    jd = JobDecision(tuple(gpus), 0)
+    return jd if ledger.fits(job.job_id, jd) else None
+
+
+class _MaskJigsaw(Jigsaw):
+    """Jigsaw with the exclusive pass of commit 8337649 (kept verbatim but for the docstring)."""
+
+    def _exclusive(self, state, chosen, rest, pairs, rank) -> tuple[GpuLedger, list[JobState]]:
+        """The exclusive pass as it was before the per-node counts (numpy masks of every GPU)."""
+        cl = state.cluster
+        ledger = GpuLedger(state)
+        # GPUs held by chosen running jobs not yet placed (a list of bools, turned into an array
+        # only when a job needs placing)
+        reserved = [False] * cl.num_gpus
+        for j in chosen:
+            if j.status is JobStatus.RUNNING and j.placement:
+                for g in j.placement:
+                    reserved[g] = True
+        deferred: list[JobState] = []
+        for j in chosen:
+            own = j.status is JobStatus.RUNNING and bool(j.placement)
+            if own:
+                for g in j.placement:  # its own reservation no longer blocks anyone
+                    reserved[g] = False
+                wl = ledger._wl
+                still_free = not any(wl[g] for g in j.placement)
+                # a running job's own configuration on GPUs nobody else holds yet always fits: the
+                # simulator validated it in force with at least these workers on them (so the
+                # ledger's check is skipped here and below; it would return True)
+                cur = self._current_jd(state, j) if still_free else None
+                if cur is not None and self._spread_ok(state, j, cur.gpus):
+                    ledger.add(j.job_id, cur, checked=True)
+                    continue
+            free = (ledger.workers == 0) & ~np.array(reserved, dtype=bool)
+            jd = _mask_consolidated(state, ledger, j, free)
+            if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
+                # displace lower-priority running jobs if that gives a good placement
+                alt = _mask_consolidated(state, ledger, j, ledger.workers == 0)
+                if alt is not None and self._spread_ok(state, j, alt.gpus):
+                    jd = alt
+            if own and cur is not None:
+                # a running job on too many nodes: move only if it pays for the restart
+                if jd is not None and self._nodes(state, jd.gpus) < self._nodes(state, cur.gpus):
+                    _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
+                    _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
+                    if (x_new - x_old) * self.horizon_s <= x_new * self.restart_s:
+                        jd = None
+                else:
+                    jd = None
+                if jd is None:  # cur: its GPUs are still free (nothing was added since), so it fits
+                    ledger.add(j.job_id, cur, checked=True)
+                    continue
+            if jd is None or not self._spread_ok(state, j, jd.gpus):
+                deferred.append(j)
+                continue
+            ledger.add(j.job_id, jd, checked=True)
+        # backfill free GPUs with lower-priority jobs that fit them well
+        left = []
+        nfree = int((ledger.workers == 0).sum())
+        # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
+        # another job of the same model, batch size and width (the outcome depends on nothing else)
+        no_fit: set[tuple] = set()
+        # consolidated free GPUs per width, on the ledger as it is (they depend on nothing else)
+        cons: dict[int, list[int] | None] = {}
+        for j in rest:
+            if j.num_gpus <= nfree:
+                jd = None
+                wl = ledger._wl
+                stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
+                if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
+                    jd = self._current_jd(state, j)
+                kind = (j.model, j.batch_size, j.num_gpus)
+                if jd is None and kind not in no_fit:
+                    n = j.num_gpus
+                    gpus = cons[n] if n in cons else cons.setdefault(
+                        n, consolidated_gpus(ledger.workers == 0, cl.gpus_per_node, n))
+                    if gpus is not None:
+                        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
+                        if not ledger.fits(j.job_id, jd):
+                            jd = None
+                    if jd is None or not self._spread_ok(state, j, jd.gpus):
+                        no_fit.add(kind)
+                if jd is not None and self._spread_ok(state, j, jd.gpus):
+                    ledger.add(j.job_id, jd, checked=True)
+                    nfree -= j.num_gpus
+                    no_fit.clear()
+                    cons.clear()
+                    continue
+            left.append(j)
+        if deferred:  # both lists are in priority order already
+            left = deferred + left
+            left.sort(key=lambda j: rank[j.job_id])
+        return ledger, left
+
+    @staticmethod
+    def _consolidated(state, ledger: GpuLedger, job: JobState, free: np.ndarray) -> JobDecision | None:
+        gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
+        if gpus is None:
+            return None
+        jd = JobDecision(tuple(gpus), 0)
+        return jd if ledger.fits(job.job_id, jd) else None
+
+
+@pytest.mark.parametrize("gpus,load,seed", [(16, 2.0, 3), (32, 3.0, 7), (64, 2.5, 1)])
+def test_jigsaw_exclusive_pass_with_node_counts_decides_as_with_masks(gpus, load, seed):
+    jobs = load_trace(f"synthetic:jobs=90,load={load},seed={seed}", cluster_gpus=gpus).jobs
+    logs = []
+    for cls in (Jigsaw, _MaskJigsaw):
+        sched, log = cls(), []
+
+        def policy(st, sched=sched, log=log):
+            d = sched.schedule(st)
+            log.append(list(d.items()))
+            return d
+
+        Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(policy)
+        logs.append(log)
+    assert len(logs[0]) > 100 and logs[0] == logs[1]
+    # the rounds exercise the parts the counts serve: new jobs placed, displacement, backfill
+    assert any(len(a) != len(b) or a != b for a, b in zip(logs[0], logs[0][1:]))
+
+
+@pytest.mark.parametrize("gpus,load,seed", [(16, 3.0, 1), (8, 2.0, 8)])
+def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search(gpus, load, seed):
+    # a paused guest's pairing work is at most the bound x (1 - restart_s / horizon_s): the
+    # search that prunes with it decides every round as the one that searches every host (in
+    # these scenarios paused guests are searched hundreds of times and some of them pair)
+    jobs = load_trace(f"synthetic:jobs=150,load={load},seed={seed}", cluster_gpus=gpus).jobs
+    logs, searched = [], []
+    for prune in (True, False):
+        sched, log, paused = Jigsaw(), [], [0]
+        sched.prune = prune
+        find_host = sched._find_host
+
+        def counted(state, ledger, hosts, hostable, guest, find_host=find_host, paused=paused):
+            paused[0] += guest.status is JobStatus.PAUSED
+            return find_host(state, ledger, hosts, hostable, guest)
+
+        sched._find_host = counted
+
+        def policy(st, sched=sched, log=log):
+            d = sched.schedule(st)
+            log.append(list(d.items()))
+            return d
+
+        Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(policy)
+        logs.append(log)
+        searched.append(paused[0])
+    assert logs[0] == logs[1]
+    assert searched[0] == searched[1] > 100  # paused guests were looked at, many times
