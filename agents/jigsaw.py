@@ -185,7 +185,7 @@ class Jigsaw(Scheduler):
             cur = (jd.level, jd.pattern) if job.status is JobStatus.RUNNING and jd.gpus == job.placement else None
             cfg, _ = best_solo(state, job, jd.gpus, cur, self.hysteresis)
             if cfg != (jd.level, jd.pattern):
-                new = JobDecision(jd.gpus, cfg[0], cfg[1])
+                new = job_decision(jd.gpus, cfg[0], cfg[1])
                 ledger.remove(jid)
                 if ledger.fits(jid, new):
                     ledger.add(jid, new, checked=True)
@@ -274,12 +274,14 @@ class Jigsaw(Scheduler):
         for j in chosen:
             own = j.status is JobStatus.RUNNING and bool(j.placement)
             if own:
+                still_free = True  # none of its GPUs is in the ledger yet
                 for g in j.placement:  # its own reservation no longer blocks anyone
+                    if wl[g]:
+                        still_free = False
                     if reserved[g]:
                         reserved[g] = False
                         if wl[g] == 0:
                             free_n[g // gpn] += 1
-                still_free = not any(wl[g] for g in j.placement)
                 # a running job's own configuration on GPUs nobody else holds yet always fits: the
                 # simulator validated it in force with at least these workers on them (so the
                 # ledger's check is skipped here and below; it would return True)
@@ -350,7 +352,7 @@ class Jigsaw(Scheduler):
         """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger."""
         if gpus is None:
             return None
-        jd = JobDecision(tuple(gpus), 0)
+        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
         return jd if ledger.fits(job.job_id, jd) else None
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
@@ -422,8 +424,9 @@ class Jigsaw(Scheduler):
     @staticmethod
     def _apply_pair(state, ledger: GpuLedger, host: JobState, guest: JobState, plan: PairPlan) -> bool:
         old = ledger.decision[host.job_id]
-        hjd = JobDecision(old.gpus, plan.host_cfg[0], plan.host_cfg[1])
-        gjd = JobDecision(plan.guest_gpus, plan.guest_cfg[0], plan.guest_cfg[1])
+        # job_decision: the same (immutable) objects for a pair kept from round to round
+        hjd = job_decision(old.gpus, plan.host_cfg[0], plan.host_cfg[1])
+        gjd = job_decision(plan.guest_gpus, plan.guest_cfg[0], plan.guest_cfg[1])
         ledger.remove(host.job_id)
         if ledger.fits(host.job_id, hjd):
             ledger.add(host.job_id, hjd, checked=True)
