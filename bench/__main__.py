@@ -199,14 +199,23 @@ def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
 def keep_earlier_parts(res: dict, prev: dict, parts: list[str]) -> None:
     """Copy into ``res`` the parts of an earlier full-size run ``prev`` (a results.json) that this run
     does not measure, each with the date and commit it was measured at; a quick run's are not kept."""
-    if prev.get("quick"):
-        return
     for part in PARTS:
-        if part not in parts and part in prev:
-            res[part] = prev[part]
-            res.setdefault("measured", {})[part] = prev.get("measured", {}).get(part) or {
-                "date": prev["machine"]["date"], "commit": prev["machine"]["commit"], "cpu": prev["machine"].get("cpu")}
-            res["merged"] = True
+        if part not in parts:
+            keep_earlier_part(res, prev, part)
+
+
+def keep_earlier_part(res: dict, prev: dict | None, part: str) -> bool:
+    """Copy ``part`` of the earlier full-size run ``prev`` into ``res`` with the date and commit it
+    was measured at; False when there is none (no earlier run, a quick one, or no such part). Also
+    used when a rerun part fails: the earlier numbers stay in results.md, dated, and the failure is
+    listed below them."""
+    if not prev or prev.get("quick") or part not in prev:
+        return False
+    res[part] = prev[part]
+    res.setdefault("measured", {})[part] = prev.get("measured", {}).get(part) or {
+        "date": prev["machine"]["date"], "commit": prev["machine"]["commit"], "cpu": prev["machine"].get("cpu")}
+    res["merged"] = True
+    return True
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -306,6 +315,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     res: dict = {"machine": machine(), "quick": a.quick, "errors": {}, "measured": {}}
+    prev = None  # the earlier results.json, when this run merges into it
     if set(parts) != set(PARTS):
         res["only_flag"] = f" --only {','.join(parts)}"
         prev_path = out / "results.json"
@@ -319,6 +329,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        trained: Path | None = None  # the run dir the train part made in this run (a kept one's is gone)
         bar = tqdm(parts, desc="bench", unit="part")
         for part in bar:
             bar.set_postfix_str(part)
@@ -327,8 +338,10 @@ def main(argv=None) -> int:
                     res["env"] = part_env(a.quick, repeats)
                 elif part == "train":
                     res["train"] = part_train(a.quick, work)
+                    trained = Path(res["train"]["run_dir"])
                 elif part == "onnx":
-                    run_dir = Path(res["train"]["run_dir"]) if "train" in res else Path(part_train(True, work)["run_dir"])
+                    # the latency does not depend on training: without this run's train part, a quick one
+                    run_dir = trained if trained is not None else Path(part_train(True, work)["run_dir"])
                     res["onnx"] = part_onnx(run_dir, work, repeats, a.quick)
                 elif part == "replay":
                     res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
@@ -338,6 +351,7 @@ def main(argv=None) -> int:
                                          "cpu": res["machine"]["cpu"]}
             except Exception as e:  # a failed part is reported; the others still run and are written
                 res["errors"][part] = f"{type(e).__name__}: {e}"
+                keep_earlier_part(res, prev, part)  # and its earlier numbers, if any, are not lost
             # write after every part: nothing measured is lost if a later part fails or is stopped
             (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
             write_markdown(res, out / "results.md", a.quick)

@@ -67,6 +67,7 @@ def test_fit_exponent_recovers_a_known_power_law():
 
 def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
     """--only reruns some parts; the others come from the earlier full run, and results.md says when."""
+    import bench.__main__ as bench_main
     from bench.__main__ import keep_earlier_parts, write_markdown
 
     old_machine = {"cpu": "x", "cores": 2, "memory_gib": 1.0, "python": "3.11", "numpy": "2", "commit": "aaaaaaa",
@@ -98,6 +99,15 @@ def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
     res2 = {"machine": res["machine"], "quick": False, "errors": {}, "measured": {}}
     keep_earlier_parts(res2, dict(prev, quick=True), ["env"])
     assert "onnx" not in res2
+    # a rerun part that fails keeps the earlier numbers, dated (nothing measured is lost)
+    res3 = {"machine": res["machine"], "quick": False, "errors": {"onnx": "FileNotFoundError: x"}, "measured": {}}
+    assert bench_main.keep_earlier_part(res3, prev, "onnx") and res3["onnx"] == onnx
+    assert res3["measured"]["onnx"]["date"] == "2026-11-01 10:00"
+    assert not bench_main.keep_earlier_part(res3, None, "env") and not bench_main.keep_earlier_part(res3, prev, "train")
+    write_markdown(res3, tmp_path / "results.md", quick=False)
+    md = (tmp_path / "results.md").read_text()
+    assert "Measured on 2026-11-01 10:00 (commit aaaaaaa, on x), kept from an earlier run." in md
+    assert "- onnx: FileNotFoundError: x" in md
 
 
 def test_per_round_cost_splits_the_scheduler_calls_in_order():
@@ -109,6 +119,9 @@ def test_per_round_cost_splits_the_scheduler_calls_in_order():
     fin = [p["finished_at_start"] for p in r["parts"]]
     assert fin[0] == 0 and fin == sorted(fin)  # quarters in call order: finished counts never go back
     assert all(p["mean_active"] >= 1 and p["sched_ms_per_call"] > 0 for p in r["parts"])
+    # every round belongs to one part (the first call comes at round 0), each timed
+    assert r["parts"][0]["rounds"] > 0 and sum(p["rounds"] for p in r["parts"]) == r["rounds"]
+    assert all(p["sim_ms_per_round"] > 0 for p in r["parts"])
 
 
 def test_sim_vs_real_sessions_summary_hand_computed():
