@@ -414,22 +414,25 @@ class _MaskJigsaw(Jigsaw):
         return jd if ledger.fits(job.job_id, jd) else None
 
 
+def _decision_log(sched, jobs, gpus: int) -> list[list]:
+    """Every decision ``sched`` returns over a whole replay of ``jobs`` on ``gpus`` GPUs."""
+    log = []
+
+    def policy(st):
+        d = sched.schedule(st)
+        log.append(list(d.items()))
+        return d
+
+    Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(policy)
+    return log
+
+
 @pytest.mark.parametrize("gpus,load,seed", [(16, 2.0, 3), (32, 3.0, 7), (64, 2.5, 1)])
 def test_jigsaw_exclusive_pass_with_node_counts_decides_as_with_masks(gpus, load, seed):
     jobs = load_trace(f"synthetic:jobs=90,load={load},seed={seed}", cluster_gpus=gpus).jobs
-    logs = []
-    for cls in (Jigsaw, _MaskJigsaw):
-        sched, log = cls(), []
-
-        def policy(st, sched=sched, log=log):
-            d = sched.schedule(st)
-            log.append(list(d.items()))
-            return d
-
-        Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(policy)
-        logs.append(log)
+    logs = [_decision_log(cls(), jobs, gpus) for cls in (Jigsaw, _MaskJigsaw)]
     assert len(logs[0]) > 100 and logs[0] == logs[1]
-    # the rounds exercise the parts the counts serve: new jobs placed, displacement, backfill
+    # and the decisions change from round to round (jobs are placed anew, not only kept)
     assert any(len(a) != len(b) or a != b for a, b in zip(logs[0], logs[0][1:]))
 
 
@@ -441,7 +444,7 @@ def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search
     jobs = load_trace(f"synthetic:jobs=150,load={load},seed={seed}", cluster_gpus=gpus).jobs
     logs, searched = [], []
     for prune in (True, False):
-        sched, log, paused = Jigsaw(), [], [0]
+        sched, paused = Jigsaw(), [0]
         sched.prune = prune
         find_host = sched._find_host
 
@@ -450,14 +453,7 @@ def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search
             return find_host(state, ledger, hosts, hostable, guest)
 
         sched._find_host = counted
-
-        def policy(st, sched=sched, log=log):
-            d = sched.schedule(st)
-            log.append(list(d.items()))
-            return d
-
-        Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(policy)
-        logs.append(log)
+        logs.append(_decision_log(sched, jobs, gpus))
         searched.append(paused[0])
     assert logs[0] == logs[1]
     assert searched[0] == searched[1] > 100  # paused guests were looked at, many times
