@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
@@ -247,7 +246,7 @@ class Jigsaw(Scheduler):
                     reserved[g] = True
         # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not
         # reserved ("free"): kept as jobs are added and reservations lifted, so that a job needing
-        # GPUs finds consolidated ones from 64 counts, not from masks of every GPU
+        # GPUs finds consolidated ones from per-node counts, not from masks of every GPU
         # (common.consolidated_from_counts: the choice common.consolidated_gpus makes on the masks)
         unheld = [gpn] * cl.num_nodes
         free_n = unheld.copy()
