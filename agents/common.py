@@ -33,7 +33,7 @@ import numpy as np
 
 from jigsaw_env.actions import level_pattern_combos
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
-from jigsaw_env.placement import GpuLedger
+from jigsaw_env.placement import GpuLedger, consolidated_from_counts  # noqa: F401 (re-exported for Jigsaw)
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
 
@@ -162,28 +162,6 @@ def consolidated_gpus(free: np.ndarray, gpus_per_node: int, n: int) -> list[int]
             out.append(int(node) * gpus_per_node + int(i))
             if len(out) == n:
                 return out
-    return None
-
-
-def consolidated_from_counts(counts: list[int], free_on, n: int) -> list[int] | None:
-    """The choice :func:`consolidated_gpus` makes, from per-node counts of free GPUs (``counts``,
-    a list, node order) and ``free_on(node)``, that node's free GPUs in ascending order: the
-    fullest node that still fits ``n`` (the first on ties), else nodes by most free GPUs first
-    (the lower node on ties). For a caller that keeps the counts as its ledger changes: a scan of
-    the nodes instead of reductions over a mask of every GPU."""
-    if sum(counts) < n:
-        return None
-    node, best = -1, 0
-    for k, c in enumerate(counts):
-        if c >= n and (node < 0 or c < best):
-            node, best = k, c
-    if node >= 0:
-        return free_on(node)[:n]
-    out: list[int] = []
-    for k in sorted(range(len(counts)), key=counts.__getitem__, reverse=True):
-        out.extend(free_on(k)[:n - len(out)])
-        if len(out) == n:
-            return out
     return None
 
 

@@ -247,7 +247,8 @@ class Jigsaw(Scheduler):
         # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not
         # reserved ("free"): kept as jobs are added and reservations lifted, so that a job needing
         # GPUs finds consolidated ones from per-node counts, not from masks of every GPU
-        # (common.consolidated_from_counts: the choice common.consolidated_gpus makes on the masks)
+        # (placement.consolidated_from_counts: the ledger's rule, the one common.consolidated_gpus
+        # applies to masks)
         unheld = [gpn] * cl.num_nodes
         free_n = unheld.copy()
         for g, r in enumerate(reserved):

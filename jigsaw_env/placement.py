@@ -35,6 +35,30 @@ from .state import ClusterState, Decision, JobDecision, JobState
 PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed", "paired")
 
 
+def consolidated_from_counts(counts: list[int], free_on, n: int) -> list[int] | None:
+    """``n`` GPUs on the fewest nodes -- the ledger's "consolidated" option, and the choice
+    ``agents.common.consolidated_gpus`` makes on a mask -- from per-node counts of free GPUs
+    (``counts``, a list, node order) and ``free_on(node)``, that node's free GPUs in ascending
+    order: the fullest node that still fits ``n`` (the first on ties), else nodes by most free GPUs
+    first (the lower node on ties); None when fewer than ``n`` are free. A caller that keeps the
+    counts as its ledger changes (Jigsaw's exclusive pass) scans the nodes instead of reducing a
+    mask of every GPU."""
+    if sum(counts) < n:
+        return None
+    node, best = -1, 0
+    for k, c in enumerate(counts):
+        if c >= n and (node < 0 or c < best):
+            node, best = k, c
+    if node >= 0:
+        return free_on(node)[:n]
+    out: list[int] = []
+    for k in sorted(range(len(counts)), key=counts.__getitem__, reverse=True):
+        out.extend(free_on(k)[:n - len(out)])
+        if len(out) == n:
+            return out
+    return None
+
+
 class InfeasibleDecision(ValueError):
     """A decision that breaks a hard constraint (memory, worker cap, GPU count, unknown job)."""
 
@@ -254,25 +278,9 @@ class GpuLedger:
         return [g for g in range(start, start + gpn) if wl[g] == 0]
 
     def _consolidated(self, n: int) -> list[int] | None:
-        counts = self._free_per_node()
-        if sum(counts) < n:
-            return None
         # one node if possible: the fullest node (fewest free) that still fits n (best fit; the
-        # first such node on ties)
-        node, best = -1, None
-        for k, c in enumerate(counts):
-            if c >= n and (best is None or c < best):
-                node, best = k, c
-        if node >= 0:
-            return self._free_on(node)[:n]
-        # else fewest nodes: take nodes by most free GPUs first (stable: lower node first on ties)
-        out: list[int] = []
-        for k in sorted(range(len(counts)), key=lambda k: -counts[k]):
-            if counts[k]:
-                out.extend(self._free_on(k)[:n - len(out)])
-                if len(out) == n:
-                    return out
-        return None
+        # first such node on ties); else nodes by most free GPUs first (lower node on ties)
+        return consolidated_from_counts(self._free_per_node(), self._free_on, n)
 
     def _spread(self, n: int) -> list[int] | None:
         counts = self._free_per_node()
