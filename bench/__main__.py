@@ -13,7 +13,8 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
            memory, each replay in its own process
   scaling  replay time (tiresias) at 1k, 10k and all 82k Philly jobs at a fixed offered load, and at
            10k, 40k and 82k jobs of the synthetic trace with stationary arrivals; the exponent b of a
-           least-squares fit time = a * jobs^b for each
+           least-squares fit time = a * jobs^b for each; three repeats interleaved across the sizes
+           (medians), and the time per job-round in the system beside each row
 """
 from __future__ import annotations
 
@@ -160,23 +161,36 @@ def _fit_exponent(jobs: list[int], secs: list[float]) -> tuple[float, float]:
 
 def _scaling_series(trace_of, sizes, gpus: int, load, agent: str, repeats: int) -> dict:
     """Replay ``trace_of(n)`` (its first ``n`` jobs) for each ``n`` of ``sizes``: rows with the median
-    replay time, the time per job (ms) and the fit time = a * jobs^b, over all points and over the
-    last two alone (the steady part, past the warm-up of short prefixes)."""
+    replay time, the time per job (ms), the jobs in the system summed over rounds (``active_job_rounds``,
+    its mean per round and the replay's microseconds per active job-round) and the fit time = a * jobs^b,
+    over all points and over the last two alone (the steady part, past the warm-up of short prefixes),
+    with the exponents of the time per round and per active job-round against jobs."""
     rows = []
+    cmds = {n: _py() + ["-m", "bench.replay", "--trace", trace_of(n), "--gpus", str(gpus), "--agent", agent,
+                        "--max-jobs", str(n)] + (["--load", str(load)] if load else []) for n in sizes}
+    # repeats interleaved (every size once, then again): a VM that drifts over minutes shifts every
+    # size alike instead of the last size alone
+    all_runs: dict[int, list[dict]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            all_runs[n].append(_run_json(cmds[n]))
     for n in sizes:
-        cmd = _py() + ["-m", "bench.replay", "--trace", trace_of(n), "--gpus", str(gpus), "--agent", agent,
-                       "--max-jobs", str(n)] + (["--load", str(load)] if load else [])
-        runs = [_run_json(cmd) for _ in range(repeats)]
+        cmd, runs = cmds[n], all_runs[n]
         run_s = statistics.median(r["run_s"] for r in runs)
+        ajr = runs[0]["active_job_rounds"]
         rows.append({"jobs": runs[0]["jobs"], "run_s": run_s, "ms_per_job": 1000.0 * run_s / max(runs[0]["jobs"], 1),
                      "rounds": runs[0]["rounds"], "quiet_rounds": runs[0]["quiet_rounds"],
+                     "active_job_rounds": ajr, "mean_active": ajr / max(runs[0]["rounds"], 1),
+                     "us_per_active_job_round": 1e6 * run_s / max(ajr, 1),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
                      "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
     jobs, secs = [r["jobs"] for r in rows], [r["run_s"] for r in rows]
     b, a = _fit_exponent(jobs, secs)
     per_round = [t / max(r["rounds"], 1) for t, r in zip(secs, rows)]
-    return {"agent": agent, "gpus": gpus, "load": load, "rows": rows, "exponent": b, "coef": a,
+    per_active = [r["us_per_active_job_round"] for r in rows]
+    return {"agent": agent, "gpus": gpus, "load": load, "repeats": repeats, "rows": rows, "exponent": b, "coef": a,
             "per_round_exponent": _fit_exponent(jobs, per_round)[0],
+            "per_active_job_round_exponent": _fit_exponent(jobs, per_active)[0],
             "last_two_exponent": _fit_exponent(jobs[-2:], secs[-2:])[0]}
 
 
@@ -280,17 +294,27 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
             series.append(("Stationary arrivals (the Philly-fitted synthetic trace, load 0.7): the simulator's "
                            "own scaling, without the trace's changing queue lengths", s["stationary"]))
         for title, ser in series:
-            L += [f"{title}:", "", "| jobs | rounds | replay s | ms per job | peak memory MiB | command |",
-                  "|---:|---:|---:|---:|---:|---|"]
+            L += [f"{title}:", "", "| jobs | rounds | mean jobs in the system per round | replay s | ms per job | "
+                  "us per job-round in the system | peak memory MiB | command |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---|"]
             for r in ser["rows"]:
                 ms = r.get("ms_per_job", 1000.0 * r["run_s"] / max(r["jobs"], 1))
-                L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {r['run_s']:.2f} | {ms:.3f} | {r['peak_rss_mib']:.0f} | "
-                         f"`{r['command']}` |")
+                act = f"{r['mean_active']:.1f}" if "mean_active" in r else "n/a"  # not measured before 2026-11-27
+                us = f"{r['us_per_active_job_round']:.2f}" if "us_per_active_job_round" in r else "n/a"
+                L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {act} | {r['run_s']:.2f} | {ms:.3f} | {us} | "
+                         f"{r['peak_rss_mib']:.0f} | `{r['command']}` |")
             tail = (f"; between the last two points alone jobs^{ser['last_two_exponent']:.2f}"
                     if "last_two_exponent" in ser else "")
+            per_active = (f"; time per job-round in the system as jobs^{ser['per_active_job_round_exponent']:.2f}"
+                          if "per_active_job_round_exponent" in ser else "")
+            reps = (f" Replay s: the median of {ser['repeats']} runs per size, interleaved across the sizes."
+                    if ser.get("repeats", 1) > 1 else "")
             L += ["", f"Least-squares fit: replay time = {ser['coef']:.3g} x jobs^{ser['exponent']:.2f}{tail}; time per "
-                      f"round grows as jobs^{ser['per_round_exponent']:.2f}.", ""]
-        L += ["Target: exponent at most 1 (no faster than linear).", ""]
+                      f"round grows as jobs^{ser['per_round_exponent']:.2f}{per_active}.{reps}", ""]
+        L += ["Target: exponent at most 1 (no faster than linear). A job-round in the system is one waiting or "
+              "running job at one round's start; the per-round passes (the scheduler's order, the simulator's "
+              "advance) walk those jobs, so a flat time per job-round says the cost follows the jobs in the "
+              "system, not the jobs finished (docs/simulator.md section 8).", ""]
     if res.get("errors"):
         L += ["## Parts that failed", ""] + [f"- {k}: {v}" for k, v in res["errors"].items()] + [""]
     path.write_text("\n".join(L))
@@ -300,7 +324,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that every part works")
     p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
-    p.add_argument("--repeats", type=int, default=None, help="repeats per measurement (default 3; replays 1; quick 1)")
+    p.add_argument("--repeats", type=int, default=None, help="repeats per measurement (default 3; whole-trace replays 1; quick 1)")
     p.add_argument("--out", default=None, help="folder for results.md and results.json (default bench/)")
     a = p.parse_args(argv)
     parts = [x.strip() for x in a.only.split(",") if x.strip()]
@@ -346,7 +370,8 @@ def main(argv=None) -> int:
                 elif part == "replay":
                     res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
                 elif part == "scaling":
-                    res["scaling"] = part_scaling(a.quick, 1 if not a.quick else replay_repeats)
+                    # the fit compares sizes run minutes apart: three interleaved repeats by default
+                    res["scaling"] = part_scaling(a.quick, replay_repeats if a.quick else (a.repeats or 3))
                 res["measured"][part] = {"date": res["machine"]["date"], "commit": res["machine"]["commit"],
                                          "cpu": res["machine"]["cpu"]}
             except Exception as e:  # a failed part is reported; the others still run and are written

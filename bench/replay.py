@@ -81,9 +81,13 @@ def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load:
     with GcTimer() as gct:
         m = sim.run(make_scheduler(agent), progress=progress)
     t_run = time.perf_counter() - t1
+    # jobs in the system (waiting + running) at each round's start, summed over rounds: the work a
+    # replay's per-round passes scale with (docs/simulator.md section 8)
+    active_job_rounds = int(sim.cluster_frame()["active"].sum())
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"trace": trace, "gpus": gpus, "agent": agent, "jobs": len(sim.state.jobs), "load": load,
             "rounds": int(sim.state.round), "quiet_rounds": int(sim.quiet_rounds),
+            "active_job_rounds": active_job_rounds,
             "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(t_run, 3),
             "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_kib / 1024, 1),
             "gc_s": round(sum(gct.seconds), 3), "gc_full_collections": gct.collections[2],

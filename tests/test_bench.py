@@ -110,6 +110,49 @@ def test_only_keeps_the_earlier_parts_with_their_date(tmp_path):
     assert "- onnx: FileNotFoundError: x" in md
 
 
+def test_replay_counts_the_jobs_in_the_system_at_each_round_start():
+    """active_job_rounds: jobs waiting or running at each round's start, summed over rounds; here
+    counted independently by stepping the same replay by hand."""
+    from agents import make_scheduler
+    from bench.replay import load_replay_jobs, replay, replay_simulator
+
+    trace, gpus = "synthetic:jobs=40,load=1.5,seed=2", 16
+    out = replay(trace, gpus, "tiresias")
+    sim = replay_simulator(*load_replay_jobs(trace, gpus))
+    sched = make_scheduler("tiresias")
+    counts = []
+    while not sim.done:
+        counts.append(len(sim.state.active_ids))
+        sim.step(sched(sim.state))
+    assert out["rounds"] == len(counts) and out["jobs_completed"] == 40
+    assert out["active_job_rounds"] == sum(counts) > len(counts)  # a queue formed at load 1.5
+
+
+def test_scaling_series_reports_the_time_per_job_round_in_the_system(monkeypatch):
+    """Hand-made replay outputs: the rows' mean jobs in the system and microseconds per job-round,
+    and the exponent of the latter against jobs (flat here: the time follows the job-rounds)."""
+    import bench.__main__ as bench_main
+
+    fake = {100: (2.0, 400, 20_000), 1000: (30.0, 3_000, 300_000), 10000: (400.0, 20_000, 4_000_000)}
+
+    calls = []
+
+    def run_json(cmd):
+        n = int(cmd[cmd.index("--max-jobs") + 1])
+        calls.append(n)
+        run_s, rounds, ajr = fake[n]
+        return {"jobs": n, "run_s": run_s, "rounds": rounds, "quiet_rounds": 0, "active_job_rounds": ajr,
+                "peak_rss_mib": 100.0}
+
+    monkeypatch.setattr(bench_main, "_run_json", run_json)
+    ser = bench_main._scaling_series(lambda n: "synthetic", (100, 1000, 10000), 16, None, "tiresias", 2)
+    assert calls == [100, 1000, 10000, 100, 1000, 10000]  # repeats interleaved across the sizes
+    assert [r["mean_active"] for r in ser["rows"]] == [50.0, 100.0, 200.0]
+    assert [r["us_per_active_job_round"] for r in ser["rows"]] == pytest.approx([100.0, 100.0, 100.0])
+    assert ser["per_active_job_round_exponent"] == pytest.approx(0.0, abs=1e-12)
+    assert ser["exponent"] > 1.0  # the replay time itself grows faster than the job count
+
+
 def test_per_round_cost_splits_the_scheduler_calls_in_order():
     from bench.per_round_cost import per_round_cost
 
