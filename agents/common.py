@@ -36,6 +36,7 @@ from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exporte
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts  # noqa: F401 (re-exported for Jigsaw)
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
+from jigsaw_env.state import job_decision  # noqa: F401 (re-exported: the schedulers' JobDecision memo)
 
 Config = tuple[int, Pattern]  # (SPB level, pattern)
 LEVEL0: Config = (0, Pattern.ROTATING)
@@ -127,21 +128,6 @@ def place_exclusive(state: ClusterState, chosen: Sequence[JobState], keep_config
     for j in sorted(new, key=lambda j: -j.num_gpus):
         led.place_and_add(j, "consolidated", 0)
     return led
-
-
-_JD_MEMO: dict[tuple, JobDecision] = {}
-
-
-def job_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision:
-    """``JobDecision(gpus, level, pattern)``; the same (immutable) object for the same arguments,
-    so a running job that keeps its configuration costs a lookup, not a new validated object."""
-    key = (gpus, level, pattern)
-    jd = _JD_MEMO.get(key)
-    if jd is None:
-        if len(_JD_MEMO) > 100_000:
-            _JD_MEMO.clear()
-        jd = _JD_MEMO[key] = JobDecision(gpus, level, pattern)
-    return jd
 
 
 def consolidated_gpus(free: np.ndarray, gpus_per_node: int, n: int) -> list[int] | None:

@@ -18,7 +18,9 @@ class FIFO(Scheduler):
 
     def schedule(self, state: ClusterState) -> Decision:
         ledger = self.ledger(state)
-        for job in state.active():
+        jobs = state.jobs
+        for jid in state.active_ids:  # stops at the first job that does not fit: no list of all
+            job = jobs[jid]
             if job.status is JobStatus.RUNNING:
                 continue
             jd = ledger.place(job, "consolidated", 0)

@@ -964,8 +964,13 @@ class Simulator:
                 break
         if not self._defer_round_end:
             self._end_round()
-        if finished:  # once per round, not per completion: the active list can be long
-            st.active_ids = [x for x in st.active_ids if st.jobs[x].status is not JobStatus.DONE]
+        if finished:  # once per round, not per completion
+            # the jobs that finished are exactly the ones to drop (only this loop marks a job DONE);
+            # list.remove scans in C, where a filter over the (possibly thousands of) active jobs
+            # would read every job's status in Python. The order of the rest is kept.
+            remove = st.active_ids.remove
+            for jid in finished:
+                remove(jid)
         # arrivals during the round count as in the system from their arrival time
         nxt_pos = self._pending_pos
         while nxt_pos < len(self._pending):

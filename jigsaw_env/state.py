@@ -59,6 +59,21 @@ class Decision(dict):
         return self.keys()
 
 
+_JD_MEMO: dict[tuple, JobDecision] = {}
+
+
+def job_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision:
+    """``JobDecision(gpus, level, pattern)``; the same (immutable) object for the same arguments,
+    so a running job that keeps its configuration costs a lookup, not a new validated object."""
+    key = (gpus, level, pattern)
+    jd = _JD_MEMO.get(key)
+    if jd is None:
+        if len(_JD_MEMO) > 100_000:
+            _JD_MEMO.clear()
+        jd = _JD_MEMO[key] = JobDecision(gpus, level, pattern)
+    return jd
+
+
 @dataclass
 class JobState:
     """One job as the scheduler sees it. Times in seconds since the trace start.
@@ -290,19 +305,24 @@ class ClusterState:
     def spb(self) -> SPBConfig:
         return self.costs.spb
 
+    # (one pass over active_ids each, no intermediate list: with thousands of jobs waiting, as
+    # FIFO's queue on the Philly trace, these run every round)
     def active(self) -> list[JobState]:
-        return [self.jobs[j] for j in self.active_ids]
+        return list(map(self.jobs.__getitem__, self.active_ids))
 
     def queued(self) -> list[JobState]:
         """Arrived jobs not running (never started or preempted), in arrival order."""
-        return [j for j in self.active() if j.status is not JobStatus.RUNNING]
+        RUNNING = JobStatus.RUNNING
+        return [j for j in map(self.jobs.__getitem__, self.active_ids) if j.status is not RUNNING]
 
     def running(self) -> list[JobState]:
-        return [j for j in self.active() if j.status is JobStatus.RUNNING]
+        RUNNING = JobStatus.RUNNING
+        return [j for j in map(self.jobs.__getitem__, self.active_ids) if j.status is RUNNING]
 
     def current_decision(self) -> Decision:
-        """The allocation in force: every running job keeps its placement, level and pattern."""
-        return Decision({j.job_id: JobDecision(j.placement, j.level, j.pattern) for j in self.running()})
+        """The allocation in force: every running job keeps its placement, level and pattern
+        (:func:`job_decision` objects: the same one while a job keeps its configuration)."""
+        return Decision({j.job_id: job_decision(j.placement, j.level, j.pattern) for j in self.running()})
 
 
 def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: float,

@@ -325,6 +325,32 @@ def test_arrival_queueing_and_trace_window_efficiency():
     assert m["cluster_efficiency"] == pytest.approx(0.45, rel=REL)
 
 
+def test_active_ids_keep_the_arrived_unfinished_jobs_in_arrival_order():
+    """After every round: the jobs active before it that did not finish, in the same order, then
+    the jobs admitted in it; rounds in which several jobs finish, some ahead of jobs that stay."""
+    from agents import make_scheduler
+    from traces import load_trace
+
+    jobs = load_trace("synthetic:jobs=80,load=2.0,seed=4", cluster_gpus=16).jobs
+    sim = Simulator(ClusterSpec.from_gpus(16), jobs, SimConfig())
+    sched = make_scheduler("tiresias")
+    st = sim.state
+    multi = middle = 0
+    while not sim.done:
+        before = list(st.active_ids)
+        r = sim.step(sched(st))
+        kept = [x for x in before if st.jobs[x].status is not JobStatus.DONE]
+        assert set(r.finished) == set(before) - set(kept)
+        assert st.active_ids[:len(kept)] == kept
+        new = st.active_ids[len(kept):]
+        assert all(st.jobs[x].status is JobStatus.QUEUED and x not in before for x in new)
+        assert [st.jobs[x].arrival_s for x in new] == sorted(st.jobs[x].arrival_s for x in new)
+        multi += len(r.finished) > 1
+        middle += any(before.index(x) < len(before) - len(r.finished) for x in r.finished)
+    assert multi > 0 and middle > 0
+    assert st.active_ids == [] and sim.num_finished == 80
+
+
 def test_colocated_jobs_in_simulator_follow_k1_k2():
     # X and Y, 1 GPU each on GPU 0: X level 0 (11 s), Y level 3 rotating (11, 9, 7, 5):
     # lockstep steps 22, 20, 18, 16. Y: 8 iterations at eta 0.8125 -> 6.5 needed -> 8 steps:
