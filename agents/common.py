@@ -119,8 +119,14 @@ def place_exclusive(state: ClusterState, chosen: Sequence[JobState], keep_config
     RUNNING = JobStatus.RUNNING
     for j in chosen:
         if j.status is RUNNING and j.placement and not any(wl[g] for g in j.placement):
-            jd = (job_decision(j.placement, j.level, j.pattern) if keep_config
-                  else job_decision(j.placement, 0, Pattern.ROTATING))
+            if keep_config:
+                # its own configuration on GPUs that hold no worker in the ledger (so no memory:
+                # a GPU's bytes go back to exactly 0 when its last worker leaves) always fits: the
+                # simulator validated it in force with at least these workers on them, so the
+                # ledger's check would return True (as Jigsaw's exclusive pass does)
+                led.add(j.job_id, job_decision(j.placement, j.level, j.pattern), checked=True)
+                continue
+            jd = job_decision(j.placement, 0, Pattern.ROTATING)  # level 0 may need more memory: check
             if led.fits(j.job_id, jd):
                 led.add(j.job_id, jd, checked=True)
                 continue

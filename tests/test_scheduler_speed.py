@@ -457,3 +457,36 @@ def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search
         searched.append(paused[0])
     assert logs[0] == logs[1]
     assert searched[0] == searched[1] > 100  # paused guests were looked at, many times
+
+
+@pytest.mark.parametrize("agent", ["tiresias", "srtf+spb", "tiresias+spb", "jigsaw"])
+def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch):
+    """place_exclusive and Jigsaw's exclusive pass add a running job's own configuration on GPUs
+    that hold no worker without the ledger's check (the simulator validated it in force with at
+    least these workers on them). Over whole replays -- SPB levels chosen by the +spb wrappers
+    and by Jigsaw, co-located pairs, preemptions -- that check returns None for every add made
+    with ``checked=True``, wherever it comes from."""
+    orig = GpuLedger.add
+    n = [0]
+
+    def add(self, job_id, jd, checked=False):
+        if checked:
+            assert self.check(job_id, jd) is None, (agent, job_id, jd)
+            n[0] += 1
+        return orig(self, job_id, jd, checked)
+
+    monkeypatch.setattr(GpuLedger, "add", add)
+    levels = 0
+    for gpus, load, seed in ((16, 2.5, 5), (32, 3.0, 2)):
+        jobs = load_trace(f"synthetic:jobs=70,load={load},seed={seed}", cluster_gpus=gpus).jobs
+        sim = Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig())
+        sched = make_scheduler(agent)
+
+        def policy(st, sched=sched):
+            nonlocal levels
+            levels += sum(j.level > 0 for j in st.running())
+            return sched.schedule(st)
+
+        assert sim.run(policy)["jobs_completed"] == 70
+    assert n[0] > 200
+    assert (levels > 0) == (agent != "tiresias")  # kept configurations include SPB levels
