@@ -525,24 +525,38 @@ def current_pairs(state: ClusterState, host_memory: dict[int, int] | None = None
     subset of the host's. The host is the one ``host_memory`` (guest -> host, a scheduler's own
     record) names, else the job with more GPUs, else the one that started first."""
     running = state.running()
-    all_gpus = [g for j in running for g in j.placement]
-    if len(set(all_gpus)) == len(all_gpus):
+    # one pass over the running jobs' GPUs: each GPU's first holder; a GPU met again is shared, and
+    # both its first holder and this job take part in sharing
+    first: dict[int, int] = {}
+    shared: set[int] = set()
+    involved: set[int] = set()
+    for j in running:
+        jid = j.job_id
+        for g in j.placement:
+            f = first.setdefault(g, jid)
+            if f != jid:
+                shared.add(g)
+                involved.add(f)
+                involved.add(jid)
+    if not shared:
         return {}  # nobody shares a GPU
-    shared = {g for g, c in collections.Counter(all_gpus).items() if c > 1}
     # GPUs held by two or more jobs, in order of first appearance (the order a map of every GPU
     # would list them in), each with its jobs in running order
     owners: dict[int, list[int]] = {}
     for j in running:
-        if shared.isdisjoint(j.placement):
-            continue
-        for g in j.placement:
-            if g in shared:
-                owners.setdefault(g, []).append(j.job_id)
+        if j.job_id in involved:
+            for g in j.placement:
+                if g in shared:
+                    owners.setdefault(g, []).append(j.job_id)
     partners: dict[int, set[int]] = {}
+    linked: set[tuple[int, ...]] = set()  # holder lists already linked (a pair spans several GPUs)
     for jids in owners.values():
-        if len(jids) > 1:
-            for a in jids:
-                partners.setdefault(a, set()).update(x for x in jids if x != a)
+        key = tuple(jids)
+        if key in linked:
+            continue
+        linked.add(key)
+        for a in jids:
+            partners.setdefault(a, set()).update(x for x in jids if x != a)
     out: dict[int, int] = {}
     for a, ps in partners.items():
         if len(ps) != 1:
