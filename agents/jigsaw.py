@@ -144,8 +144,9 @@ class Jigsaw(Scheduler):
         # 3. fitting
         self._host_of = {}
         self._alone = {}
-        wl = ledger._wl
-        hostable = {jid for jid, jd in ledger.decision.items() if all(wl[g] == 1 for g in jd.gpus)}
+        # every job of the exclusive set holds its GPUs alone (the pass adds a job only on GPUs
+        # with no worker), so each may host a guest
+        hostable = set(ledger.decision)
         guests = [j for j in rest if j.job_id in pairs] if pairs else []
         if self.max_waiting >= 0:
             waiting = 0

@@ -490,3 +490,26 @@ def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch)
         assert sim.run(policy)["jobs_completed"] == 70
     assert n[0] > 200
     assert (levels > 0) == (agent != "tiresias")  # kept configurations include SPB levels
+
+
+@pytest.mark.parametrize("gpus,load,seed", [(8, 3.0, 2), (8, 2.0, 8)])
+def test_jigsaw_exclusive_set_holds_its_gpus_alone(gpus, load, seed):
+    """Every job the exclusive pass places holds each of its GPUs alone (so every one of them
+    may host a guest: schedule() takes the whole set as hostable without looking at the GPUs)."""
+    sched = Jigsaw()
+    exclusive = sched._exclusive
+    seen = [0, 0]
+
+    def checked(state, chosen, rest, pairs, rank):
+        ledger, left = exclusive(state, chosen, rest, pairs, rank)
+        for jid, jd in ledger.decision.items():
+            assert all(ledger._wl[g] == 1 for g in jd.gpus), (jid, jd)
+        seen[0] += len(ledger.decision)
+        seen[1] += bool(pairs)
+        return ledger, left
+
+    sched._exclusive = checked
+    n = 90 if seed == 2 else 150
+    jobs = load_trace(f"synthetic:jobs={n},load={load},seed={seed}", cluster_gpus=gpus).jobs
+    Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(sched.schedule)
+    assert seen[0] > 300 and seen[1] >= 4  # pairs were running when some of the calls came
