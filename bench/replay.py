@@ -2,8 +2,8 @@
 
     python -m bench.replay --trace philly:../shared/data/philly/philly.csv --gpus 512 --agent jigsaw
 
-Run in its own process by ``python -m bench`` so that the peak resident memory (``ru_maxrss``)
-belongs to this replay alone. Round logs (rounds.csv rows) are off, as in a large replay; the
+Run in its own process by ``python -m bench`` so that the peak resident memory belongs to this
+replay alone (``peak_rss_mib``: the kernel's high-water mark of this process image). Round logs (rounds.csv rows) are off, as in a large replay; the
 cluster log and every metric are kept.
 """
 from __future__ import annotations
@@ -41,6 +41,22 @@ def add_replay_args(p: argparse.ArgumentParser, agent: str) -> None:
     p.add_argument("--agent", default=agent)
     p.add_argument("--max-jobs", type=int, default=None)
     p.add_argument("--load", type=float, default=None, help="rescale arrivals to this offered load")
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process image, MiB: ``VmHWM`` of /proc/self/status on Linux.
+    Not ``ru_maxrss``: Linux carries it across exec, so a replay started by a larger parent (the
+    bench runner, with torch loaded) would report the parent's peak (docs/simulator.md section 8).
+    Elsewhere ``ru_maxrss`` (KiB on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 2**20 if sys.platform == "darwin" else r / 1024
 
 
 class GcTimer:
@@ -84,12 +100,11 @@ def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load:
     # jobs in the system (waiting + running) at each round's start, summed over rounds: the work a
     # replay's per-round passes scale with (docs/simulator.md section 8)
     active_job_rounds = int(sim.cluster_frame()["active"].sum())
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"trace": trace, "gpus": gpus, "agent": agent, "jobs": len(sim.state.jobs), "load": load,
             "rounds": int(sim.state.round), "quiet_rounds": int(sim.quiet_rounds),
             "active_job_rounds": active_job_rounds,
             "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(t_run, 3),
-            "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_kib / 1024, 1),
+            "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_rss_mib(), 1),
             "gc_s": round(sum(gct.seconds), 3), "gc_full_collections": gct.collections[2],
             "avg_jct_s": m["avg_jct_s"], "makespan_s": m["makespan_s"],
             "cluster_efficiency": m["cluster_efficiency"], "jobs_completed": m["jobs_completed"]}

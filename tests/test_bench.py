@@ -38,6 +38,19 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     assert "python -m bench.replay" in md  # every number comes with its command
 
 
+def test_replay_reports_its_own_peak_memory_not_its_parents():
+    """A replay started by a parent holding 600 MiB reports its own peak (ru_maxrss would carry
+    the parent's across exec, as the bench runner's torch-loaded process showed)."""
+    fat = bytearray(600 * 2**20)
+    fat[::4096] = b"\x01" * len(fat[::4096])  # touch every page: resident
+    r = subprocess.run([sys.executable, "-m", "bench.replay", "--trace", "synthetic:jobs=40,load=1.0,seed=1",
+                        "--gpus", "16", "--agent", "fifo"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = json.loads(r.stdout)["peak_rss_mib"]
+    del fat
+    assert 20 < peak < 400  # numpy and pandas loaded, a few MiB of trace: well under the parent
+
+
 def test_gc_timer_counts_the_collections_inside_its_block_only():
     import gc
 
