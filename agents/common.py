@@ -22,7 +22,6 @@ job alone at level 0 on dedicated consolidated GPUs (``CostModel.isolated_iterat
 """
 from __future__ import annotations
 
-import collections
 import math
 import weakref
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from jigsaw_env.actions import level_pattern_combos
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts  # noqa: F401 (re-exported for Jigsaw)
 from jigsaw_env.spb import Pattern
-from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
+from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
 from jigsaw_env.state import job_decision  # noqa: F401 (re-exported: the schedulers' JobDecision memo)
 
 Config = tuple[int, Pattern]  # (SPB level, pattern)

@@ -3,8 +3,8 @@
     python -m bench.replay --trace philly:../shared/data/philly/philly.csv --gpus 512 --agent jigsaw
 
 Run in its own process by ``python -m bench`` so that the peak resident memory belongs to this
-replay alone (``peak_rss_mib``: the kernel's high-water mark of this process image). Round logs (rounds.csv rows) are off, as in a large replay; the
-cluster log and every metric are kept.
+replay alone (``peak_rss_mib``: the kernel's high-water mark of this process image). Round logs
+(rounds.csv rows) are off, as in a large replay; the cluster log and every metric are kept.
 """
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ times when decisions do not change (tests/test_simulator.py::test_round_length_p
 from __future__ import annotations
 
 import copy
-import heapq
 import math
 import time as _time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, ComponentSet, Member
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
-from .spb import Pattern, SPBConfig
+from .spb import SPBConfig
 from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import lru_cache
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import numpy as np
 
