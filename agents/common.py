@@ -335,9 +335,24 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
         hit = cache.get(key, False)
         if hit is False:
             all_orders = guest_orders(wa, wb)
-            hit = cache[key] = (_search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
-                                                spb_configs(state, guest), all_orders, cap, 0, rel, key[:-1])
-                                if all_orders else None)
+            prep_key = key[:-1]
+            asked = _cache(state.costs, "pair_phases_asked")
+            if not all_orders:
+                hit = cache[key] = None
+            elif wa > 1 and prep_key in asked:
+                # a second phase difference of the same pair: most pairs that are asked twice are
+                # asked about many phases, so search every phase at once (one pass over the
+                # candidates, the phases stacked in numpy) and keep them all
+                pm = phase_mod(state)
+                found = _search_pairing_phases(state, host, host_gpus, guest, spb_configs(state, host),
+                                               spb_configs(state, guest), all_orders, cap, range(pm), prep_key)
+                for r, res in enumerate(found):
+                    cache[prep_key + (r,)] = res
+                hit = found[rel]
+            else:
+                asked[prep_key] = True
+                hit = cache[key] = _search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
+                                                   spb_configs(state, guest), all_orders, cap, 0, rel, prep_key)
         if hit is None:
             return None
         hc, gc, oi, value, xh, xg, step = hit
@@ -401,17 +416,8 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     The candidates, their bounds and their memory feasibility do not depend on the phases: they
     are prepared once (:func:`_pair_candidates`, cached by ``prep_key`` when given; a candidate's
     arrays on its first visit) and only the phase-dependent step means are computed per call."""
-    if prep_key is not None:
-        # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
-        # whole-trace replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
-        cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
-        prep = cache.get(prep_key)
-        if prep is None:
-            prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
-                                                      orders, capacity)
-    else:
-        prep = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
-    wa, wb, iso_h, iso_g, cands, cols, capacity = prep
+    wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
+                                                             orders, capacity, prep_key)
     best = None
     for c in cands:
         neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
@@ -446,6 +452,65 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
                 or (abs(value - best[3]) <= 1e-12 and rank < best[7])):
             best = (hc, gc, idx[k], value, xh, xg, s, rank)
     return None if best is None else best[:7]
+
+
+def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, prep_key=None) -> tuple:
+    """:func:`_pair_candidates`, cached by ``prep_key`` when given."""
+    if prep_key is None:
+        return _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
+    # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
+    # whole-trace replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
+    cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
+    prep = cache.get(prep_key)
+    if prep is None:
+        prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders,
+                                                  capacity)
+    return prep
+
+
+def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, phases,
+                           prep_key=None) -> list:
+    """``[_search_pairing(..., 0, r, prep_key) for r in phases]`` in one pass over the candidates:
+    the same branch and bound for every guest phase offset ``r`` at once, each phase leaving the
+    search where its own would stop (its best value above the next candidate's bound), its step
+    means computed in one numpy expression over the phases still searching. The same floats: the
+    loads, maxima and sums are those of the single search, element by element, and each mean is
+    a reduction over one contiguous row of the hyper-period, as there."""
+    wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
+                                                             orders, capacity, prep_key)
+    phases = list(phases)
+    best: list = [None] * len(phases)
+    searching = list(range(len(phases)))
+    for c in cands:
+        neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
+        searching = [i for i in searching if best[i] is None or not -neg_ub < best[i][3] - 1e-12]
+        if not searching:
+            break
+        if arrays is None:
+            arrays = c[7] = _candidate_arrays(wa, wb, cols[idx], capacity, ph, pg)
+        ok, inv, H, la0, zg = arrays
+        if inv is None:
+            continue
+        ks = _arange(H)
+        pha = ks % ph.period
+        phb = (np.array([phases[i] for i in searching])[:, None] + ks[None, :]) % pg.period  # (P, H)
+        loads = la0[None, :, None, :] + zg[:, phb][inv]  # (orders, wa, P, H)
+        comm = np.maximum(ph.comm_s[pha][None, :], pg.comm_s[phb])  # (P, H)
+        step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :, :]).mean(axis=2)  # (orders, P)
+        step = np.where(ok[:, None], step, np.inf)
+        ks_best = np.argmin(step, axis=0).tolist()
+        for col, i in enumerate(searching):
+            k = ks_best[col]
+            if not np.isfinite(step[k, col]):
+                continue
+            s = float(step[k, col])
+            xh = ph.eta * iso_h / s
+            xg = pg.eta * iso_g / s
+            value = wa * xh + wb * xg
+            b = best[i]
+            if b is None or value > b[3] + 1e-12 or (abs(value - b[3]) <= 1e-12 and rank < b[7]):
+                best[i] = (hc, gc, idx[k], value, xh, xg, s, rank)
+    return [None if b is None else b[:7] for b in best]
 
 
 _ARANGE: dict[int, np.ndarray] = {}

@@ -224,7 +224,17 @@ def _plain_search(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, 
 
 
 @pytest.mark.parametrize("mixed", [False, True])
-def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed):
+def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
+    from agents import common
+
+    joint = [0]
+    search_phases = common._search_pairing_phases
+
+    def counted(*a, **k):
+        joint[0] += 1
+        return search_phases(*a, **k)
+
+    monkeypatch.setattr(common, "_search_pairing_phases", counted)
     rng = random.Random(7 + mixed)
     if mixed:
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))
@@ -256,15 +266,27 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed):
         # a second host with the same layout on other GPUs reuses the cached plan, mapped onto its GPUs
         again = best_pairing(st, host, gpus, guest)
         assert again == got
+        # every other phase difference of the same pair: the second one asked searches all of them
+        # at once (_search_pairing_phases), each as the plain search of its own phase
+        for d in range(12) if wa > 1 else ():
+            guest.iteration = host.iteration + d
+            want_d = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
+                                   guest_orders(wa, wb), cap, 0, d)
+            got_d = best_pairing(st, host, gpus, guest)
+            if want_d is None:
+                assert got_d is None
+                continue
+            assert (got_d.host_cfg, got_d.guest_cfg, got_d.value, got_d.x_host, got_d.x_guest, got_d.step_s) == (
+                want_d[0], want_d[1], *want_d[3:])
+            assert got_d.guest_gpus == tuple(gpus[i] for i in guest_orders(wa, wb)[want_d[2]])
         # explicit candidate sets (the non-default path) and a non-zero host phase
         order = [guest_orders(wa, wb)[0]]
-        from agents import common
         for ih in (0, 3):
             a = common._search_pairing(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             b = _plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             assert repr(a) == repr(b)
         checked += 1
-    assert checked > 20
+    assert checked > 20 and joint[0] > 10
 
 
 def test_job_decision_memo_returns_equal_immutable_decisions():
