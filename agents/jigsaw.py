@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from jigsaw_env.placement import GpuLedger
+from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, register_scheduler
-from .common import (LASQueues, PairPlan, best_pairing, best_solo, consolidated_from_counts, current_pairs, guest_orders,
+from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, guest_orders,
                      host_layout, job_decision, parse_thresholds, placement_sig, profile_summary, select_by_budget, spb_configs)
 
 

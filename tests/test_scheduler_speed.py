@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from agents import make_scheduler
-from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_from_counts, consolidated_gpus, current_pairs,
+from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_gpus, current_pairs,
                            guest_orders, job_decision,
                            placement_sig, profile_summary, spb_configs)
 from agents.jigsaw import Jigsaw
 from jigsaw_env.cluster import ClusterSpec
-from jigsaw_env.placement import GpuLedger
+from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
