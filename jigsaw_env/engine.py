@@ -53,36 +53,67 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     """A component's step tables over its hyper-period (eqs. K1, K2), in ``Component._SHARED``
     order: H, per-GPU loads (H, C), step times, their cumulative sums, the cycle, cumulative
     loads, per-member bytes and cumulative bytes, and Python-float copies of what the scalar
-    path reads (numpy's per-call overhead dominates for the usual 1-4 step cycles)."""
+    path reads (numpy's per-call overhead dominates for the usual 1-4 step cycles).
+
+    Built in Python lists (the tables are a few steps by a few GPUs: numpy's per-call overhead
+    cost more than the arithmetic), then copied into read-only arrays once. Every value is the
+    one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
+    loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
+    plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
+    numpy's row sum (its pairwise order)."""
     H = 1
     for m in members:
         H = H * m.profile.period // math.gcd(H, m.profile.period)
     n = len(col)
-    loads = np.zeros((H, n))
-    comm = np.zeros(H)
-    phase_bytes = []  # per member: (H,) bytes at each step of the hyper-period
-    ks = np.arange(H)
+    loads = [[0.0] * n for _ in range(H)]
+    comm = [0.0] * H
+    phase_bytes = []  # per member: bytes at each step of the hyper-period
     for m in members:
-        ph = (m.iteration0 + ks) % m.profile.period
-        c = m.profile.compute_s[ph]  # (H, W)
-        for w, g in enumerate(m.gpus):
-            loads[:, col[g]] += c[:, w]
-        comm = np.maximum(comm, m.profile.comm_s[ph])
-        phase_bytes.append(m.profile.bytes[ph])
-    step = loads.max(axis=1) + comm
+        p = m.profile
+        P = p.period
+        i0 = m.iteration0
+        compute, sync, by = p.compute_s.tolist(), p.comm_s.tolist(), p.bytes.tolist()
+        cols = [col[g] for g in m.gpus]
+        pb = []
+        for k in range(H):
+            ph = (i0 + k) % P
+            row = loads[k]
+            for c, x in zip(cols, compute[ph]):
+                row[c] += x
+            if sync[ph] > comm[k]:
+                comm[k] = sync[ph]
+            pb.append(by[ph])
+        phase_bytes.append(pb)
+    step = [max(row) + c for row, c in zip(loads, comm)]
     if barrier_s and len(members) > 1:
-        step = step + barrier_s  # eq. K3: co-located jobs meet at a barrier before every step
-    if np.any(step <= 0):
+        step = [s + barrier_s for s in step]  # eq. K3: co-located jobs meet at a barrier before every step
+    if any(s <= 0 for s in step):
         raise ValueError("a co-location step of zero length: cost tables must have positive times")
-    cum = np.concatenate([[0.0], np.cumsum(step)])
-    cycle = float(cum[-1])
-    cum_loads = np.vstack([np.zeros(n), np.cumsum(loads, axis=0)])
-    cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in phase_bytes]
-    for arr in (loads, step, cum, cum_loads, *phase_bytes, *cum_bytes):
+    cum = _running_sum(step)
+    cycle = cum[-1]
+    cum_loads = [[0.0] * n]
+    for row in loads:
+        cum_loads.append([a + x for a, x in zip(cum_loads[-1], row)])
+    cum_bytes = [_running_sum(pb) for pb in phase_bytes]
+    a_loads = np.array(loads, dtype=np.float64).reshape(H, n)
+    arrays = (a_loads, np.array(step, dtype=np.float64), np.array(cum, dtype=np.float64),
+              np.array(cum_loads, dtype=np.float64).reshape(H + 1, n))
+    a_bytes = [np.array(pb, dtype=np.float64) for pb in phase_bytes]
+    a_cum_bytes = [np.array(cb, dtype=np.float64) for cb in cum_bytes]
+    for arr in (*arrays, *a_bytes, *a_cum_bytes):
         arr.setflags(write=False)  # shared between components: read-only
-    return (H, loads, step, cum, cycle, cum_loads, phase_bytes, cum_bytes, cum.tolist(), _EPS * max(1.0, cycle),
-            loads.tolist(), np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
-            [cb.tolist() for cb in cum_bytes], cum_loads.tolist())
+    return (H, arrays[0], arrays[1], arrays[2], cycle, arrays[3], a_bytes, a_cum_bytes, cum, _EPS * max(1.0, cycle),
+            loads, _running_sum(a_loads.sum(axis=1).tolist()), cum_bytes, cum_loads)
+
+
+def _running_sum(xs: list[float]) -> list[float]:
+    """``[0, x0, x0 + x1, ...]``: numpy's cumsum (one addition after another) with a leading 0."""
+    out = [0.0]
+    t = 0.0
+    for x in xs:
+        t += x
+        out.append(t)
+    return out
 
 
 class Component:

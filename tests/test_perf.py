@@ -193,6 +193,71 @@ def test_shared_component_tables_equal_fresh_ones():
     assert len(cache) == 12
 
 
+def _numpy_step_tables(members, col, barrier_s):
+    """The step tables by eqs. K1-K3 in numpy (the formulas as first written), for the test below."""
+    import math
+    H = 1
+    for m in members:
+        H = H * m.profile.period // math.gcd(H, m.profile.period)
+    loads = np.zeros((H, len(col)))
+    comm = np.zeros(H)
+    ks = np.arange(H)
+    phase_bytes = []
+    for m in members:
+        ph = (m.iteration0 + ks) % m.profile.period
+        c = m.profile.compute_s[ph]
+        for w, g in enumerate(m.gpus):
+            loads[:, col[g]] += c[:, w]
+        comm = np.maximum(comm, m.profile.comm_s[ph])
+        phase_bytes.append(m.profile.bytes[ph])
+    step = loads.max(axis=1) + comm
+    if barrier_s and len(members) > 1:
+        step = step + barrier_s
+    cum = np.concatenate([[0.0], np.cumsum(step)])
+    cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in phase_bytes]
+    return {"H": H, "loads": loads, "step": step, "cum": cum, "cycle": float(cum[-1]),
+            "cum_loads": np.vstack([np.zeros(len(col)), np.cumsum(loads, axis=0)]), "phase_bytes": phase_bytes,
+            "cum_bytes": cum_bytes, "_cum_l": cum.tolist(), "_loads_l": loads.tolist(),
+            "_cum_tot": np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
+            "_cum_bytes_l": [cb.tolist() for cb in cum_bytes], "_cum_loads_l": np.vstack(
+                [np.zeros(len(col)), np.cumsum(loads, axis=0)]).tolist()}
+
+
+@pytest.mark.parametrize("barrier_s", [0.0, 0.37])
+def test_step_tables_equal_the_numpy_formulas_bit_for_bit(barrier_s):
+    # engine._step_tables builds the tables in Python lists: every table, array or list, holds the
+    # very floats of the numpy formulas (K1 sums in member and worker order, K2 max + max, cumsums
+    # in step order, the per-step total load as numpy's row sum), over components of one to three
+    # jobs with shared GPUs, 8-GPU rows (numpy's pairwise row sum) and hyper-periods up to 12
+    from jigsaw_env.engine import Component, Member
+    from jigsaw_env.spb import JobProfile, Pattern
+
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        members = []
+        for i in range(int(rng.integers(1, 4))):
+            period = int(rng.choice([1, 2, 3, 4]))
+            w = int(rng.integers(1, 9))
+            prof = JobProfile(level=1, pattern=Pattern.ROTATING, slots=(), period=period,
+                              compute_s=rng.uniform(0.01, 3.0, (period, w)) * rng.choice([1e-3, 1.0, 1e3]),
+                              comm_s=rng.uniform(0.0, 2.0, period), bytes=rng.uniform(0, 1e9, period),
+                              peak_bytes=np.ones(w), eta=1.0)
+            gpus = tuple(int(g) for g in rng.choice(9, w, replace=False))
+            members.append(Member(i, prof, gpus, int(rng.integers(0, 50))))
+        comp = Component(members, 0.0, barrier_s=barrier_s)
+        col = {g: c for c, g in enumerate(sorted({g for m in members for g in m.gpus}))}
+        want = _numpy_step_tables(members, col, barrier_s)
+        for name, ref in want.items():
+            got = getattr(comp, name)
+            if isinstance(ref, np.ndarray):
+                assert got.dtype == ref.dtype and got.shape == ref.shape and got.tobytes() == ref.tobytes(), (case, name)
+                assert not got.flags.writeable
+            elif isinstance(ref, list) and isinstance(ref[0], np.ndarray):
+                assert [g.tobytes() for g in got] == [r.tobytes() for r in ref], (case, name)
+            else:
+                assert got == ref and type(got) is type(ref), (case, name)
+
+
 def test_jigsaw_memos_change_no_decision(synth):
     # Jigsaw's memos (current JobDecisions, spread test, default pairings, backfill misfits) and
     # its bound-pruned host search against a Jigsaw that forgets them before every call and
