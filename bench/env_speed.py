@@ -17,6 +17,7 @@ import numpy as np
 
 def measure(gpus: int, window_k: int, episodes: int, max_jobs: int, load: float, seed: int = 0,
             trace="synthetic", round_s: float | None = 300.0) -> dict:
+    import traces  # noqa: F401  (the env's first reset imports it: a one-off import is not env time)
     from jigsaw_env.env import JigsawClusterEnv
 
     env = JigsawClusterEnv(gpus=gpus, window_k=window_k, max_jobs=max_jobs, load=load, trace=trace, round_s=round_s)
