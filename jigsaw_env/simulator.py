@@ -586,9 +586,10 @@ class Simulator:
             self._cset.materialize()
             self._rjobs.materialize()
 
-    def _rebuild(self, changed: set[int]) -> None:
-        """Recompute the co-location components touched by ``changed`` jobs. (A live component
-        holds a slot in the component set: ``comp.slot >= 0``.)"""
+    def _rebuild(self, changed: set[int], at_s: float | None = None) -> None:
+        """Recompute the co-location components touched by ``changed`` jobs, formed at ``at_s``
+        (s; default the state's time, the round's start). (A live component holds a slot in the
+        component set: ``comp.slot >= 0``.)"""
         if not changed:
             return
         st = self.state
@@ -622,6 +623,7 @@ class Simulator:
             return
         groups = [running] if len(running) == 1 else connected_groups({jid: jobs[jid].placement for jid in running})
         costs = self.costs
+        formed_s = st.time_s if at_s is None else at_s
         for jids in groups:
             members = []
             key = []
@@ -634,8 +636,9 @@ class Simulator:
                 key.append((jid, pl, j.level, j.pattern.value))
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
-            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
-                                             self.config.lockstep_s))
+            comp = Component(members, ready, None if self._reference else self._tables, self.config.lockstep_s)
+            comp.formed_s = formed_s
+            self._form(tuple(key), comp)
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
@@ -702,7 +705,7 @@ class Simulator:
     def _live_order(self) -> tuple:
         """Index arrays over the live components in their dict order (cached until one forms or
         dissolves): component slots, the components, job rows, each row's position among the
-        components, the GPUs they hold, and the component set's per-slot constants."""
+        components, each component's GPU count and its formation time (s)."""
         if self._order is None:
             comps = self._live_comps()
             slots = np.array([c.slot for c in comps], dtype=np.int64)
@@ -711,7 +714,9 @@ class Simulator:
             for c in comps:
                 ext(c.rows)
             pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
-            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos, self._n_live_gpus)
+            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos,
+                           np.array([len(c.gpus) for c in comps], dtype=np.float64),
+                           np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
 
     def _live_comps(self) -> list:
@@ -749,9 +754,15 @@ class Simulator:
             self._cset.sync()
             self._current = "both"
 
-    def _advance_components(self, now: float, dt: float, acc: dict) -> None:
-        """Advance every live component by ``dt`` seconds from ``now`` and credit its jobs: each
-        job gains ``steps x eta`` full-backprop-equivalent iterations capped at what it still
+    def _advance_components(self, t: float, base_s: float, acc: dict, some: list | None = None) -> None:
+        """Advance live components to time ``t`` (s) and credit their jobs: every live one, or
+        only those of ``some``. Each component is advanced from its own clock: its formation
+        time, or ``base_s`` (when every live component was last advanced together: the round's
+        start, or the end of the measured window) if that is later. Components are independent
+        between a round's decisions (a completion changes only its own component, rebuilt then),
+        so the round advances only the finishing ones at a completion and all of them at its end.
+
+        Each job gains ``steps x eta`` full-backprop-equivalent iterations capped at what it still
         needs, ``steps`` raw iterations, the component's run seconds, and ``dt x GPUs``
         GPU-seconds held. Sums go into ``acc`` (busy, useful and allocated GPU-seconds) in the
         components' order, one by one, as a scalar loop would add them."""
@@ -760,12 +771,17 @@ class Simulator:
             return
         if len(comps) < self.VECTOR_MIN_COMPONENTS:
             self._use_objects()
-            self._advance_scalar(comps, now, dt, acc)
+            self._advance_scalar(comps if some is None else some, t, base_s, acc)
             return
-        slots, comps, rows, pos, n_gpus = self._live_order()
         self._use_arrays()
+        if some is not None:
+            self._advance_from_arrays(some, t, base_s, acc)
+            return
+        slots, comps, rows, pos, ngpu, formed = self._live_order()
         if self._gathered is None:
             self._gathered = self._cset.gather(slots)
+        now = np.maximum(formed, base_s)
+        dt = t - now
         steps, run, busy = self._cset.advance(self._gathered, now, dt)
         rj = self._rjobs
         msteps = steps[pos]
@@ -778,26 +794,42 @@ class Simulator:
         mrun = run[pos]
         rj.run_s[rows] += mrun
         ng = rj.ngpus[rows]
-        rj.attained[rows] += dt * ng
+        rj.attained[rows] += dt[pos] * ng
         useful_sum = sum((gain * rj.iso[rows] * ng).tolist())
         if self.config.log_rounds:
             self._log_jobs(acc["jobs"], comps, steps, mrun, msteps, gain)
         acc["busy"] += sum(busy.tolist())
         acc["useful"] += useful_sum
-        acc["alloc"] += dt * n_gpus
+        acc["alloc"] += sum((dt * ngpu).tolist())
 
-    def _advance_scalar(self, comps: list, now: float, dt: float, acc: dict) -> None:
+    def _advance_from_arrays(self, comps: list, t: float, base_s: float, acc: dict) -> None:
+        """:meth:`_advance_scalar` for a few components while the arrays are current (a
+        completion's components): their slots and job rows are copied to the objects, advanced
+        there, and copied back; a few scalar reads and writes instead of the vectorised path's
+        per-call cost, with the same arithmetic (tests/test_perf.py holds the two paths equal)."""
+        cset, rj = self._cset, self._rjobs
+        rows = [r for c in comps for r in c.rows]
+        rj.write_back(rows)
+        for c in comps:
+            c.k, c.partial = int(cset.k[c.slot]), float(cset.partial[c.slot])
+        self._advance_scalar(comps, t, base_s, acc)
+        for c in comps:
+            cset.load(c)
+        rj.load(rows)
+
+    def _advance_scalar(self, comps: list, t: float, base_s: float, acc: dict) -> None:
         """:meth:`_advance_components` one component and one job at a time, on the objects (the
         same formulas and summation order; faster for a few components)."""
         jobs = self.state.jobs
         log = self.config.log_rounds
         per_job = acc["jobs"]
-        busy_sum = useful_sum = 0.0
-        n_gpus = 0
+        busy_sum = useful_sum = alloc_sum = 0.0
         for comp in comps:
+            now = comp.formed_s if comp.formed_s > base_s else base_s
+            dt = t - now
             steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
             busy_sum += busy
-            n_gpus += len(comp.gpus)
+            alloc_sum += dt * len(comp.gpus)
             for m, by in zip(comp.members, bytes_):
                 j = jobs[m.job_id]
                 rem = j.iterations - j.progress
@@ -813,7 +845,7 @@ class Simulator:
                     _add_to_round_log(per_job, m.job_id, run_s, steps, gain, by)
         acc["busy"] += busy_sum
         acc["useful"] += useful_sum
-        acc["alloc"] += dt * n_gpus
+        acc["alloc"] += alloc_sum
 
     def _log_jobs(self, per_job: dict, comps: list, steps: np.ndarray, mrun: np.ndarray, msteps: np.ndarray,
                   gain: np.ndarray) -> None:
@@ -931,14 +963,27 @@ class Simulator:
         active_at_start = len(st.active_ids)
         job_seconds = 0.0
         n_active = active_at_start
+        base_s = t0  # every live component has been advanced to max(base_s, its formation time)
         while now < t_end - 1e-12:
             t_next, who_all = self._next_completion(now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
                 t_next, who_all = self.window_end_s, []
-            dt = max(0.0, t_next - now)
-            self._advance_components(now, dt, acc)
-            job_seconds += n_active * dt
+            job_seconds += n_active * max(0.0, t_next - now)
             now = t_next
+            if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
+                # the measured window ends: its useful work counts every component up to now
+                self._advance_components(now, base_s, acc)
+                base_s = now
+            elif who_all:
+                # only the components of the finishing jobs: the others are untouched until the
+                # round ends (or the window does)
+                comp_of = self._comp_of
+                some = []
+                for jid in who_all:
+                    c = comp_of[jid]
+                    if c not in some:
+                        some.append(c)
+                self._advance_components(now, base_s, acc, some)
             if who_all:
                 rj = self._rjobs
                 for jid in who_all:
@@ -956,11 +1001,12 @@ class Simulator:
                     finished.append(jid)
                     self.num_finished += 1
                     n_active -= 1
-                self._rebuild(set(who_all))
+                self._rebuild(set(who_all), now)
             self._snap_window_acc(now, acc)
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
+        self._advance_components(t_end, base_s, acc)  # the rest of the round
         if not self._defer_round_end:
             self._end_round()
         if finished:  # once per round, not per completion

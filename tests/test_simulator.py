@@ -668,3 +668,34 @@ def test_property_parity_conservation_busy(seed, round_s):
         m = sim.metrics()
         assert m["compute_utilization"] <= m["gpu_utilization"] + 1e-9 <= 1 + 2e-9
     np.testing.assert_allclose(fin[0], fin[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("vector_min", [1, 1000])
+def test_a_completion_mid_round_advances_only_its_component(vector_min, monkeypatch):
+    # TOY4C level 0: 11 s per iteration alone, 22 s per lockstep step for two jobs on one GPU, no
+    # communication. A (5 iterations) and B (200) share GPU 0, C (200) is alone on GPU 1; one round
+    # of 1000 s. A finishes at 5 x 22 = 110 s; B goes on alone from then: 890 s / 11 s = 80 steps
+    # (10 s into the 81st), so 85 iterations at the round's end; C, untouched by the completion,
+    # does 90 steps (10 s into the 91st). Held GPU-seconds: A 110, B and C 1000. The round's busy
+    # compute: 1000 s on GPU 0 (the pair's steps are compute only, then B's) and 1000 on GPU 1;
+    # allocated GPU-seconds 110 (the pair, one GPU) + 890 (B alone) + 1000 (C). Both the
+    # vectorised path (vector_min 1) and the scalar one (1000) give these numbers.
+    from conftest import TOY4C
+
+    monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", vector_min)
+    jobs = [JobState(1, 0.0, 1, TOY4C, BS, 5), JobState(2, 0.0, 1, TOY4C, BS, 200),
+            JobState(3, 0.0, 1, TOY4C, BS, 200)]
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0))
+    d = Decision({1: JobDecision((0,), 0, Pattern.ROTATING), 2: JobDecision((0,), 0, Pattern.ROTATING),
+                  3: JobDecision((1,), 0, Pattern.ROTATING)})
+    r = sim.step(d)
+    st = sim.state
+    assert st.jobs[1].finish_s == pytest.approx(110.0, rel=1e-12)
+    assert st.jobs[2].progress == pytest.approx(85.0, rel=1e-12) and st.jobs[2].iteration == 85
+    assert st.jobs[3].progress == pytest.approx(90.0, rel=1e-12) and st.jobs[3].iteration == 90
+    assert [st.jobs[i].attained_gpu_s for i in (1, 2, 3)] == pytest.approx([110.0, 1000.0, 1000.0], rel=1e-12)
+    assert r.allocated_gpu_s == pytest.approx(2000.0, rel=1e-12)
+    assert r.busy_gpu_s == pytest.approx(2000.0, rel=1e-12)
+    # a second round continues every clock from the round's start: B and C 1000 s more each
+    sim.step(None)
+    assert st.jobs[2].iteration == 85 + 91 and st.jobs[3].iteration == 181
