@@ -964,6 +964,7 @@ class Simulator:
         job_seconds = 0.0
         n_active = active_at_start
         base_s = t0  # every live component has been advanced to max(base_s, its formation time)
+        advances = now < t_end - 1e-12  # a round of (nearly) no time advances nothing
         while now < t_end - 1e-12:
             t_next, who_all = self._next_completion(now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
@@ -1006,7 +1007,8 @@ class Simulator:
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
-        self._advance_components(t_end, base_s, acc)  # the rest of the round
+        if advances:  # the rest of the round, up to its last event (its end, or within 1e-12 s of it)
+            self._advance_components(now, base_s, acc)
         if not self._defer_round_end:
             self._end_round()
         if finished:  # once per round, not per completion
