@@ -367,6 +367,7 @@ class Simulator:
         self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
         self._order = None                      # index arrays over the live components (cached)
         self._comps_list = None                 # the live components in their order (cached)
+        self._slots = None                      # their component-set slots, an array (cached)
         self._gathered = None                   # the component set's constants in that order (cached)
         # which copy of the step counters and job counters is current: "both" (at a round's end),
         # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
@@ -560,7 +561,7 @@ class Simulator:
             if gc.get(g) is comp:
                 del gc[g]
         self._n_live_gpus -= len(gpus)
-        self._order = self._gathered = self._comps_list = None
+        self._order = self._gathered = self._comps_list = self._slots = None
         return comp
 
     def _form(self, key: tuple, comp: Component) -> None:
@@ -581,7 +582,7 @@ class Simulator:
             gc[g] = comp
         self._n_live_gpus += len(gpus)
         self._need_finish.append(comp)
-        self._order = self._gathered = self._comps_list = None
+        self._order = self._gathered = self._comps_list = self._slots = None
         if self._reference:
             self._cset.materialize()
             self._rjobs.materialize()
@@ -693,7 +694,7 @@ class Simulator:
                     elif abs(t_fin - t_next) <= 1e-9:
                         who_all.extend(who)
             return t_next, who_all
-        slots = self._live_order()[0]
+        slots = self._live_slots()
         for i in np.flatnonzero(cset.fin[slots] <= t_end + 2e-9).tolist():
             t_fin, who = comps[i].finish
             if t_fin < t_next - 1e-9:
@@ -708,7 +709,7 @@ class Simulator:
         components, each component's GPU count and its formation time (s)."""
         if self._order is None:
             comps = self._live_comps()
-            slots = np.array([c.slot for c in comps], dtype=np.int64)
+            slots = self._live_slots()
             rows: list[int] = []
             ext = rows.extend
             for c in comps:
@@ -718,6 +719,13 @@ class Simulator:
                            np.array([len(c.gpus) for c in comps], dtype=np.float64),
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
+
+    def _live_slots(self) -> np.ndarray:
+        """The live components' slots in their dict order (cached until one forms or dissolves;
+        the completion search needs only these, once per completion)."""
+        if self._slots is None:
+            self._slots = np.array([c.slot for c in self._live_comps()], dtype=np.int64)
+        return self._slots
 
     def _live_comps(self) -> list:
         """The live components in their dict order (cached until one forms or dissolves)."""
