@@ -53,10 +53,10 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     """A component's step tables over its hyper-period (eqs. K1, K2), in ``Component._SHARED``
     order: H, per-GPU loads (H, C), step times, their cumulative sums, the cycle, cumulative
     loads, per-member bytes and cumulative bytes, and Python-float copies of what the scalar
-    path reads (numpy's per-call overhead dominates for the usual 1-4 step cycles).
+    path reads.
 
-    Built in Python lists (the tables are a few steps by a few GPUs: numpy's per-call overhead
-    cost more than the arithmetic), then copied into read-only arrays once. Every value is the
+    Built in Python lists (the tables are a few steps by a few GPUs, usually 1-4 steps: numpy's
+    per-call overhead cost more than the arithmetic), then copied into read-only arrays once. Every value is the
     one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
@@ -122,13 +122,16 @@ class Component:
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
                "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
 
-    def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None, barrier_s: float = 0.0):
+    def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None, barrier_s: float = 0.0,
+                 formed_s: float = 0.0):
         """``cache``: a dict the caller keeps for one cost model (the simulator does); components
         whose members have the same profiles, phases modulo their periods and GPU layout share
         their step tables (read-only arrays), computed once. ``barrier_s``: seconds every step of
-        a component of two or more jobs waits at the lockstep barrier (eq. K3; ignored for one job)."""
+        a component of two or more jobs waits at the lockstep barrier (eq. K3; ignored for one job).
+        ``formed_s``: the simulated time it formed (s; the simulator advances it from then)."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
+        self.formed_s = formed_s
         if len(members) == 1:
             # one job alone (the usual case): its GPUs are distinct, so the columns are the ranks
             # of its GPUs; in ascending order (most placements) they are 0..n-1

@@ -637,9 +637,8 @@ class Simulator:
                 key.append((jid, pl, j.level, j.pattern.value))
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
-            comp = Component(members, ready, None if self._reference else self._tables, self.config.lockstep_s)
-            comp.formed_s = formed_s
-            self._form(tuple(key), comp)
+            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
+                                             self.config.lockstep_s, formed_s))
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:

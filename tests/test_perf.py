@@ -214,13 +214,12 @@ def _numpy_step_tables(members, col, barrier_s):
     if barrier_s and len(members) > 1:
         step = step + barrier_s
     cum = np.concatenate([[0.0], np.cumsum(step)])
+    cum_loads = np.vstack([np.zeros(len(col)), np.cumsum(loads, axis=0)])
     cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in phase_bytes]
-    return {"H": H, "loads": loads, "step": step, "cum": cum, "cycle": float(cum[-1]),
-            "cum_loads": np.vstack([np.zeros(len(col)), np.cumsum(loads, axis=0)]), "phase_bytes": phase_bytes,
-            "cum_bytes": cum_bytes, "_cum_l": cum.tolist(), "_loads_l": loads.tolist(),
+    return {"H": H, "loads": loads, "step": step, "cum": cum, "cycle": float(cum[-1]), "cum_loads": cum_loads,
+            "phase_bytes": phase_bytes, "cum_bytes": cum_bytes, "_cum_l": cum.tolist(), "_loads_l": loads.tolist(),
             "_cum_tot": np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
-            "_cum_bytes_l": [cb.tolist() for cb in cum_bytes], "_cum_loads_l": np.vstack(
-                [np.zeros(len(col)), np.cumsum(loads, axis=0)]).tolist()}
+            "_cum_bytes_l": [cb.tolist() for cb in cum_bytes], "_cum_loads_l": cum_loads.tolist()}
 
 
 @pytest.mark.parametrize("barrier_s", [0.0, 0.37])
