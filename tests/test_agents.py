@@ -325,3 +325,4 @@ def test_random_is_seeded(toy_trace):
         return sim.jobs_frame()["finish_s"].tolist()
 
     assert run(1) == run(1)
+    assert run(1) != run(2)  # the seed drives its choices

@@ -3,6 +3,7 @@ speed targets live in bench/results.md, measured side by side, never in timed un
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     assert all(row["jobs_completed"] == row["jobs"] for row in res["replay"])
     assert all(0.0 <= row["gc_s"] <= row["run_s"] for row in res["replay"])
     assert res["onnx"]["median_ms"] > 0
-    assert len(res["scaling"]["rows"]) == 3 and res["scaling"]["exponent"] == res["scaling"]["exponent"]
+    assert len(res["scaling"]["rows"]) == 3 and math.isfinite(res["scaling"]["exponent"])
     st = res["scaling"]["stationary"]
     assert [r["jobs"] for r in st["rows"]] == [50, 100, 200]
     for r in st["rows"]:

@@ -61,12 +61,21 @@ def test_gymnasium_and_sb3_check_env():
     sb3_check(make_env(), warn=True)
 
 
-def test_registration_is_idempotent():
+def test_registration_is_idempotent(caplog):
+    # a second registration would replace the spec (gymnasium only logs "Overriding environment")
     import importlib
+    import logging
+    import warnings
 
-    importlib.reload(jigsaw_env)
-    importlib.reload(jigsaw_env)
-    assert "JigsawCluster-v0" in gym.registry
+    spec = gym.registry["JigsawCluster-v0"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with caplog.at_level(logging.DEBUG):
+            importlib.reload(jigsaw_env)
+            importlib.reload(jigsaw_env)
+    assert gym.registry["JigsawCluster-v0"] is spec
+    assert spec.entry_point == "jigsaw_env.env:JigsawClusterEnv"
+    assert not [r for r in caplog.records if "Overriding" in r.getMessage()]
 
 
 def test_observation_shape_does_not_depend_on_cluster_size():

@@ -55,7 +55,6 @@ def quick(tmp_path_factory):
 
 def test_quick_run_output_structure(quick):
     assert quick["rc"] == 0
-    assert quick["wall"] < 60, f"quick mode took {quick['wall']:.0f} s"
     doc = quick["doc"]
     for k in ("command", "date_utc", "wall_s", "setup", "summary", "runs"):
         assert k in doc
@@ -75,10 +74,23 @@ def test_quick_run_output_structure(quick):
     # eq. E1 prior at W = 2: starts (0,1), (1,2), (2,0): mean 1 of B = 4 -> 1 - 0.5 / 4
     assert c["prior_eta"] == pytest.approx(0.875)
     (e,) = c["per_seed"]
-    assert e["kind"] in ("exact", "upper_bound", "lower_bound", "undefined")
-    if e["kind"] == "exact":
-        assert e["eta"] == pytest.approx(e["iterations_full"] / e["iterations_spb"])
-        assert c["mean"] == pytest.approx(e["eta"]) and c["n"] == 1
+    full_run, spb_run = doc["runs"]
+    assert (e["iterations_full"], e["iterations_spb"]) == (full_run["iterations"], spb_run["iterations"])
+    assert (e["full_reached"], e["spb_reached"]) == (full_run["reached"], spb_run["reached"])
+    # eta = full / SPB iterations to the target; a run that hits the cap bounds it from one side
+    cap = s["max_iterations"]
+    want = {(True, True): ("exact", e["iterations_full"] / e["iterations_spb"]),
+            (True, False): ("upper_bound", e["iterations_full"] / cap),
+            (False, True): ("lower_bound", cap / e["iterations_spb"]),
+            (False, False): ("undefined", None)}[(e["full_reached"], e["spb_reached"])]
+    assert e["kind"] == want[0]
+    if want[1] is None:
+        assert e["eta"] is None and c["mean"] is None and c["n"] == 0
+    else:
+        assert e["eta"] == pytest.approx(want[1])
+        usable = e["kind"] in ("exact", "upper_bound")
+        assert c["n"] == int(usable) and (c["mean"] == pytest.approx(e["eta"]) if usable else c["mean"] is None)
+    assert c["censored_seeds"] == ([] if e["kind"] == "exact" else [0])
     assert c["ci95_t"] is None  # one seed: no interval
     md = (quick["root"] / "out" / "eta.md").read_text()
     assert "| tiny_cnn |" in md and "2/rotating" in md

@@ -258,23 +258,32 @@ def test_step_tables_equal_the_numpy_formulas_bit_for_bit(barrier_s):
 
 
 def test_jigsaw_memos_change_no_decision(synth):
-    # Jigsaw's memos (current JobDecisions, spread test, default pairings, backfill misfits) and
-    # its bound-pruned host search against a Jigsaw that forgets them before every call and
-    # searches every host: the same logs, exactly
+    # Jigsaw's memos (its spread-test and pairing-bound memos, the shared per-cost-model caches of
+    # agents.common: default pairings, pairing plans and their preparation, best_solo, configs,
+    # layouts, placement signatures; the JobDecision memo) and its bound-pruned host search,
+    # against a Jigsaw that forgets them all before every call and searches every host: the same
+    # logs, exactly
+    from agents import common
     from agents.jigsaw import Jigsaw
+    from jigsaw_env import state as state_mod
 
     class Forgetful(Jigsaw):
         def schedule(self, state):
             self._memo_costs = None
+            common._caches_of(state.costs).clear()  # every named cache of this cost model
+            state_mod._JD_MEMO.clear()
+            self.forgot += 1
             return super().schedule(state)
 
     plain = Forgetful()
+    plain.forgot = 0
     plain.prune = False  # and searches every host
     frames = []
     for sched in (Jigsaw(), plain):
         sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
         sim.run(sched)
         frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame()))
+    assert plain.forgot > 10
     for a, b in zip(*frames):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 

@@ -235,6 +235,14 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         return search_phases(*a, **k)
 
     monkeypatch.setattr(common, "_search_pairing_phases", counted)
+    searches = [0]
+    search_one = common._search_pairing
+
+    def counted_one(*a, **k):
+        searches[0] += 1
+        return search_one(*a, **k)
+
+    monkeypatch.setattr(common, "_search_pairing", counted_one)
     rng = random.Random(7 + mixed)
     if mixed:
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))
@@ -263,9 +271,20 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         assert got is not None
         assert (got.host_cfg, got.guest_cfg, got.value, got.x_host, got.x_guest, got.step_s) == (hc, gc, value, xh, xg, step)
         assert got.guest_gpus == tuple(gpus[i] for i in guest_orders(wa, wb)[oi])
-        # a second host with the same layout on other GPUs reuses the cached plan, mapped onto its GPUs
-        again = best_pairing(st, host, gpus, guest)
+        again = best_pairing(st, host, gpus, guest)  # asked again: the cached plan
         assert again == got
+        if not mixed:
+            # a host with the same layout on other GPUs (shifted by whole nodes on the homogeneous
+            # cluster) gets the cached plan mapped onto its own GPUs
+            shift = {g: (g + cluster.gpus_per_node) % G for g in range(G)}
+            moved = tuple(shift[g] for g in gpus)
+            n_searches, n_joint = searches[0], joint[0]
+            other = best_pairing(st, host, moved, guest)
+            assert (searches[0], joint[0]) == (n_searches, n_joint)  # no new search
+            assert other is not None
+            assert (other.host_cfg, other.guest_cfg, other.value, other.x_host, other.x_guest, other.step_s) == (
+                got.host_cfg, got.guest_cfg, got.value, got.x_host, got.x_guest, got.step_s)
+            assert other.guest_gpus == tuple(shift[g] for g in got.guest_gpus)
         # every other phase difference of the same pair: the second one asked searches all of them
         # at once (_search_pairing_phases), each as the plain search of its own phase
         for d in range(12) if wa > 1 else ():
@@ -303,10 +322,13 @@ def test_replay_with_and_without_quiet_skipping_is_identical(agent):
     import pandas as pd
     jobs = load_trace("synthetic:jobs=80,load=2.0,seed=3", cluster_gpus=16).jobs
     frames = []
+    quiet = []
     for skip in (True, False):
         sim = Simulator(ClusterSpec.from_gpus(16), jobs, SimConfig())
         sim.run(make_scheduler(agent), skip_quiet=skip)
-        frames.append((sim.jobs_frame(), sim.cluster_frame()))
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame()))
+        quiet.append(sim.quiet_rounds)
+    assert quiet[0] > 0 and quiet[1] == 0  # rounds were skipped, and only with skipping on
     for a, b in zip(*frames):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 

@@ -179,8 +179,13 @@ def test_dedicated_iteration_time_T1():
     t = get_table(TOY3, BS, DEV)
     link = Link(0.5, 100.0)
     prof = job_profile(t, 3, "rotating", 3, link)
-    # T1: slowest worker + sync, per phase; every phase has a full-depth worker (2.95 s)
-    assert prof.dedicated_iteration_s() == pytest.approx(2.95 + prof.comm_s, rel=REL)
+    # T1: slowest worker + sync, per phase; every phase has a full-depth worker (2.95 s). Sync on
+    # the link (alpha 0.5 s, 100 B/s), workers starting at groups 0, 1, 2: g0 (1000 B) has one
+    # contributor, reduce+broadcast (1 - 1 + 3 - 1) x (0.5 + 10) = 21 s; g1 (100 B) two,
+    # (2 - 1 + 2) x (0.5 + 1) = 4.5 s; g2 (10 B) all three, ring 2 x 2 x (0.5 + 10 / 300) s
+    sync = 21.0 + 4.5 + 4 * (0.5 + 10 / 300)
+    assert prof.comm_s == pytest.approx([sync] * 3, rel=REL)
+    assert prof.dedicated_iteration_s() == pytest.approx([2.95 + sync] * 3, rel=REL)
 
 
 # ---------------------------------------------------------------- M1: memory
@@ -315,7 +320,9 @@ def test_measured_eta_wins_over_prior():
     t = CostTable(base.model, base.batch_size, base.device, base.groups, base.optimizer_s,
                   base.fixed_memory_bytes, meta={"eta": {"3/rotating": 0.7}})
     assert job_profile(t, 3, "rotating", 2, TOY_INTRA).eta == 0.7
-    assert job_profile(t, 3, "static", 2, TOY_INTRA).eta != 0.7  # not measured -> prior
+    # not measured -> the prior 1 - c x mean skipped share: static level 3, two workers starting at
+    # groups 0 and 1 of TOY4's 4 (mean 0.5 / 4 skipped), c = 0.5
+    assert job_profile(t, 3, "static", 2, TOY_INTRA).eta == pytest.approx(1 - 0.5 * 0.5 / 4, rel=REL)
 
 
 # ---------------------------------------------------------------- G1: gain bound

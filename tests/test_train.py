@@ -175,6 +175,7 @@ def test_train_and_eval_splits_are_disjoint(tables_dir):
         finally:
             traces.load_trace = orig
         seen[split] = rng_seeds
+    assert len(seen["train"]) == len(seen["eval"]) == 5  # one trace per reset
     assert all(s < SYNTHETIC_SEED_SPLIT for s in seen["train"])
     assert all(s >= SYNTHETIC_SEED_SPLIT for s in seen["eval"])
     # curriculum: small, light episodes at difficulty 0

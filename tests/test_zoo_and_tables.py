@@ -231,6 +231,7 @@ def test_shipped_table(model, bs, device):
         assert k in t.meta
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("model", [m for m in SHIPPED if MODELS[m].gavel_job])
 @pytest.mark.parametrize("gpu", ["k80", "p100", "v100"])
 def test_shipped_anchor_equals_gavel(model, gpu):
