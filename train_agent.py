@@ -4,6 +4,11 @@
     jigsaw train --algo ppo --n-envs 4 --timesteps 50000 --run-dir runs/ppo-plain
     jigsaw train --run-dir runs/ppo1 --resume --timesteps 400000      # continue to 400k steps
 
+A resumed run keeps its config.json: besides --timesteps and --max-wall-s (and the output options
+--progress, --tensorboard, --verbose), an option given with --resume must equal the run's value.
+Options are checked, and the envs and the model built, before the run folder is written; a new
+run that fails before saving any model removes what it wrote, so the same --run-dir can be reused.
+
 MaskablePPO (sb3-contrib) by default, with the env's exact action masks (``action_masks()``,
 fetched from every SubprocVecEnv worker through ``env_method``); ``--algo ppo|a2c`` train the
 plain stable-baselines3 algorithms on the same env, where a masked action is a no-op.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -36,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jigsaw_env.cli_args import positive_float, positive_int
+from jigsaw_env.cli_args import int_at_least, non_negative_float, positive_float, positive_int
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -68,6 +74,28 @@ def _positive_ints(flag: str, what: str):
             raise argparse.ArgumentTypeError(f"{flag} must be comma-separated {what} >= 1, got {text!r}")
         return v
     return parse
+
+
+def _gamma(text: str) -> float:
+    """--gamma: a discount factor in (0, 1]."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gamma must be a number, got {text!r}") from None
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"--gamma must be in (0, 1], got {text}")
+    return x
+
+
+SEED_MAX = 2**32 - 1  # numpy's global seed (stable-baselines3's set_random_seed) takes no more
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**32 - 1]."""
+    x = int_at_least("--seed", 0)(text)
+    if x > SEED_MAX:
+        raise argparse.ArgumentTypeError(f"--seed must be <= {SEED_MAX} (2**32 - 1), got {x}")
+    return x
 
 
 _gpu_list = _positive_ints("--train-gpus", "GPU counts")
@@ -136,13 +164,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel environments (default min(4, CPUs))")
     a.add_argument("--vec", choices=("subproc", "dummy"), default="subproc",
                    help="SubprocVecEnv (default) or DummyVecEnv (all envs in this process)")
-    a.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    a.add_argument("--seed", type=_seed, default=0, help="random seed, 0 .. 2**32 - 1 (default 0)")
     a.add_argument("--eval-freq", type=positive_int("--eval-freq"), default=10_000,
                    help="evaluate on the held-out split every this many timesteps (default 10000)")
     a.add_argument("--eval-episodes", type=positive_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
     a.add_argument("--checkpoint-freq", type=positive_int("--checkpoint-freq"), default=10_000,
                    help="save a checkpoint every this many timesteps (default 10000)")
-    a.add_argument("--learning-rate", type=float, default=3e-4)
+    a.add_argument("--learning-rate", type=positive_float("--learning-rate"), default=3e-4,
+                   help="optimizer learning rate, > 0 (default 0.0003)")
     a.add_argument("--n-steps", type=positive_int("--n-steps"), default=None,
                    help="rollout steps per env per update (default: 256 for (maskable) PPO, 5 for A2C)")
     a.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="PPO minibatch size (default 64)")
@@ -151,8 +180,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--target-kl", type=positive_float("--target-kl"), default=None,
                    help="PPO: stop an update's epochs early once the approximate KL exceeds this (default: off); "
                         "keeps fine-tuning after --warm-start close to the cloned policy")
-    a.add_argument("--gamma", type=float, default=0.99)
-    a.add_argument("--ent-coef", type=float, default=0.01)
+    a.add_argument("--gamma", type=_gamma, default=0.99, help="discount factor, in (0, 1] (default 0.99)")
+    a.add_argument("--ent-coef", type=non_negative_float("--ent-coef"), default=0.01,
+                   help="entropy bonus coefficient, >= 0 (default 0.01)")
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
     a.add_argument("--policy", choices=POLICIES, default="mlp",
                    help="policy network: mlp (SB3's MlpPolicy on the flat observation) or slots (every window "
@@ -200,6 +230,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write TensorBoard logs to RUN_DIR/tb (default on)")
     o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
     o.add_argument("--verbose", type=int, default=0, help="stable-baselines3 verbosity (default 0)")
+    _track_explicit(p)
+
+
+# ----------------------------------------------------------------------------------------------- explicit options
+EXPLICIT_ATTR = "_explicit_options"
+_TRACKING: dict[type, type] = {}
+
+
+def _track_explicit(p: argparse.ArgumentParser) -> None:
+    """Make every option of ``p`` record, when given on the command line, its dest and spelling in
+    ``args._explicit_options`` ({dest: option string}): argparse fills defaults without calling
+    the actions, so what is recorded is exactly what the user passed (``--resume`` compares
+    those with the run's config.json)."""
+    for action in p._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        cls = type(action)
+        if cls not in _TRACKING:
+            def __call__(self, parser, namespace, values, option_string=None, _base=cls):
+                _base.__call__(self, parser, namespace, values, option_string)
+                seen = getattr(namespace, EXPLICIT_ATTR, None)
+                if seen is None:
+                    seen = {}
+                    setattr(namespace, EXPLICIT_ATTR, seen)
+                seen[self.dest] = option_string or self.option_strings[0]
+            _TRACKING[cls] = type(f"Tracked{cls.__name__}", (cls,), {"__call__": __call__})
+        action.__class__ = _TRACKING[cls]
+
+
+def explicit_options(args) -> dict[str, str]:
+    """{dest: option string} of the options given on the command line (empty for a Namespace that
+    did not come from this module's parser)."""
+    return dict(getattr(args, EXPLICIT_ATTR, None) or {})
 
 
 def register(subparsers) -> None:
@@ -375,8 +438,9 @@ def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
     final = run_dir / "model.zip"
     if final.is_file():
         try:
-            steps = int(json.loads((run_dir / "config.json").read_text()).get("trained_timesteps") or 0)
-        except (OSError, ValueError):
+            c = json.loads((run_dir / "config.json").read_text())
+            steps = int(c.get("trained_timesteps") or 0) if isinstance(c, dict) else 0
+        except (OSError, ValueError, TypeError):
             steps = 0
         vn = run_dir / "vecnormalize.pkl"
         cands.append((steps, final, vn if vn.is_file() else None))
@@ -576,14 +640,14 @@ def plot_eval_curve(run_dir: Path) -> Path | None:
 
 # ----------------------------------------------------------------------------------------------- training
 def train(args) -> dict:
-    """Train (or resume) per ``args``; returns the final config dict."""
+    """Train (or resume) per ``args``; returns the final config dict.
+
+    Every option is checked, the envs are built and the model is made before anything is written;
+    a start that fails later, before any model was saved, removes what it wrote (never what the
+    folder held before), so the same --run-dir can be used again."""
     import torch
     torch.set_num_threads(1)
 
-    from stable_baselines3.common.utils import set_random_seed
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
-
-    from agents.rl import algo_class
     from jigsaw_env.cost_table import register_tables_dir
 
     if not args.run_dir:
@@ -592,69 +656,294 @@ def train(args) -> dict:
     cfg_path = run_dir / "config.json"
     resume_from = None
     if args.resume:
-        if not cfg_path.is_file():
-            raise ValueError(f"--resume needs a run folder with config.json; {run_dir} has none")
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
-        resume_from = _latest_checkpoint(run_dir)
-        if resume_from is None:
-            unreadable = sorted(str(f) for f in [run_dir / "model.zip", *(run_dir / "checkpoints").glob("*.zip")]
-                                if f.is_file())
-            if unreadable:
-                raise ValueError(f"--resume: no readable saved model in {run_dir}: {', '.join(unreadable)} "
-                                 f"cannot be loaded (corrupt or cut short)")
-            raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
-        cfg["timesteps"] = args.timesteps
-        if args.max_wall_s is not None:
-            cfg["max_wall_s"] = args.max_wall_s
-        cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
-                                              "to_timesteps": args.timesteps,
-                                              "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        _truncate_eval_csv(run_dir / "eval.csv", resume_from[0])
+        cfg, resume_from = _resume_config(args, run_dir)
     else:
+        if run_dir.exists() and not run_dir.is_dir():
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(run_dir))
         if cfg_path.exists():
             raise ValueError(f"{run_dir} already holds a run (config.json); pass --resume to continue it "
                              f"or choose another --run-dir")
-        if args.spb_levels < 0:
-            raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
-        if args.dagger_rounds < 0:
-            raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
-        if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
-            raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
-        if not 0.0 <= args.wide_share <= 1.0:
-            raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
-        from jigsaw_env.cluster import ClusterSpec
-        if args.val_gpus and args.val <= 0:
-            raise ValueError("--val-gpus needs a validation split: pass --val F with F > 0")
-        for flag, sizes in (("--train-gpus", args.train_gpus), ("--val-gpus", args.val_gpus)):
-            for g in sizes or ():
-                try:
-                    ClusterSpec.from_gpus(g, gpus_per_node=args.gpus_per_node)
-                except ValueError as e:
-                    raise ValueError(f"{flag}: a cluster of {g} GPUs: {e}") from None
-        if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
-            raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
-        if args.warm_start:
-            from agents.imitation import expert_names
-            if args.warm_start not in expert_names():
-                raise ValueError(f"--warm-start: unknown heuristic {args.warm_start!r}; allowed: {list(expert_names())}")
+        _check_new_run(args)
         cfg = config_from_args(args)
     if cfg.get("tables"):
         register_tables_dir(cfg["tables"])
-    _check_env(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(cfg_path, cfg)
+    if resume_from is None:
+        _check_env(cfg)
+    else:
+        try:
+            _check_env(cfg)
+        except (TypeError, KeyError) as e:  # options recorded by hand or by another version
+            raise ValueError(f"{cfg_path}: the recorded env options cannot build the env "
+                             f"({type(e).__name__}: {e})") from None
+    before = _dir_state(run_dir)
+    try:
+        cfg = _train(args, cfg, run_dir, resume_from)
+    except BaseException as e:
+        if resume_from is None:
+            _undo_failed_start(run_dir, before, e)
+        raise
+    plot_eval_curve(run_dir)
+    return cfg
 
+
+def _check_new_run(args) -> None:
+    """Cross-option checks of a new run (each option's own range is checked by its argparse type)."""
+    if args.spb_levels < 0:
+        raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
+    if args.dagger_rounds < 0:
+        raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+    if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
+        raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
+    if not 0.0 <= args.wide_share <= 1.0:
+        raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
+    from jigsaw_env.cluster import ClusterSpec
+    if args.val_gpus and args.val <= 0:
+        raise ValueError("--val-gpus needs a validation split: pass --val F with F > 0")
+    for flag, sizes in (("--train-gpus", args.train_gpus), ("--val-gpus", args.val_gpus)):
+        for g in sizes or ():
+            try:
+                ClusterSpec.from_gpus(g, gpus_per_node=args.gpus_per_node)
+            except ValueError as e:
+                raise ValueError(f"{flag}: a cluster of {g} GPUs: {e}") from None
+    if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
+        raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
+    if args.warm_start:
+        from agents.imitation import expert_names
+        if args.warm_start not in expert_names():
+            raise ValueError(f"--warm-start: unknown heuristic {args.warm_start!r}; allowed: {list(expert_names())}")
+    if args.algo in ("maskable_ppo", "ppo"):
+        # PPO normalizes the advantages over each minibatch (mean and standard deviation): a
+        # minibatch of one sample has no standard deviation, and MaskablePPO's update then turns
+        # every weight into NaN ("Expected parameter logits ... invalid values"); PPO asserts
+        n_steps = args.n_steps or 256
+        buf, bs = n_steps * args.n_envs, args.batch_size
+        if bs < 2:
+            raise ValueError(f"--batch-size must be >= 2 for {args.algo} (advantages are normalized over each "
+                             f"minibatch; one sample has no standard deviation), got {bs}")
+        if buf < 2:
+            raise ValueError(f"--n-steps x --n-envs must be >= 2 for {args.algo} (a rollout of one sample cannot "
+                             f"have its advantages normalized), got {n_steps} x {args.n_envs}")
+        if args.algo == "maskable_ppo" and buf % bs == 1:
+            raise ValueError(f"--n-steps x --n-envs = {n_steps} x {args.n_envs} = {buf} leaves a last minibatch of 1 "
+                             f"sample with --batch-size {bs} (maskable_ppo normalizes advantages over each minibatch; "
+                             f"one sample has no standard deviation); choose values where n_steps x n_envs is not a "
+                             f"multiple of the batch size plus 1")
+
+
+# --resume: the options a resumed run takes from the command line; every other option is the run's
+RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progress", "tensorboard", "verbose"})
+#: option dest -> where config.json records it
+RESUME_PATHS: dict[str, tuple[str, ...]] = {
+    **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
+                               "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
+                               "reward_scale", "observe_remaining", "backlogged", "max_time_s")},
+    "load": ("sampling", "loads"),
+    **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
+                                    "val_gpus", "curriculum", "curriculum_steps")},
+    **{d: (d,) for d in ("algo", "policy", "n_envs", "vec", "seed", "checkpoint_freq", "tables")},
+    **{d: ("hyperparameters", d) for d in ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "ent_coef",
+                                           "net_arch", "slot_hidden", "clip_range", "target_kl")},
+    "eval_freq": ("eval", "freq"), "eval_episodes": ("eval", "episodes"),
+    "warm_start": ("warm_start", "expert"), "warm_start_s": ("warm_start", "record_s"),
+    "warm_start_order": ("warm_start", "order"), "bc_epochs": ("warm_start", "epochs"),
+    "bc_batch_size": ("warm_start", "batch_size"), "bc_learning_rate": ("warm_start", "learning_rate"),
+    "bc_act_weight": ("warm_start", "act_weight"), "bc_width_power": ("warm_start", "width_power"),
+    "dagger_rounds": ("warm_start", "dagger_rounds"), "dagger_s": ("warm_start", "dagger_s"),
+    "dagger_epochs": ("warm_start", "dagger_epochs"), "bc_threads": ("warm_start", "threads"),
+}
+_ABSENT = object()
+
+
+def _as_recorded(dest: str, value: Any) -> Any:
+    """An option's value as config_from_args records it."""
+    if dest == "policy":
+        return "MlpPolicy" if value == "mlp" else value
+    if dest == "tables" and value:
+        return str(Path(value).resolve())
+    return value
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return a == b
+
+
+def _shown(v: Any) -> str:
+    if v is _ABSENT:
+        return "none"
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(_shown(x) for x in v)
+    return str(v)
+
+
+def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
+    """ValueError (one line) when an option given on the command line (not a default) differs from
+    what the run's config.json records: a resumed run keeps its config."""
+    differ = []
+    for dest, flag in explicit_options(args).items():
+        if dest in RESUME_OWN:
+            continue
+        given = _as_recorded(dest, getattr(args, dest))
+        recorded: Any = cfg
+        for key in RESUME_PATHS.get(dest, (dest,)):
+            recorded = recorded.get(key, _ABSENT) if isinstance(recorded, dict) else _ABSENT
+        if recorded is _ABSENT or not _same_value(given, recorded):
+            differ.append(f"{flag} (given {_shown(given)}, config.json {_shown(recorded)})")
+    if differ:
+        raise ValueError(f"--resume keeps the run's config: {', '.join(differ)} "
+                         f"differ{'s' if len(differ) == 1 else ''} from {cfg_path}; "
+                         f"drop {'it' if len(differ) == 1 else 'them'} or start a new --run-dir")
+
+
+def _check_resumable(cfg: dict, cfg_path: Path) -> None:
+    """The fields a resumed run reads from config.json (beyond read_run_config's algo, env and
+    spaces), with their types; ValueError naming the file and the field otherwise."""
+    from agents.rl import _json_kind
+    from agents.rl_env import ENV_KEYS
+
+    def is_int(lo):
+        return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    def is_loads(v):
+        return v is None or (isinstance(v, list) and len(v) > 0 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v))
+
+    checks = (("seed", f"an integer in [0, {SEED_MAX}]", lambda v: is_int(0)(v) and v <= SEED_MAX),
+              ("n_envs", "an integer >= 1", is_int(1)),
+              ("checkpoint_freq", "an integer >= 1", is_int(1)),
+              ("eval", "a JSON object (freq, episodes)", lambda v: isinstance(v, dict)),
+              ("eval.freq", "an integer >= 1", is_int(1)),
+              ("eval.episodes", "an integer >= 1", is_int(1)),
+              ("sampling", "a JSON object (the episode sampling options)", lambda v: isinstance(v, dict)),
+              ("sampling.holdout", "a number in (0, 1)",
+               lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1),
+              ("sampling.loads", "null or a list of numbers > 0", is_loads))
+    for field, what, ok in checks:
+        v: Any = cfg
+        for key in field.split("."):
+            v = v.get(key, _ABSENT) if isinstance(v, dict) else _ABSENT
+        if v is _ABSENT:
+            raise ValueError(f"{cfg_path}: missing field {field!r} ({what}); --resume needs the config "
+                             f"`jigsaw train` wrote")
+        if not ok(v):
+            raise ValueError(f"{cfg_path}: field {field!r}: expected {what}, got {_json_kind(v)}")
+    unknown = sorted(set(cfg["env"]) - set(ENV_KEYS))
+    if unknown:
+        raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")
+
+
+def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None]]:
+    """The config of the run to resume (checked, with this session's --timesteps and
+    --max-wall-s) and the saved state it continues from; nothing is written."""
+    from agents.rl import read_run_config
+
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.is_file():
+        raise ValueError(f"--resume needs a run folder with config.json; {run_dir} has none")
+    cfg = read_run_config(run_dir)
+    _check_resumable(cfg, cfg_path)
+    _check_resume_options(args, cfg, cfg_path)
+    resume_from = _latest_checkpoint(run_dir)
+    if resume_from is None:
+        unreadable = sorted(str(f) for f in [run_dir / "model.zip", *(run_dir / "checkpoints").glob("*.zip")]
+                            if f.is_file())
+        if unreadable:
+            raise ValueError(f"--resume: no readable saved model in {run_dir}: {', '.join(unreadable)} "
+                             f"cannot be loaded (corrupt or cut short)")
+        raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
+    cfg["timesteps"] = args.timesteps
+    if args.max_wall_s is not None:
+        cfg["max_wall_s"] = args.max_wall_s
+    cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
+                                          "to_timesteps": args.timesteps,
+                                          "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return cfg, resume_from
+
+
+def _dir_state(run_dir: Path) -> tuple[bool, frozenset[str], Path]:
+    """(whether run_dir exists, the names in it, the highest of its folders that does not exist)."""
+    if run_dir.is_dir():
+        return True, frozenset(os.listdir(run_dir)), run_dir
+    top = run_dir
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    return False, frozenset(), top
+
+
+def _saved_models(run_dir: Path, before: frozenset[str]) -> list[Path]:
+    """Model files this start saved under run_dir (final, checkpoints, best/, warm_start/)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(p for p in run_dir.rglob("*.zip") if p.relative_to(run_dir).parts[0] not in before)
+
+
+def _undo_failed_start(run_dir: Path, state: tuple[bool, frozenset[str], Path], e: BaseException) -> None:
+    """After a new run failed: if it saved no model, remove what it wrote (the folders it made, or
+    in a folder that existed the entries that were not there before), so that the same --run-dir
+    can be used again; if it saved one, keep everything and say so (a ValueError is re-raised
+    with that note)."""
+    import shutil
+
+    existed, before, top = state
+    saved = _saved_models(run_dir, before)
+    if saved:
+        if isinstance(e, ValueError):
+            resumable = _latest_checkpoint(run_dir) is not None
+            note = (f"; what it saved before failing is kept in {run_dir}"
+                    + (" (--resume continues from its latest checkpoint)" if resumable else ""))
+            raise ValueError(_one_line(e) + note) from e
+        return
+    if not run_dir.is_dir():
+        return
+    if not existed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        d = run_dir.parent
+        while d != top.parent and d.is_dir() and not os.listdir(d):  # folders mkdir(parents=True) made
+            d.rmdir()
+            d = d.parent
+        return
+    for name in sorted(set(os.listdir(run_dir)) - before):
+        p = run_dir / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _one_line(e: BaseException) -> str:
+    from jigsaw_env.cli import error_line
+    return error_line(e)
+
+
+def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
+    """Build the envs and the model, then write config.json and learn (train's second half)."""
+    from stable_baselines3.common.utils import set_random_seed
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    from agents.rl import algo_class
+
+    cfg_path = run_dir / "config.json"
     seed = int(cfg["seed"])
     set_random_seed(seed)
     n_envs = int(cfg["n_envs"])
     vec_cls = SubprocVecEnv if cfg.get("vec", "subproc") == "subproc" and n_envs > 1 else DummyVecEnv
-    venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
-    # the evaluation callback (and so best/) uses the validation split when there is one
-    eval_raw = DummyVecEnv(_env_factories(cfg, cfg["sampling"].get("select_on", "eval"), 1, seed + 1_000_003))
+    venv = eval_raw = None
     try:
+        venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
+        # the evaluation callback (and so best/) uses the validation split when there is one
+        eval_raw = DummyVecEnv(_env_factories(cfg, cfg["sampling"].get("select_on", "eval"), 1, seed + 1_000_003))
         if resume_from is not None:
             steps, model_path, vn_path = resume_from
             if vn_path is None:
@@ -674,7 +963,11 @@ def train(args) -> dict:
         cls = algo_class(cfg["algo"])
         tb = str(run_dir / "tb") if getattr(args, "tensorboard", True) else None
         if resume_from is not None:
-            model = cls.load(str(resume_from[1]), env=venv, device="cpu", tensorboard_log=tb)
+            try:
+                model = cls.load(str(resume_from[1]), env=venv, device="cpu", tensorboard_log=tb)
+            except Exception as e:  # noqa: BLE001 - a foreign or corrupted model: one line naming the file
+                raise ValueError(f"{resume_from[1]}: cannot load it as a {cfg['algo']} model "
+                                 f"({type(e).__name__}: {_one_line(e)})") from None
             model.num_timesteps = max(model.num_timesteps, resume_from[0])
         else:
             hp = cfg["hyperparameters"]
@@ -687,8 +980,16 @@ def train(args) -> dict:
                 kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
                           target_kl=hp.get("target_kl"))
             from agents.slot_policy import policy_for
-            model = cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=seed, device="cpu", tensorboard_log=tb,
-                        verbose=getattr(args, "verbose", 0), **kw)
+            try:
+                model = cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=seed, device="cpu", tensorboard_log=tb,
+                            verbose=getattr(args, "verbose", 0), **kw)
+            except (ValueError, AssertionError) as e:  # SB3 / torch refusing an option value
+                raise ValueError(f"cannot build the {cfg['algo']} model from these options: {_one_line(e)}") from None
+        # everything is built: from here on the run folder is written
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_from is not None:
+            _truncate_eval_csv(run_dir / "eval.csv", resume_from[0])
+        _write_json(cfg_path, cfg)
         target = int(cfg["timesteps"])
         remaining = target - int(model.num_timesteps)
         if resume_from is None and cfg.get("warm_start"):
@@ -714,9 +1015,10 @@ def train(args) -> dict:
             print(f"{run_dir}: already trained for {model.num_timesteps} >= {target} timesteps; nothing to do")
         _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
     finally:
-        venv.close()
-        eval_raw.close()
-    plot_eval_curve(run_dir)
+        if venv is not None:
+            venv.close()
+        if eval_raw is not None:
+            eval_raw.close()
     return cfg
 
 
@@ -847,12 +1149,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except KeyboardInterrupt:
-        where = f" in {args.run_dir}" if getattr(args, "run_dir", None) else ""
-        print(f"train_agent.py: interrupted; the model so far is saved{where} (--resume continues it)", file=sys.stderr)
+        run_dir = getattr(args, "run_dir", None)
+        if run_dir and _latest_checkpoint(Path(run_dir)) is not None:
+            print(f"train_agent.py: interrupted; the model so far is saved in {run_dir} (--resume continues it)",
+                  file=sys.stderr)
+        else:
+            print("train_agent.py: interrupted before a model was saved; nothing was kept", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"train_agent.py: error: {msg}", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"train_agent.py: error: {_one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -79,7 +79,57 @@ def is_run_dir(path: str | Path) -> bool:
     return p.is_dir() and (p / "config.json").is_file()
 
 
+def _json_kind(v: Any) -> str:
+    """What a JSON value is, for an error message: "null", "a number (123)", "a list", ..."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"a boolean ({str(v).lower()})"
+    if isinstance(v, (int, float)):
+        return f"a number ({v!r})"
+    if isinstance(v, str):
+        return f"a string ({v!r})" if len(v) <= 40 else "a string"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+#: what :func:`read_run_config` requires of config.json, for its error messages
+CONFIG_SHAPE = ("a JSON object with algo (one of {algos}), env (object: the env options) and spaces (object with "
+                "window_k, spb_levels, spb_slots, ...), as written by `jigsaw train`")
+
+
+def check_run_config(cfg: Any, cfg_path: str | Path) -> dict:
+    """``cfg`` (config.json's parsed value) if it has the structure a run's config needs (a JSON
+    object with ``algo``, ``env`` an object, ``spaces`` an object with an integer ``window_k``
+    >= 1; ``sampling`` and ``hyperparameters``, when present, objects); else ValueError, one line
+    naming the file, the field and what was expected."""
+    shape = CONFIG_SHAPE.format(algos=list(ALGOS))
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{cfg_path}: expected {shape}; got {_json_kind(cfg)}")
+    for key in ("algo", "env", "spaces"):
+        if key not in cfg:
+            raise ValueError(f"{cfg_path}: missing field {key!r}; expected a config written by `jigsaw train`")
+    algo = cfg["algo"]
+    if not isinstance(algo, str) or algo.lower().replace("-", "_") not in ALGOS:
+        raise ValueError(f"{cfg_path}: field 'algo': expected one of {list(ALGOS)}, got {_json_kind(algo)}")
+    for key, what in (("env", "the env options"), ("spaces", "window_k, spb_levels, spb_slots, ..."),
+                      ("sampling", "the episode sampling options"), ("hyperparameters", "the algorithm's options")):
+        if key in cfg and not isinstance(cfg[key], dict) and not (key in ("sampling", "hyperparameters")
+                                                                  and cfg[key] is None):
+            raise ValueError(f"{cfg_path}: field {key!r}: expected a JSON object ({what}), got {_json_kind(cfg[key])}")
+    k = cfg["spaces"].get("window_k")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{cfg_path}: field 'spaces.window_k': expected an integer >= 1 (the policy's window K), "
+                         f"got {_json_kind(k) if 'window_k' in cfg['spaces'] else 'nothing'}")
+    return cfg
+
+
 def read_run_config(run_dir: str | Path) -> dict:
+    """RUN_DIR/config.json, checked by :func:`check_run_config`; FileNotFoundError or ValueError
+    (one line naming the file) otherwise."""
     p = Path(run_dir)
     cfg_path = p / "config.json"
     if not p.is_dir():
@@ -91,10 +141,9 @@ def read_run_config(run_dir: str | Path) -> dict:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
-    for key in ("algo", "env", "spaces"):
-        if key not in cfg:
-            raise ValueError(f"{cfg_path}: missing field {key!r}; expected a config written by `jigsaw train`")
-    return cfg
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{cfg_path}: not a text file ({e.reason} at byte {e.start})") from None
+    return check_run_config(cfg, cfg_path)
 
 
 @dataclass
@@ -109,8 +158,10 @@ class EvalSpaces:
 class LearnedAgent:
     """A trained policy loaded from RUN_DIR (module docstring)."""
 
-    def __init__(self, run_dir: str | Path, model_file: str = "model.zip"):
+    def __init__(self, run_dir: str | Path, model_file: str = "model.zip", name: str | None = None):
         self.run_dir = Path(run_dir)
+        #: what error messages call this agent (``jigsaw evaluate`` passes its label)
+        self.name = name or self.run_dir.name
         self.config = read_run_config(self.run_dir)
         self.algo = str(self.config["algo"])
         model_path = self.run_dir / model_file
@@ -180,13 +231,35 @@ class LearnedAgent:
         return np.clip(o, -self.clip_obs, self.clip_obs).astype(np.float32)
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
-        """The feasible action with the highest logit (deterministic, masked)."""
+        """The feasible action with the highest logit (deterministic, masked).
+
+        ValueError (one line naming the agent and its RUN_DIR) when the observation or the
+        policy's logits are not finite (NaN or infinite weights: a diverged model)."""
         import torch
         policy = self.model.policy
+        raw = np.asarray(obs, dtype=np.float32)
+        if not np.isfinite(raw).all():
+            raise ValueError(f"agent {self.name} ({self.run_dir}): the observation has non-finite values at "
+                             f"{np.flatnonzero(~np.isfinite(raw))[:5].tolist()} (expected finite features)")
+        o = self.normalize(raw)
+        if not np.isfinite(o).all():
+            raise ValueError(f"agent {self.name} ({self.run_dir}): the observation is not finite after normalization "
+                             f"with vecnormalize.pkl (non-finite mean or variance: corrupted statistics?)")
+        diverged = (f"agent {self.name} ({self.run_dir}): the policy produced non-finite logits "
+                    f"(a diverged model?)")
         with torch.no_grad():
-            t, _ = policy.obs_to_tensor(self.normalize(np.asarray(obs, dtype=np.float32)))
-            dist = policy.get_distribution(t)
+            t, _ = policy.obs_to_tensor(o)
+            try:
+                dist = policy.get_distribution(t)
+            except ValueError as e:  # torch's argument check: NaN logits
+                if "invalid values" in str(e):
+                    raise ValueError(diverged) from None
+                raise
             logits = dist.distribution.logits[0].cpu().numpy().astype(np.float64)
+        if not np.isfinite(logits).all():
+            # the distribution normalises logits (minus their log-sum-exp): one infinite logit
+            # makes them all NaN or infinite
+            raise ValueError(diverged)
         logits[~np.asarray(mask, dtype=bool)] = -np.inf
         return int(np.argmax(logits))
 

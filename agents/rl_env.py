@@ -59,14 +59,49 @@ def is_synthetic(spec: str) -> bool:
     return str(spec).strip().split(":", 1)[0].lower() == "synthetic"
 
 
+def training_synthetic_params(spec: str, loads: Sequence[float] | None = None) -> dict[str, Any]:
+    """The parameters of a synthetic trace spec that training draws episodes from, checked:
+    ValueError (one line) for a value the generator cannot parse (``traces.synthetic``'s own
+    message), for ``jobs=`` or ``seed=`` (training sets them: every episode has ``max_jobs`` jobs,
+    ``--max-jobs``, and draws its generator seed from its split), and for a ``load=`` that
+    differs from one of ``loads`` (``--load``; the same "conflicting loads" error as
+    ``traces.load_trace``)."""
+    from traces import parse_spec
+    from traces.synthetic import parse_params
+
+    kind, rest = parse_spec(spec)
+    if kind != "synthetic":
+        raise ValueError(f"not a synthetic trace spec: {spec!r}")
+    params = parse_params(rest)
+    fixed = [k for k in ("jobs", "seed") if k in params]
+    if fixed:
+        why = []
+        if "jobs" in fixed:
+            why.append("every episode has --max-jobs jobs (set the episode size there)")
+        if "seed" in fixed:
+            why.append("each episode draws its generator seed from its split, so that training, validation and "
+                       "held-out episodes stay apart (--seed seeds the draws)")
+        raise ValueError(f"synthetic: {' and '.join(k + '=' for k in fixed)} cannot be set in a training trace: "
+                         f"{'; '.join(why)}; drop {'it' if len(fixed) == 1 else 'them'} from --trace {spec!r}")
+    if "load" in params:
+        if not (params["load"] > 0 and math.isfinite(params["load"])):
+            raise ValueError(f"synthetic: load must be a finite number > 0, got {params['load']}")
+        for x in loads or ():
+            if not math.isclose(params["load"], float(x)):
+                raise ValueError(f"conflicting loads: the spec says load={params['load']}, the option says {float(x)}")
+    return params
+
+
 def synthetic_spec(spec: str, jobs: int, load: float | None, seed: int) -> str:
-    """The spec with ``jobs``, ``load`` (if given) and ``seed`` set (spec values of jobs/seed are
-    replaced; a load in the spec wins over ``load``)."""
+    """The spec with ``jobs``, ``load`` (if given) and ``seed`` set: a training episode's trace.
+    Their values in ``spec`` are replaced (:func:`training_synthetic_params` refuses a spec with
+    jobs= or seed= and a load= that conflicts; the caller passes the spec's load, scaled by the
+    curriculum, as ``load``)."""
     opts = spec.split(":", 1)[1] if ":" in spec else ""
-    parts = [p for p in opts.split(",") if p.strip() and p.split("=", 1)[0].strip() not in ("jobs", "seed")]
-    keys = {p.split("=", 1)[0].strip() for p in parts}
+    parts = [p for p in opts.split(",")
+             if p.strip() and p.split("=", 1)[0].strip() not in ("jobs", "seed") + (("load",) if load is not None else ())]
     parts.append(f"jobs={int(jobs)}")
-    if load is not None and "load" not in keys:
+    if load is not None:
         parts.append(f"load={float(load)}")
     parts.append(f"seed={int(seed)}")
     return "synthetic:" + ",".join(parts)
@@ -182,6 +217,10 @@ class TrainingEnv(JigsawClusterEnv):
             self.cluster_sizes = sizes
         if not isinstance(self.trace, str):
             raise ValueError("TrainingEnv needs a trace spec (str); use JigsawClusterEnv for a fixed job table")
+        self._spec_load: float | None = None  # a synthetic spec's load= (the episodes' load when no --load)
+        if is_synthetic(self.trace):
+            option = [float(x) for x in loads] if loads else ([float(self.load)] if self.load is not None else None)
+            self._spec_load = training_synthetic_params(self.trace, option).get("load")
         self.split = split
         self.holdout = float(holdout)
         self.val = float(val)
@@ -241,7 +280,8 @@ class TrainingEnv(JigsawClusterEnv):
             base = {"train": 0, "eval": SYNTHETIC_SEED_SPLIT, "val": SYNTHETIC_VAL_BASE}[self.split]
             syn_seed = base + int(rng.integers(0, SYNTHETIC_SEED_SPLIT))
             from traces import load_trace
-            eff_load = (load if load is not None else 1.0) * mult
+            base_load = load if load is not None else self._spec_load if self._spec_load is not None else 1.0
+            eff_load = base_load * mult
             return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
                               max_gpus=self.cluster.num_gpus, gpu_type=self.trace_gpu_type).jobs
         part = self._load_split()

@@ -35,6 +35,42 @@ import numpy as np
 
 TABLES_DIR = Path(__file__).parent / "tables"
 DEVICE_TYPES = ("k80", "p100", "v100", "cpu")
+_GROUP_NUMBERS = ("param_bytes", "activation_bytes", "forward_s", "backward_weight_s", "backward_input_s")
+
+
+def _is_number(v: Any) -> bool:
+    """A real number (Python or numpy), not a bool."""
+    return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
+
+
+def _finite(v: Any) -> bool:
+    """``v`` (a number) is finite; a Python int too large for a float is not."""
+    try:
+        return bool(np.isfinite(float(v)))
+    except OverflowError:
+        return False
+
+
+def _json_type(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _short(v: Any) -> str:
+    """``repr(v)``, cut to 80 characters (a message stays one readable line)."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _check_number(origin: str, what: str, v: Any) -> None:
+    """``v`` must be a finite number >= 0; else ValueError naming ``origin`` and ``what``."""
+    if not _is_number(v) or not _finite(v) or v < 0:
+        raise ValueError(f"{origin}: {what} must be a finite number >= 0, got {_short(v)}")
+
+
+def _check_integer(origin: str, what: str, v: Any, low: int) -> None:
+    """``v`` must be a whole number >= ``low`` (4096 or 4096.0); else ValueError naming ``origin`` and ``what``."""
+    if not _is_number(v) or not _finite(v) or v != int(v) or v < low:
+        raise ValueError(f"{origin}: {what} must be an integer >= {low}, got {_short(v)}")
 
 
 @dataclass(frozen=True)
@@ -76,19 +112,26 @@ class CostTable:
 
     def __post_init__(self) -> None:
         x = self.executor_overhead_s
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
-                or not np.isfinite(x) or x < 0:
+        if not _is_number(x) or not _finite(x) or x < 0:
             raise ValueError(f"cost table {self.model}: field executor_overhead_s must be a finite number >= 0 "
                              f"(seconds per iteration), got {x!r}")
         object.__setattr__(self, "executor_overhead_s", float(x))
         if not self.groups:
             raise ValueError(f"cost table {self.model}: needs at least one layer group")
-        if self.batch_size <= 0:
-            raise ValueError(f"cost table {self.model}: batch_size must be > 0, got {self.batch_size}")
+        b = self.batch_size
+        if not _is_number(b) or not _finite(b) or b != int(b) or b <= 0:
+            raise ValueError(f"cost table {self.model}: batch_size must be an integer > 0, got {b!r}")
+        for name in ("optimizer_s", "fixed_memory_bytes"):
+            v = getattr(self, name)
+            if not _is_number(v) or not _finite(v) or v < 0:
+                raise ValueError(f"cost table {self.model}: field {name} must be a finite number >= 0, got {v!r}")
         for g in self.groups:
-            for name in ("param_bytes", "activation_bytes", "forward_s", "backward_weight_s", "backward_input_s"):
+            if not isinstance(g, LayerGroup):
+                raise ValueError(f"cost table {self.model}: groups must be LayerGroup objects, got "
+                                 f"{type(g).__name__}")
+            for name in _GROUP_NUMBERS:
                 v = getattr(g, name)
-                if not np.isfinite(v) or v < 0:
+                if not _is_number(v) or not _finite(v) or v < 0:
                     raise ValueError(
                         f"cost table {self.model}: group {g.name!r} field {name} must be a finite number >= 0, got {v!r}"
                     )
@@ -165,21 +208,58 @@ class CostTable:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, origin: str = "<dict>") -> "CostTable":
+        """The table a JSON object describes. Every field is checked first; a bad one raises
+        ValueError ``"{origin}: field NAME must be ..., got VALUE"`` (``groups[i].NAME`` for a
+        group's field), so a file's error names the file, the field and what was expected."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{origin}: expected a JSON object (a cost table), got {_json_type(d)}")
         required = ("model", "batch_size", "device", "groups", "optimizer_s", "fixed_memory_bytes")
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"{origin}: cost table is missing field(s) {missing}; expected {list(required)}")
-        groups = []
-        for i, g in enumerate(d["groups"]):
-            try:
-                groups.append(LayerGroup(**g))
-            except TypeError as e:
-                raise ValueError(f"{origin}: groups[{i}] is malformed ({e}); expected fields "
-                                 f"{[f for f in LayerGroup.__dataclass_fields__]}") from None
+        for k in ("model", "device"):
+            if not isinstance(d[k], str) or not d[k].strip():
+                raise ValueError(f"{origin}: field {k} must be a non-empty string, got {_short(d[k])}")
+        _check_integer(origin, "field batch_size", d["batch_size"], 1)
+        _check_number(origin, "field optimizer_s", d["optimizer_s"])
+        _check_integer(origin, "field fixed_memory_bytes", d["fixed_memory_bytes"], 0)
+        for k in ("sources", "meta"):
+            if k in d and not isinstance(d[k], dict):
+                raise ValueError(f"{origin}: field {k} must be a JSON object, got {_json_type(d[k])}")
         x = d.get("executor_overhead_s", 0.0)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
+        if not _is_number(x) or not _finite(x) or x < 0:
             raise ValueError(f"{origin}: field executor_overhead_s must be a finite number >= 0 (seconds per "
-                             f"iteration), got {x!r}")
+                             f"iteration), got {_short(x)}")
+        raw_groups = d["groups"]
+        fields = list(LayerGroup.__dataclass_fields__)
+        if not isinstance(raw_groups, list) or not raw_groups:
+            raise ValueError(f"{origin}: field groups must be a non-empty list of layer groups (objects with "
+                             f"fields {fields}), got {_short(raw_groups)}")
+        groups = []
+        for i, g in enumerate(raw_groups):
+            where = f"groups[{i}]"
+            if not isinstance(g, dict):
+                raise ValueError(f"{origin}: {where} must be a JSON object with fields {fields}, got {_json_type(g)}")
+            missing = [f for f in fields if f not in g]
+            if missing:
+                raise ValueError(f"{origin}: {where} is missing field(s) {missing}; expected fields {fields}")
+            unknown = [f for f in g if f not in fields]
+            if unknown:
+                raise ValueError(f"{origin}: {where} has unknown field(s) {unknown}; expected fields {fields}")
+            if not isinstance(g["name"], str):
+                raise ValueError(f"{origin}: {where}.name must be a string, got {_short(g['name'])}")
+            for f in ("param_bytes", "activation_bytes"):
+                _check_integer(origin, f"{where}.{f}", g[f], 0)
+            for f in ("forward_s", "backward_weight_s", "backward_input_s"):
+                _check_number(origin, f"{where}.{f}", g[f])
+            groups.append(LayerGroup(**g))
+        # a full-backprop iteration (eq. C1 at start 0) must take time: the simulator divides by it
+        full = sum(g.forward_s + g.backward_weight_s for g in groups) \
+            + sum(g.backward_input_s for g in groups[1:]) + d["optimizer_s"] + x
+        if not full > 0:
+            raise ValueError(f"{origin}: a full-backprop iteration takes 0 seconds (forward_s and backward_weight_s of "
+                             f"every group, backward_input_s of groups >= 1, optimizer_s and executor_overhead_s are "
+                             f"all 0); expected times whose sum is > 0")
         return cls(
             model=str(d["model"]), batch_size=int(d["batch_size"]), device=str(d["device"]),
             groups=tuple(groups), optimizer_s=float(d["optimizer_s"]),
@@ -196,7 +276,13 @@ class CostTable:
         from .jsonfile import read_json_file
 
         p = Path(path)
-        return cls.from_dict(read_json_file(p, "cost table file"), origin=str(p))
+        if p.is_dir():
+            raise IsADirectoryError(f"cost table file is a folder, expected a JSON file: {p}")
+        try:
+            d = read_json_file(p, "cost table file")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
+        return cls.from_dict(d, origin=str(p))
 
     def digest(self) -> str:
         """Short sha256 of the table's canonical JSON (used in report metadata)."""
@@ -241,13 +327,16 @@ def table_files(folder: str | Path) -> list[Path]:
 def register_tables_dir(path: str | Path) -> int:
     """Register every ``*.json`` cost table in ``path``; returns how many."""
     p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise NotADirectoryError(f"cost-table folder is a file, not a folder: {p} (expected a folder of *.json "
+                                 f"cost tables)")
     if not p.is_dir():
         raise FileNotFoundError(f"cost-table folder not found: {p}")
-    n = 0
-    for f in table_files(p):
-        register_table(CostTable.load(f))
-        n += 1
-    return n
+    # load every table before registering any: a bad file leaves the registry as it was
+    tables = [CostTable.load(f) for f in table_files(p)]
+    for t in tables:
+        register_table(t)
+    return len(tables)
 
 
 def available_tables() -> tuple[tuple[str, int, str], ...]:

@@ -13,7 +13,8 @@ ACTIONS
     exactly the feasible actions (sb3-contrib protocol). A job is decided at most once per round,
     and the window slides: a decided job's slot shows the next job behind the window, so one round
     can start a whole arrival burst. After ``2K + 2`` steps plus one per job behind the window the
-    env advances by itself.
+    env advances by itself. ``step`` takes a Python or numpy integer (or a 0-d integer array, as
+    ``Discrete.contains`` does); anything else raises ``InvalidAction`` and changes nothing.
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
     episode return is ``-(sum of JCTs) / reward_scale``. ``reward="efficiency"`` instead pays the
@@ -29,6 +30,8 @@ EPISODE
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -39,12 +42,80 @@ from gymnasium import spaces
 from .actions import ActionCodec, InvalidAction, RoundBuilder
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder
-from .simulator import SimConfig, Simulator
+from .simulator import SimConfig, Simulator, check_job_table, jobs_from_table
 from .spb import SPBConfig
 
 _REWARDS = ("jct", "efficiency")
 OBS_LOW, OBS_HIGH = -1.0, 10.0  # every encoder feature lies well inside (see encoder docstring)
 _INVALID = ("noop", "raise")
+#: spellings of iteration granularity for ``round_s`` (those of ``jigsaw simulate --round-s``)
+_ITERATION = ("iteration", "iter", "none")
+_TABLE_ORIGIN = "trace (DataFrame)"
+
+
+class _DefaultInt(int):
+    """An int default the constructor can tell apart from the same value passed explicitly."""
+
+
+_MAX_JOBS_DEFAULT = _DefaultInt(50)
+
+
+def _shown(v: Any) -> str:
+    """An argument as a message shows it: numpy scalars as plain values, arrays by shape."""
+    if isinstance(v, np.ndarray):
+        return f"an array of shape {v.shape} and dtype {v.dtype}"
+    if isinstance(v, np.generic):
+        v = v.item()
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _int_arg(name: str, v: Any, low: int, none_ok: bool = False) -> int | None:
+    """``v`` as an int (Python and numpy integers; not bools), or ValueError naming ``name``."""
+    if v is None and none_ok:
+        return None
+    if not _is_int(v) or v < low:
+        raise ValueError(f"{name} must be {'None or ' if none_ok else ''}an integer >= {low}, got {_shown(v)}")
+    return int(v)
+
+
+def _number_arg(name: str, v: Any, low: float, *, strict: bool, none_ok: bool = False, finite: bool = True,
+                what: str = "a finite number") -> None:
+    """ValueError naming ``name`` unless ``v`` is a real number (not a bool) > ``low``
+    (``strict``) or >= ``low``, and finite unless ``finite=False``; None passes with ``none_ok``.
+    The value itself is left as given (results must not depend on its type)."""
+    if v is None and none_ok:
+        return
+    ok = (_is_number(v) and not math.isnan(v) and (v > low if strict else v >= low)
+          and (not finite or math.isfinite(v)))
+    if not ok:
+        raise ValueError(f"{name} must be {'None or ' if none_ok else ''}{what} {'>' if strict else '>='} {low:g}, "
+                         f"got {_shown(v)}")
+
+
+def _bool_arg(name: str, v: Any) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {_shown(v)}")
+    return bool(v)
+
+
+def _round_s_arg(v: Any) -> float | None:
+    """``round_s``: seconds > 0, or None / 'iteration' (the spelling of ``--round-s``) for
+    iteration granularity."""
+    if v is None or (isinstance(v, str) and v.strip().lower() in _ITERATION):
+        return None
+    if not (_is_number(v) and v > 0 and math.isfinite(v)):
+        raise ValueError(f"round_s must be a finite number of seconds > 0, or None or 'iteration' for iteration "
+                         f"granularity, got {_shown(v)}")
+    return v
 
 
 class JigsawClusterEnv(gym.Env):
@@ -54,25 +125,45 @@ class JigsawClusterEnv(gym.Env):
 
     def __init__(self, gpus: int = 64, gpus_per_node: int = 8, gpu_type: str = "v100",
                  gpu_memory_gib: float | None = None, trace: str | pd.DataFrame = "synthetic",
-                 max_jobs: int = 50, load: float | None = None, window_k: int = 16, spb_levels: int = 3,
+                 max_jobs: int = _MAX_JOBS_DEFAULT, load: float | None = None, window_k: int = 16, spb_levels: int = 3,
                  spb_slots: int = 4, max_workers_per_gpu: int = 2, round_s: float | None = 300.0,
                  restart_s: float = 30.0, reward: str = "jct", reward_scale: float = 3600.0,
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000):
         super().__init__()
+        # every argument is checked here, before anything is built: a bad one raises a ValueError
+        # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
         if reward not in _REWARDS:
             raise ValueError(f"reward must be one of {list(_REWARDS)}, got {reward!r}")
         if invalid_action not in _INVALID:
             raise ValueError(f"invalid_action must be one of {list(_INVALID)}, got {invalid_action!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if not isinstance(max_jobs, int) or max_jobs < 1:
-            raise ValueError(f"max_jobs must be an integer >= 1, got {max_jobs!r}")
-        if not reward_scale > 0:
-            raise ValueError(f"reward_scale must be > 0, got {reward_scale!r}")
-        if max_stalled_rounds is not None and (not isinstance(max_stalled_rounds, int) or max_stalled_rounds < 1):
-            raise ValueError(f"max_stalled_rounds must be None or an integer >= 1, got {max_stalled_rounds!r}")
+        max_jobs_given = max_jobs is not _MAX_JOBS_DEFAULT
+        max_jobs = _int_arg("max_jobs", max_jobs, 1)
+        _number_arg("reward_scale", reward_scale, 0, strict=True)
+        max_stalled_rounds = _int_arg("max_stalled_rounds", max_stalled_rounds, 1, none_ok=True)
+        window_k = _int_arg("window_k", window_k, 1)
+        spb_levels = _int_arg("spb_levels", spb_levels, 0)
+        spb_slots = _int_arg("spb_slots", spb_slots, 1)
+        max_workers_per_gpu = _int_arg("max_workers_per_gpu", max_workers_per_gpu, 1)
+        # gpus, gpus_per_node, gpu_type: ClusterSpec names them; numpy integers are integers
+        gpus = int(gpus) if _is_int(gpus) else gpus
+        gpus_per_node = int(gpus_per_node) if _is_int(gpus_per_node) else gpus_per_node
+        _number_arg("gpu_memory_gib", gpu_memory_gib, 0, strict=True, none_ok=True)
+        round_s = _round_s_arg(round_s)
+        _number_arg("restart_s", restart_s, 0, strict=False, what="a finite number of seconds")
+        _number_arg("max_time_s", max_time_s, 0, strict=True, none_ok=True, finite=False, what="a number of seconds")
+        observe_remaining = _bool_arg("observe_remaining", observe_remaining)
+        backlogged = _bool_arg("backlogged", backlogged)
+        _number_arg("eta_scale", eta_scale, 0, strict=True)
+        if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
+            raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
+        _number_arg("load", load, 0, strict=True, none_ok=True)
+        if not isinstance(trace, (str, pd.DataFrame)):
+            raise ValueError(f"trace must be a trace spec (KIND:PATH or synthetic[:key=value,...]) or a pandas "
+                             f"DataFrame job table, got {type(trace).__name__} {_shown(trace)}")
         self.max_stalled_rounds = max_stalled_rounds
         self._stalled_rounds = 0
         self.cluster = ClusterSpec.from_gpus(gpus, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
@@ -92,24 +183,96 @@ class JigsawClusterEnv(gym.Env):
         self.encoder = ObservationEncoder(window_k, observe_remaining)
         self.action_space = spaces.Discrete(self.codec.n)
         self.observation_space = spaces.Box(low=OBS_LOW, high=OBS_HIGH, shape=(self.encoder.size,), dtype=np.float32)
-        self._full_trace: pd.DataFrame | None = trace if isinstance(trace, pd.DataFrame) else None
+        self._full_trace: pd.DataFrame | None = None
+        if isinstance(trace, pd.DataFrame):
+            # the loaders' rules, the table's own rows in its order (windows are cut from it)
+            table = check_job_table(trace, origin=_TABLE_ORIGIN)
+            # models, batch sizes and GPUs per job: what reset() would check, now
+            jobs_from_table(table, self.cluster, origin=_TABLE_ORIGIN)
+            self._full_trace = table if load is None else self._scaled_to_load(table, load)
+        else:
+            self._check_trace_spec(trace, max_jobs if max_jobs_given else None)
         self.sim: Simulator | None = None
         self._cost_models: dict[int, Any] = {}  # cost model of the last episode on each cluster size
         self.builder: RoundBuilder | None = None
         self._steps_in_round = 0
         self._mask_caches: tuple[dict, dict] = ({}, {})
 
+    # ------------------------------------------------------------------ trace checks
+    def _check_trace_spec(self, spec: str, max_jobs_given: int | None) -> None:
+        """Check a trace spec now rather than at the first reset(): its kind, its synthetic
+        parameters and, when this class draws the episodes, that it agrees with ``load`` and an
+        explicit ``max_jobs`` (the "conflicting loads" check of ``jigsaw simulate``) and that it
+        loads: a synthetic trace is drawn once, a real trace is loaded (once, as reset() would)."""
+        from traces import parse_spec, synthetic
+
+        kind, rest = parse_spec(spec)
+        params = synthetic.parse_params(rest) if kind == "synthetic" else {}
+        if type(self)._episode_jobs is not JigsawClusterEnv._episode_jobs:
+            return  # a subclass draws its episodes its own way (and loads its trace itself)
+        if "load" in params and self.load is not None and not math.isclose(params["load"], self.load):
+            raise ValueError(f"conflicting loads: the spec says load={params['load']}, the load argument says "
+                             f"{float(self.load)}")
+        if "jobs" in params and max_jobs_given is not None and params["jobs"] != max_jobs_given:
+            raise ValueError(f"conflicting job counts: the spec says jobs={params['jobs']}, the max_jobs argument "
+                             f"says {max_jobs_given}; give one of them")
+        self._episode_jobs(0)  # raises what reset() would; a real trace stays loaded
+
+    def _scaled_to_load(self, table: pd.DataFrame, load: float) -> pd.DataFrame:
+        """``table`` (checked) with its inter-arrival times scaled so that its offered load against
+        this cluster equals ``load``, as ``traces.load_trace`` scales a KIND:PATH trace: a job with
+        only iterations lasts iterations / its isolated throughput on its ``gpu_type`` (else the
+        canonical CSV's default), at the model's default batch size when it gives none. The
+        first arrival stays where it is."""
+        from traces import offered_load
+        from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
+        from traces.models import default_batch_size_fn, default_throughput_fn, estimated_durations
+
+        est = table
+        need_type = (est["gpu_type"] == "").to_numpy()
+        need_bs = ((est["model"] != "").to_numpy() & est["batch_size"].isna().to_numpy()
+                   & est["duration_s"].isna().to_numpy())
+        if need_type.any() or need_bs.any():
+            est = table.copy()
+            est.loc[need_type, "gpu_type"] = CANONICAL_DEFAULT_GPU_TYPE
+            if need_bs.any():
+                fn = default_batch_size_fn()
+                sizes = {}
+                for m in pd.unique(est.loc[need_bs, "model"]):
+                    try:
+                        sizes[m] = int(fn(m))
+                    except Exception as e:  # noqa: BLE001 -- say which model
+                        raise ValueError(f"{_TABLE_ORIGIN}: no default batch size for model {m!r}: {e}") from None
+                est.loc[need_bs, "batch_size"] = est.loc[need_bs, "model"].map(sizes).astype("Int64")
+        tfn = default_throughput_fn() if est["duration_s"].isna().any() else None
+        try:
+            d = estimated_durations(est, tfn)
+        except ValueError as e:
+            raise ValueError(f"{_TABLE_ORIGIN}: cannot scale to load={load}: {e}") from None
+        if np.isnan(d).any():
+            first = est["job_id"].iloc[int(np.flatnonzero(np.isnan(d))[0])]
+            raise ValueError(f"{_TABLE_ORIGIN}: cannot scale to load={load}: {int(np.isnan(d).sum())} job(s) have no "
+                             f"duration_s and no model to estimate one from iterations (first: job_id {first})")
+        before = offered_load(est, self.cluster.num_gpus, d)
+        if not np.isfinite(before):
+            raise ValueError(f"{_TABLE_ORIGIN}: cannot scale to load={load}: all jobs arrive at the same time")
+        a = table["arrival_s"].to_numpy(dtype=np.float64)
+        a0 = float(a.min())
+        out = table.copy()
+        out["arrival_s"] = a0 + (a - a0) * (before / load)
+        return out
+
     # ------------------------------------------------------------------ episode jobs
     def _episode_jobs(self, seed: int) -> pd.DataFrame:
         if isinstance(self.trace, pd.DataFrame):
-            df = self.trace
+            df = self._full_trace  # the checked table (rescaled when load is given)
         else:
             spec = str(self.trace)
             from traces import load_trace
             if spec.split(":", 1)[0] == "synthetic":
                 opts = spec.split(":", 1)[1] if ":" in spec else ""
                 parts = [p for p in opts.split(",") if p]
-                keys = {p.split("=", 1)[0] for p in parts}
+                keys = {p.split("=", 1)[0].strip() for p in parts}
                 if "jobs" not in keys:
                     parts.append(f"jobs={self.max_jobs}")
                 if "load" not in keys and self.load is not None:
@@ -173,8 +336,10 @@ class JigsawClusterEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self.sim.done:
             raise RuntimeError("the episode is over; call reset()")
+        if type(action) is not int:
+            action = self._action_index(action)
         info: dict[str, Any] = {}
-        decoded = self.codec.decode(action) if 0 <= int(action) < self.codec.n else None
+        decoded = self.codec.decode(action) if 0 <= action < self.codec.n else None
         kind = decoded[0] if decoded is not None else "invalid"
         if kind == "invalid" and self.invalid_action == "raise":
             raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")  # nothing changed
@@ -217,6 +382,21 @@ class JigsawClusterEnv(gym.Env):
             info["episode_metrics"] = self.sim.metrics()
         obs = self._obs()
         return obs, float(reward), terminated, truncated, info
+
+    def _action_index(self, action: Any) -> int:
+        """The action as an int: Python and numpy integers and 0-d integer arrays (what
+        ``Discrete.contains`` takes). Anything else raises InvalidAction naming the action and
+        the valid range, whatever ``invalid_action`` says (nothing has changed)."""
+        if isinstance(action, np.ndarray) and action.ndim == 0 and action.dtype.kind in "iu":
+            return int(action)
+        if _is_int(action):
+            return int(action)
+        hint = ""
+        if isinstance(action, np.ndarray) and action.size == 1 and action.dtype.kind in "iu":
+            hint = "; pass the scalar (action.item()), not a 1-element array"
+        got = _shown(action) if isinstance(action, np.ndarray) else f"{type(action).__name__} {_shown(action)}"
+        raise InvalidAction(f"action must be an integer in 0..{self.codec.n - 1} (a Python or numpy integer, or a "
+                            f"0-d integer array), got {got}{hint}")
 
     def render(self):
         if self.render_mode != "ansi":

@@ -19,6 +19,11 @@ OUT gets metrics.csv (agent, seed, load, eta, efficiency_form and every metric o
 section 5), report.html (self-contained: PNGs embedded), metadata.json, and per run
 ``runs/<agent>/[<condition>/]<seed>/{jobs,rounds,cluster}.csv``. A summary table goes to stdout.
 docs/evaluation.md explains the report.
+
+A run that fails (e.g. a diverged model's NaN logits) does not throw the others away: every run
+finishes, the finished ones are written as above, metadata.json lists the failed ones under
+``failed_runs`` (agent, seed, load, eta, the error) and report.html shows them at the top; then
+the command exits with status 2 and one line naming the failed agents and the first error.
 """
 from __future__ import annotations
 
@@ -162,13 +167,14 @@ def parse_agents(text: str) -> list[AgentSpec]:
 def training_splits(args, specs: list[AgentSpec]) -> dict[str, frozenset[int]]:
     """For each learned agent trained on the very trace file being evaluated: the job ids of its
     training split (``agents.rl_env.training_job_ids``)."""
+    from agents.rl import read_run_config
     from agents.rl_env import same_trace_file, training_job_ids
 
     out: dict[str, frozenset[int]] = {}
     for s in specs:
         if s.kind != "learned":
             continue
-        cfg = json.loads((Path(s.ref) / "config.json").read_text())
+        cfg = read_run_config(s.ref)
         if not same_trace_file(str(cfg["env"].get("trace")), args.trace or "synthetic"):
             continue
         ids = training_job_ids(cfg)
@@ -288,7 +294,7 @@ def run_task(task: Task) -> dict:
         from agents.rl import LearnedAgent
         agent = _WORKER_CACHE.get(("learned", task.agent.ref))
         if agent is None:
-            agent = _WORKER_CACHE[("learned", task.agent.ref)] = LearnedAgent(task.agent.ref)
+            agent = _WORKER_CACHE[("learned", task.agent.ref)] = LearnedAgent(task.agent.ref, name=task.agent.label)
         env = agent.make_env(cluster_kwargs=task.cluster_kwargs, sim_config=task.sim_config)
         sim = agent.play(env, task.jobs, seed=task.seed)
     m = sim.metrics()
@@ -445,7 +451,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     learned = {}
     for s in specs:
         if s.kind == "learned":
-            agent = LearnedAgent(s.ref)
+            agent = LearnedAgent(s.ref, name=s.label)
             agent.check_compatible(EvalSpaces(args.window_k, args.spb_levels, args.spb_slots))
             learned[s.label] = describe(agent)
     loads: list[float | None] = list(args.load) if args.load else [None]
@@ -487,10 +493,17 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                     d = out / "runs" / spec.label / cond / str(seed) if cond else out / "runs" / spec.label / str(seed)
                     tasks.append(Task(spec, seed, _nominal_load(args, load), eta, str(d), jobs, cluster_kwargs, cfg,
                                       tables, info["digest"], info["offered_load"]))
-    rows = _run_tasks(tasks, args.workers, bool(args.progress))
-    for r, t in zip(rows, tasks):
-        r["run_dir"] = os.path.relpath(t.out_dir, out)
-    df = metrics_frame(rows, [s.label for s in specs])
+    results = _run_tasks(tasks, args.workers, bool(args.progress))
+    rows, failures = [], []
+    for res, t in zip(results, tasks):
+        if isinstance(res, RunFailure):
+            failures.append(res)
+            continue
+        res["run_dir"] = os.path.relpath(t.out_dir, out)
+        rows.append(res)
+    # the runs that finished are written whatever happened to the others (a failed run is listed
+    # in metadata.json "failed_runs" and at the top of report.html)
+    df = metrics_frame(rows, [s.label for s in specs]) if rows else pd.DataFrame(columns=LEAD_COLUMNS + ["run_dir"])
     df.to_csv(out / "metrics.csv", index=False)
 
     job_frames = [j for j, _ in sets.values()]
@@ -529,25 +542,95 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         "cluster": {**cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
         "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(base_cfg).items()},
         "workers": args.workers,
+        "runs": {"total": len(tasks), "finished": len(rows), "failed": len(failures)},
+        "failed_runs": [asdict(f) for f in failures],
         "wall_s": time.perf_counter() - t_start,
     }
     (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    from .report import write_report
-    write_report(out, df, meta, specs)
+    if rows:
+        from .report import write_report
+        write_report(out, df, meta, specs)  # failed runs first (meta["failed_runs"])
     meta["wall_s"] = time.perf_counter() - t_start
     (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    if failures:
+        raise RunsFailed(df, meta, out, failures, len(tasks))
     return df, meta, out
 
 
-def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict]:
+# ----------------------------------------------------------------------------------------------- failed runs
+@dataclass(frozen=True)
+class RunFailure:
+    """One (agent, seed, load, eta) run that raised: what metadata.json "failed_runs" lists."""
+    agent: str
+    ref: str              # scheduler name or RUN_DIR
+    seed: int
+    load: float | None
+    eta: float | None
+    error: str            # one line: "agent A (RUN_DIR), seed S: what went wrong"
+    error_type: str
+    traceback: str | None  # for an unexpected exception (a bug), not for a user error
+
+
+class RunsFailed(ValueError):
+    """Some runs of an evaluation failed; the others are written (metrics.csv, metadata.json,
+    report.html). ``str()`` is one line naming the failed agents and the first error."""
+
+    def __init__(self, frame: pd.DataFrame, meta: dict, out: Path, failures: list[RunFailure], total: int):
+        self.frame, self.meta, self.out, self.failures, self.total = frame, meta, out, failures, total
+        agents = list(dict.fromkeys(f.agent for f in failures))
+        done = total - len(failures)
+        where = (f"the {done} finished run{'s are' if done != 1 else ' is'} written to {out} (metrics.csv, report.html; "
+                 f"metadata.json lists every failed run)" if done else
+                 f"no run finished; {out}/metadata.json lists every failed run")
+        first = "first: " if len(failures) > 1 else ""
+        super().__init__(f"{len(failures)} of {total} runs failed (agent{'s' if len(agents) > 1 else ''} "
+                         f"{', '.join(agents)}); {first}{failures[0].error}; {where}")
+
+
+def _failure(task: Task, e: BaseException, show_load: bool = False) -> RunFailure:
+    """The failure of ``task``: its error as one line that names the agent and the seed (and the
+    load when ``show_load``, the eta when it is swept)."""
+    import traceback
+
+    from .cli import error_line
+
+    who = f"agent {task.agent.label}" + (f" ({task.agent.ref})" if task.agent.kind == "learned" else "")
+    line = error_line(e)
+    if line.startswith(who + ":"):  # LearnedAgent names itself the same way
+        line = line[len(who) + 1:].strip()
+    user_error = isinstance(e, (ValueError, OSError))
+    if not user_error:
+        line = f"{type(e).__name__}: {line}"
+    where = f"{who}, seed {task.seed}"
+    if show_load and task.load is not None:
+        where += f", load {task.load:g}"
+    if task.eta is not None:
+        where += f", eta {task.eta:g}"
+    tb = None
+    if not user_error:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        cause = e.__cause__  # a worker's traceback (concurrent.futures' _RemoteTraceback)
+        if cause is not None and type(cause).__name__ == "_RemoteTraceback":
+            tb = str(cause) + "\n" + tb
+    return RunFailure(task.agent.label, task.agent.ref, task.seed, task.load, task.eta, f"{where}: {line}",
+                      type(e).__name__, tb)
+
+
+def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | RunFailure]:
+    """Every task's metrics row, or its :class:`RunFailure` when it raised (the other tasks go
+    on: one agent's failure does not throw away the others' runs)."""
     from tqdm.auto import tqdm
     bar = tqdm(total=len(tasks), unit="run", desc="evaluating", disable=not progress, file=sys.stderr)
-    rows: list[dict | None] = [None] * len(tasks)
+    rows: list[dict | RunFailure | None] = [None] * len(tasks)
+    show_load = len({t.load for t in tasks}) > 1
     try:
         if workers <= 1 or len(tasks) == 1:
             _init_worker(tasks[0].tables if tasks else None)
             for i, t in enumerate(tasks):
-                rows[i] = run_task(t)
+                try:
+                    rows[i] = run_task(t)
+                except Exception as e:  # noqa: BLE001 -- recorded, named, and raised after the others
+                    rows[i] = _failure(t, e, show_load)
                 bar.update(1)
         else:
             import multiprocessing as mp
@@ -557,7 +640,10 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict]:
                 futs = {ex.submit(run_task, t): i for i, t in enumerate(tasks)}
                 try:
                     for f in as_completed(futs):
-                        rows[futs[f]] = f.result()
+                        try:
+                            rows[futs[f]] = f.result()
+                        except Exception as e:  # noqa: BLE001 -- a worker's error (or a broken pool)
+                            rows[futs[f]] = _failure(tasks[futs[f]], e, show_load)
                         bar.update(1)
                 except BaseException:
                     for f in futs:
@@ -569,8 +655,15 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict]:
 
 
 def run(args) -> int:
-    df, meta, out = evaluate(args)
     from .report import print_summary
+    try:
+        df, meta, out = evaluate(args)
+    except RunsFailed as e:  # the finished runs are written: show them, then the one-line error
+        if len(e.frame):
+            print_summary(e.frame, e.meta)
+            print(f"wrote {e.out / 'metrics.csv'}, {e.out / 'report.html'}, {e.out / 'metadata.json'} "
+                  f"({e.total - len(e.failures)} of {e.total} runs)")
+        raise
     print_summary(df, meta)
     print(f"wrote {out / 'metrics.csv'}, {out / 'report.html'}, {out / 'metadata.json'}")
     return 0

@@ -300,6 +300,23 @@ def _meta_html(meta: dict) -> str:
     return f"<table>{rows}</table>"
 
 
+def _failed_runs_html(meta: dict) -> list[str]:
+    """The runs that raised (``meta["failed_runs"]``, written by ``jigsaw evaluate``), first in the
+    report: the summary and the figures cover only the runs that finished."""
+    failed = meta.get("failed_runs") or []
+    if not failed:
+        return []
+    total = (meta.get("runs") or {}).get("total", "?")
+    rows = "".join(f"<tr><td>{html.escape(str(f['agent']))}</td><td>{f['seed']}</td>"
+                   f"<td>{'' if f.get('load') is None else format(f['load'], 'g')}</td>"
+                   f"<td>{'table' if f.get('eta') is None else format(f['eta'], 'g')}</td>"
+                   f"<td>{html.escape(str(f['error']))}</td></tr>" for f in failed)
+    return [f"<h2>Failed runs</h2><p class=note><b>{len(failed)} of {total} runs failed</b>; the summary and the "
+            f"figures below cover only the runs that finished (metadata.json lists the failures under "
+            f"failed_runs).</p><table><tr><th>agent</th><th>seed</th><th>load</th><th>eta</th><th>error</th></tr>"
+            f"{rows}</table>"]
+
+
 def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     """Write OUT/report.html (and OUT/figures/*.png); return the report's path."""
     out = Path(out)
@@ -349,6 +366,7 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     cond += f", eta {base_eta}"
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>jigsaw evaluation</title><style>{CSS}</style></head><body>",
              "<h1>jigsaw evaluation</h1>",
+             *_failed_runs_html(meta),
              f"<p>{len(agents)} agents × {df['seed'].nunique()} seeds"
              + (f" × {len(loads)} loads" if len(loads) > 1 else "") + (f" × {len(etas)} eta values" if len(etas) > 1 else "")
              + f" on the same job sets; {meta['cluster']['num_gpus']} GPUs. Efficiency form: "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import time as _time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -105,44 +106,107 @@ CLUSTER_COLUMNS = ["round", "start_s", "end_s", "active", "queued", "running", "
                    "finished"] + [f"level{l}" for l in range(8)]
 
 
-def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = False) -> list[JobState]:
-    """Job states from a canonical job table (traces/). Jobs without ``iterations`` get
+#: the job-table columns the simulator reads; they are validated with the trace loaders' rules
+#: (traces.schema.validate_jobs). Other columns of a job table are ignored.
+_TABLE_COLUMNS = ("job_id", "arrival_s", "num_gpus", "duration_s", "iterations", "model", "batch_size", "gpu_type")
+#: what an integer column must hold (checked before validate_jobs, which cannot see huge values)
+_INTEGER_COLUMNS = {"job_id": "must be an integer", "num_gpus": "must be an integer >= 1",
+                    "batch_size": "must be an integer >= 1 (or empty)"}
+_EXPECTED = {"job_id": "an integer", "arrival_s": "a finite number >= 0", "num_gpus": "an integer >= 1"}
+_NUMPY_REPR = re.compile(r"\bnp\.[a-z_]+\d*\((.*?)\)")
+
+
+def _table_error(message: str) -> ValueError:
+    """validate_jobs' message, readable: numpy scalars shown as plain values (``nan``, not
+    ``np.float64(nan)``) and a missing value's expected content named."""
+    message = _NUMPY_REPR.sub(r"\1", message)
+    m = re.search(r": column '([^']+)': .*: missing value, got ", message)
+    if m and m.group(1) in _EXPECTED:
+        message += f"; expected {_EXPECTED[m.group(1)]}"
+    return ValueError(message)
+
+
+def check_job_table(df: pd.DataFrame, origin: str = "job table") -> pd.DataFrame:
+    """Validate a job table with the trace loaders' rules (:func:`traces.schema.validate_jobs`)
+    and return the columns the simulator reads (:data:`_TABLE_COLUMNS`), normalized as the
+    loaders normalize them (numeric dtypes, "" for a missing model, <NA> for a missing batch
+    size), rows in the table's own order. ValueError naming ``origin``, the column, the job and
+    what was expected; the table itself is not changed."""
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{origin}: expected a pandas DataFrame, got {type(df).__name__}")
+    if len(df) == 0:
+        raise ValueError(f"{origin}: the trace has no jobs (empty job table)")
+    for col in ("job_id", "arrival_s", "num_gpus"):
+        if col not in df.columns:
+            raise ValueError(f"{origin} is missing column {col!r} (it needs job_id, arrival_s, num_gpus, model and "
+                             f"iterations or duration_s; it has {[str(c) for c in df.columns]})")
+    cols = [c for c in _TABLE_COLUMNS if c in df.columns]
+    twice = sorted({str(c) for c in df.columns[df.columns.duplicated()] if c in cols})
+    if twice:
+        raise ValueError(f"{origin}: column(s) {twice} appear more than once")
+    sub = df[cols]
+    for c, what in _INTEGER_COLUMNS.items():
+        # an integer dtype holds only integers; floats and text may hold inf or values past int64
+        if c in sub.columns and not pd.api.types.is_integer_dtype(sub[c].dtype):
+            v = pd.to_numeric(sub[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            bad = np.abs(v) >= 2.0 ** 53  # NaN compares False: validate_jobs names it
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                jid = sub["job_id"].iloc[i] if c != "job_id" else f"at row {i}"
+                raise _table_error(f"{origin}: column '{c}': job_id {jid}: {what}, got {sub[c].iloc[i]!r}")
+    from traces.schema import validate_jobs  # traces imports the simulator's package lazily; keep it so
+
+    try:
+        out = validate_jobs(sub, origin=origin)
+    except ValueError as e:
+        raise _table_error(str(e)) from None
+    # validate_jobs sorts by arrival (stably); put the rows back in the table's order
+    arr = pd.to_numeric(sub["arrival_s"]).to_numpy(dtype=np.float64)
+    order = np.argsort(arr, kind="stable")
+    if not np.array_equal(order, np.arange(len(order))):
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        out = out.iloc[inv].reset_index(drop=True)
+    return out[list(_TABLE_COLUMNS)]
+
+
+def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = False,
+                    origin: str = "job table") -> list[JobState]:
+    """Job states from a canonical job table (traces/), validated first (:func:`check_job_table`;
+    errors name ``origin``, the row, the job and the field). Jobs without ``iterations`` get
     ``duration_s`` x the isolated full-backprop throughput on the cluster's main GPU type."""
     if df is None or len(df) == 0:
         raise ValueError("the trace has no jobs (empty job table)")
-    for col in ("job_id", "arrival_s", "num_gpus"):
-        if col not in df.columns:
-            raise ValueError(f"job table is missing column {col!r}")
+    t = check_job_table(df, origin)
     jobs = []
     gtype = cluster.main_gpu_type
-    iters = df["iterations"] if "iterations" in df.columns else pd.Series(np.nan, index=df.index)
-    dur = df["duration_s"] if "duration_s" in df.columns else pd.Series(np.nan, index=df.index)
-    models = df["model"] if "model" in df.columns else pd.Series("", index=df.index)
-    bss = df["batch_size"] if "batch_size" in df.columns else pd.Series(np.nan, index=df.index)
     tmp_costs = CostModel(cluster, SPBConfig())
-    for i, (jid, arr, ng, it, d, m, bs) in enumerate(zip(df["job_id"], df["arrival_s"], df["num_gpus"], iters, dur, models, bss)):
-        where = f"job table row {i} (job_id {jid})"
-        ng = int(ng)
-        if ng < 1:
-            raise ValueError(f"{where}: num_gpus must be >= 1, got {ng}")
+    checked: set[tuple[str, int]] = set()
+    bss = t["batch_size"].to_numpy(dtype=np.float64, na_value=np.nan).tolist()
+    rows = zip(t["job_id"].tolist(), t["arrival_s"].tolist(), t["num_gpus"].tolist(), t["iterations"].tolist(),
+               t["duration_s"].tolist(), t["model"].tolist(), bss)
+    for i, (jid, arr, ng, it, d, m, bs) in enumerate(rows):
+        where = f"{origin} row {i} (job_id {jid})"
         if ng > cluster.num_gpus:
             raise ValueError(f"{where}: needs {ng} GPUs but the cluster has {cluster.num_gpus}; cap GPUs per job (--max-gpus-per-job) or use a larger cluster")
-        if not isinstance(m, str) or not m:
+        if not m:
             raise ValueError(f"{where}: field 'model' is empty; map jobs to zoo models (traces map_models) first")
-        bs = int(bs) if pd.notna(bs) else default_batch_size(m)
-        get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
-        job = JobState(job_id=int(jid), arrival_s=0.0 if backlogged else float(arr), num_gpus=ng, model=m,
-                       batch_size=bs, iterations=float("nan"), duration_s=float(d) if pd.notna(d) else float("nan"))
-        if pd.notna(it) and float(it) > 0:
-            job.iterations = float(it)
-        elif pd.notna(d) and float(d) > 0:
-            job.iterations = max(1.0, float(d) / tmp_costs.isolated_iteration_s(job))
+        try:
+            bs = int(bs) if bs == bs else default_batch_size(m)
+            if (m, bs) not in checked:
+                get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
+                checked.add((m, bs))
+        except ValueError as e:
+            raise ValueError(f"{where}: field 'model' / 'batch_size': {e}") from None
+        job = JobState(job_id=jid, arrival_s=0.0 if backlogged else arr, num_gpus=ng, model=m,
+                       batch_size=bs, iterations=float("nan"), duration_s=d)
+        if it == it:  # validated: NaN or > 0
+            job.iterations = it
+        elif d == d:
+            job.iterations = max(1.0, d / tmp_costs.isolated_iteration_s(job))
         else:
             raise ValueError(f"{where}: needs iterations > 0 or duration_s > 0")
         jobs.append(job)
-    ids = [j.job_id for j in jobs]
-    if len(set(ids)) != len(ids):
-        raise ValueError("job table: job_id values must be unique")
     return jobs
 
 
@@ -330,6 +394,9 @@ class Simulator:
                 raise ValueError(f"job {j.job_id}: num_gpus must be an integer >= 1, got {j.num_gpus!r}")
             if not (np.isfinite(j.iterations) and j.iterations > 0):
                 raise ValueError(f"job {j.job_id}: iterations must be a finite number > 0, got {j.iterations!r}")
+            if not (isinstance(j.arrival_s, (int, float, np.integer, np.floating)) and math.isfinite(j.arrival_s)
+                    and j.arrival_s >= 0):
+                raise ValueError(f"job {j.job_id}: arrival_s must be a finite number >= 0, got {j.arrival_s!r}")
             key = (j.model, j.batch_size)
             hit = fit_cache.get(key)
             if hit is None:
@@ -890,6 +957,10 @@ class Simulator:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
         st = self.state
+        rs = self.config.round_s if self.config.round_s is not None else self.config.idle_round_s
+        if st.time_s + rs == st.time_s:  # checked before anything changes
+            raise ValueError(f"simulated time {st.time_s:.6g} s is too large for rounds of {rs:g} s: adding one round "
+                             f"does not change it in double precision (arrival or duration values far too large?)")
         ref = self._reference
         adopted = None
         if (ledger is not None and not ref and decision is not None and ledger.decision is decision

@@ -39,6 +39,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -174,41 +175,129 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _read_jobs(path: str):
+_JOB_COLUMNS = ("job_id", "model", "num_gpus", "iterations")
+
+
+def _job_records(p: Path) -> tuple[str, list[tuple[int, dict]]]:
+    """The rows of a job list as (where, [(number, {column: value})]). CSV: the values as text and
+    the number the row's line in the file (blank lines skipped, as rows, but counted); JSON (what
+    ``pandas.read_json`` reads): the values as read and the number the record's position (1-based)."""
+    import csv
+    import io
+
     import pandas as pd
 
+    if p.suffix == ".json":
+        try:
+            df = pd.read_json(p)
+        except ValueError as e:
+            raise ValueError(f"{p}: not a valid job list ({e})") from None
+        for col in _JOB_COLUMNS:
+            if col not in df.columns:
+                raise ValueError(f"{p}: missing column {col!r} (need job_id, model, num_gpus, iterations[, arrival_s])")
+        return "record", [(i + 1, r) for i, r in enumerate(df.to_dict("records"))]
+    try:
+        text = p.read_bytes().decode("utf-8-sig")  # utf-8-sig: a byte-order mark is not part of the header
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not a valid job list (not UTF-8 text: {e.reason} at byte {e.start})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    rows: list[tuple[int, dict]] = []
+    try:
+        for rec in reader:
+            line = reader.line_num  # the file line the record ends on (a record is one line here)
+            if not any(f.strip() for f in rec):
+                continue  # a blank line
+            if header is None:
+                header = [h.strip() for h in rec]
+                dup = sorted({h for h in header if header.count(h) > 1})
+                if dup:
+                    raise ValueError(f"{p}: line {line}: column {dup[0]!r} appears twice in the header; expected "
+                                     f"each column once")
+                for col in _JOB_COLUMNS:
+                    if col not in header:
+                        raise ValueError(f"{p}: missing column {col!r} (need job_id, model, num_gpus, "
+                                         f"iterations[, arrival_s])")
+                continue
+            if len(rec) != len(header):
+                raise ValueError(f"{p}: line {line}: expected {len(header)} fields ({', '.join(header)}), "
+                                 f"got {len(rec)}")
+            rows.append((line, {h: v.strip() for h, v in zip(header, rec)}))
+    except csv.Error as e:
+        raise ValueError(f"{p}: line {reader.line_num}: not a valid job list ({e})") from None
+    if header is None:
+        raise ValueError(f"{p}: empty file: expected a header line (job_id, model, num_gpus, iterations[, arrival_s])")
+    return "line", rows
+
+
+def _missing(v) -> bool:
+    """An empty CSV field, or a JSON record's null / NaN."""
+    return v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and v != v)
+
+
+def _to_int(v) -> int:
+    """An integer value, exactly: 3, "3", 3.0 or "3.0"; ValueError for 1.5, "1.5", "two", True, inf."""
+    import numpy as np
+
+    if isinstance(v, (bool, np.bool_)):
+        raise ValueError(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, str):
+        try:
+            d = Decimal(v)
+        except InvalidOperation:
+            raise ValueError(v) from None
+        if not d.is_finite() or d != d.to_integral_value():
+            raise ValueError(v)
+        return int(d)
+    f = float(v)  # TypeError for other values
+    if not f.is_integer():  # also inf and nan
+        raise ValueError(v)
+    return int(f)
+
+
+def _to_float(v) -> float:
+    import numpy as np
+
+    if isinstance(v, (bool, np.bool_)):
+        raise ValueError(v)
+    return float(v)
+
+
+def _read_jobs(path: str):
     from .live import LiveJob
 
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"job list is a folder, expected a CSV or JSON file: {p}")
     if not p.is_file():
         raise FileNotFoundError(f"job list not found: {p}")
-    try:
-        df = pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p)
-    except ValueError as e:
-        raise ValueError(f"{p}: not a valid job list ({e})") from None
-    for col in ("job_id", "model", "num_gpus", "iterations"):
-        if col not in df.columns:
-            raise ValueError(f"{p}: missing column {col!r} (need job_id, model, num_gpus, iterations[, arrival_s])")
+    unit, records = _job_records(p)
     out = []
-    for i, row in enumerate(df.to_dict("records")):
-        line = i + 2  # the header is line 1
+    for line, row in records:
 
         def conv(col, fn, what, default=None):
             v = row.get(col, default)
             try:
                 return fn(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"{p}: line {line}: column {col!r} must be {what}, got {v!r}") from None
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"{p}: {unit} {line}: column {col!r} must be {what}, got {v!r}") from None
 
-        kw = {k: row[k] for k in ("batch_size", "seed", "lr", "data") if k in row and row[k] == row[k]}
+        kw = {k: row[k] for k in ("batch_size", "seed", "lr", "data") if k in row and not _missing(row[k])}
         if "batch_size" in kw:
-            kw["batch_size"] = conv("batch_size", int, "an integer")
+            kw["batch_size"] = conv("batch_size", _to_int, "an integer")
         if "seed" in kw:
-            kw["seed"] = conv("seed", int, "an integer")
-        arrival = row.get("arrival_s", 0.0)
-        out.append(LiveJob(conv("job_id", int, "an integer"), str(row["model"]), conv("num_gpus", int, "an integer"),
-                           conv("iterations", float, "a number"),
-                           arrival_s=conv("arrival_s", float, "a number", 0.0) if arrival == arrival and arrival else 0.0,
+            kw["seed"] = conv("seed", _to_int, "an integer")
+        if "lr" in kw and isinstance(kw["lr"], str):
+            kw["lr"] = conv("lr", _to_float, "a number")
+        if "data" in kw:
+            kw["data"] = str(kw["data"])
+        arrival = row.get("arrival_s")
+        out.append(LiveJob(conv("job_id", _to_int, "an integer"), str(row["model"]),
+                           conv("num_gpus", _to_int, "an integer"),
+                           conv("iterations", _to_float, "a number"),
+                           arrival_s=0.0 if _missing(arrival) else conv("arrival_s", _to_float, "a number"),
                            **kw))
     return out
 

@@ -350,6 +350,33 @@ def random_inputs(d: int, a: int, n: int, rng: np.random.Generator, low: float =
     return obs, mask
 
 
+def max_opset() -> int:
+    """The highest ONNX opset this installation can export: torch's limit (``torch.onnx.export``
+    raises "Unsupported onnx_opset_version" above it) and the onnx package's, the lower."""
+    import onnx
+
+    top = onnx.defs.onnx_opset_version()
+    try:
+        from torch.onnx import _constants as c  # private, but where torch keeps its limits
+    except ImportError:  # pragma: no cover - a torch that moved it: the onnx package's limit alone
+        return int(top)
+    lim = getattr(c, "ONNX_MAX_OPSET", None)
+    return int(min(top, lim)) if isinstance(lim, int) else int(top)
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must name a file whose folder is (or can become) a folder: ValueError when it is
+    a folder itself, NotADirectoryError when a path above it is a file (mkdir would say only
+    "File exists")."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory; give a file name such as {out / 'policy.onnx'}")
+    for above in out.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise NotADirectoryError(f"--out {out}: {above} is a file, not a directory; give a path in a folder")
+            break
+
+
 def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: bool = False,
                   opset: int = DEFAULT_OPSET, check: int = 256, seed: int = 0) -> dict:
     """Export RUN_DIR's policy to ``out`` (default RUN_DIR/policy.onnx, policy-best.onnx with
@@ -363,10 +390,19 @@ def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: b
     except ImportError as e:
         raise ValueError(f"jigsaw export needs torch and onnx ({e.name} is not installed; "
                          f"pip install 'jigsaw[rl,executor]')") from None
+    top = max_opset()
+    if opset > top:
+        raise ValueError(f"--opset must be between {MIN_OPSET} and {top}, got {opset} ({top}: the highest opset "
+                         f"the installed torch and onnx export)")
+    rd = Path(run_dir)
+    if rd.exists() and not rd.is_dir():
+        raise NotADirectoryError(f"RUN_DIR {rd} is a file, not a directory: expected a training run folder "
+                                 f"(config.json, model.zip and vecnormalize.pkl, written by `jigsaw train`)")
+    if out is not None:
+        _check_out(Path(out))  # before the model is loaded
     run = load_run(run_dir, best=best)
     out = Path(out) if out is not None else run.run_dir / ("policy-best.onnx" if best else "policy.onnx")
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a directory; give a file name such as {out / 'policy.onnx'}")
+    _check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     d, a = int(run.config["spaces"]["observation_size"]), int(run.config["spaces"]["n_actions"])
 

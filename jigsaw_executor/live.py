@@ -1229,10 +1229,18 @@ class LiveExecutor:
             if snap is None:
                 raise ValueError(f"the hub of run {from_hub} holds no scheduler state")
         else:
+            from jigsaw_env.jsonfile import read_json_file
+
             p = out / "scheduler_state.json"
             if not p.is_file():
                 raise FileNotFoundError(f"no persisted scheduler state in {out} (scheduler_state.json)")
-            snap = json.loads(p.read_text())
+            try:
+                snap = read_json_file(p, "scheduler state")  # "{p}: not valid JSON (...)" for a damaged file
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
+            if not isinstance(snap, dict):
+                raise ValueError(f"{p}: expected a JSON object (a jigsaw live state), got "
+                                 f"{'null' if snap is None else type(snap).__name__}")
         if snap.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"{out}: not a jigsaw live state (format {snap.get('format')!r})")
         cfg = LiveConfig.from_dict(snap["config"])

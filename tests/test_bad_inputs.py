@@ -232,6 +232,47 @@ BUILDERS.update({
     "live_duplicate.csv": text_file(LIVE_HEADER + "0,tiny_mlp,1,100\n0,tiny_cnn,1,100\n"),
     "live_bad_gpus.csv": text_file(LIVE_HEADER + "0,tiny_mlp,1,100\n1,tiny_cnn,two,100\n"),
     "live_bad.json": text_file('[{"job_id": 0'),
+    "live_fraction_gpus.csv": text_file(LIVE_HEADER + "0,tiny_mlp,1.5,20\n"),
+    "live_fraction_id.csv": text_file(LIVE_HEADER + "0,tiny_mlp,1,20\n1.9,tiny_mlp,1,20\n"),
+    "live_blank_lines.csv": text_file(LIVE_HEADER + "\n0,tiny_mlp,1,20\n\n1,tiny_mlp,x,20\n"),
+    # deploy --resume folders
+    "resume_truncated": folder({"scheduler_state.json": '{"format": "jigsaw-live'}),
+    "resume_not_object": folder({"scheduler_state.json": "[1, 2]"}),
+    # canonical csv, read exactly
+    "jobs_huge_id.csv": text_file("job_id,arrival_s,num_gpus,duration_s\n99999999999999999999,0,1,100\n"),
+    "jobs_duplicate_column.csv": text_file("job_id,arrival_s,num_gpus,duration_s,arrival_s\n1,0,1,100,5\n"),
+    "jobs_bad.csv.gz": text_file("not gzip"),
+})
+
+
+def _table_edit(edit: Callable[[dict], None] | None = None, raw: str | None = None):
+    """A builder: a folder holding x.json, an edit of the shipped tiny_mlp V100 table (or ``raw``)."""
+    def build(dest: Path, _assets) -> None:
+        dest.mkdir()
+        if raw is not None:
+            (dest / "x.json").write_text(raw)
+            return
+        from jigsaw_env.cost_table import TABLES_DIR
+        d = json.loads((TABLES_DIR / "tiny_mlp-bs32-v100.json").read_text())
+        edit(d)
+        (dest / "x.json").write_text(json.dumps(d))
+    return build
+
+
+def _zero_times(d: dict) -> None:
+    d["optimizer_s"] = 0.0
+    for g in d["groups"]:
+        g["forward_s"] = g["backward_weight_s"] = g["backward_input_s"] = 0.0
+
+
+BUILDERS.update({
+    "tables_not_object": _table_edit(raw="5"),
+    "tables_bad_time": _table_edit(lambda d: d["groups"][0].update(forward_s="abc")),
+    "tables_negative_optimizer": _table_edit(lambda d: d.update(optimizer_s=-1)),
+    "tables_negative_memory": _table_edit(lambda d: d.update(fixed_memory_bytes=-1000000000000)),
+    "tables_zero_times": _table_edit(_zero_times),
+    "tables_groups_not_list": _table_edit(lambda d: d.update(groups=5)),
+    "tables_meta_list": _table_edit(lambda d: d.update(meta=[1, 2])),
 })
 
 
@@ -385,6 +426,18 @@ def _foreign_zip(d: Path) -> None:
         z.writestr("data", "not the stable-baselines3 data file")
 
 
+def _nan_weights(d: Path) -> None:
+    """A diverged model: every weight of the saved policy NaN."""
+    import torch
+    from stable_baselines3 import PPO
+
+    model = PPO.load(str(d / "model.zip"), device="cpu")
+    with torch.no_grad():
+        for t in model.policy.parameters():
+            t.fill_(float("nan"))
+    model.save(str(d / "model.zip"))
+
+
 def _layout_k5(cfg: dict) -> None:
     from agents.rl import spaces_signature
     cfg["spaces"] = spaces_signature(5, 3, 4)
@@ -412,6 +465,13 @@ BUILDERS.update({
     "policy_tampered.onnx": copy_of("policy_tampered"),
     "policy_not_jigsaw.onnx": copy_of("policy_not_jigsaw"),
     "policy_garbage.onnx": text_file("this is not a protobuf\n"),
+    "train_run": copy_of("train_run"),
+    "train_run_no_sampling": copy_of("train_run", _config(lambda c: c.pop("sampling"))),
+    "train_run_spaces_empty": copy_of("train_run", _config(lambda c: c.update(spaces={}))),
+    "run_config_null": copy_of("run_ppo", lambda d: (d / "config.json").write_text("null\n")),
+    "run_config_env_list": copy_of("run_ppo", _config(lambda c: c.update(env=[]))),
+    "run_config_spaces_text": copy_of("run_ppo", _config(lambda c: c.update(spaces="x"))),
+    "run_nan": copy_of("run_ppo", _nan_weights),
     "policy_truncated.onnx": copy_of("policy_ok", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
 })
 

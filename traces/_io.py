@@ -9,6 +9,8 @@ import csv
 import gzip
 import io
 import re
+import zlib
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,8 +32,13 @@ def read_text(path: str | Path) -> str:
         raise FileNotFoundError(f"trace path is a directory, expected a file: {p}")
     data = p.read_bytes()
     if p.suffix == ".gz":
-        data = gzip.decompress(data)
-    return data.decode("utf-8", errors="replace")
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; a cut file is an EOFError
+            raise ValueError(f"{p}: not a valid gzip file ({e}); expected gzip-compressed text (or drop the .gz "
+                             f"suffix for plain text)") from None
+    # utf-8-sig: a leading byte-order mark (Excel's "CSV UTF-8" export) is not part of the first column's name
+    return data.decode("utf-8-sig", errors="replace")
 
 
 @dataclass
@@ -70,6 +77,13 @@ def read_delimited(path: str | Path, bad: BadRows, *, sep: str = ",", columns: S
                                    "empty file: expected a header line", hint=False)
         h = int(data_idx[0])
         names = [c.strip() for c in (_split_csv_line(lines[h], sep) if quoting else lines[h].split(sep))]
+        seen: dict[str, int] = {}
+        for k, c in enumerate(names):
+            if c in seen:
+                raise TraceFormatError(path, h + 1, c, f"column appears twice in the header (columns {seen[c] + 1} "
+                                       f"and {k + 1}); expected each column once", detail=f"the header has {names}",
+                                       hint=False)
+            seen[c] = k
         for r in required:
             if r not in names:
                 raise TraceFormatError(path, h + 1, r, "missing column in the header",
@@ -137,23 +151,92 @@ def read_delimited(path: str | Path, bad: BadRows, *, sep: str = ",", columns: S
 # vectorized field parsing
 
 
-def parse_number(s: pd.Series, lines: np.ndarray, bad: BadRows, field: str, *, required: bool = True,
-                 integer: bool = False, allow_negative: bool = False) -> np.ndarray:
-    """Parse a text column as float64 (NaN where empty). Reports non-numeric, missing (when
-    ``required``), non-integer (when ``integer``) and negative values as bad rows."""
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_FLOAT_EXACT = 2.0 ** 53  # every integer below this (in magnitude) is exact in a float64
+# a number written in <= 15 characters has <= 15 significant digits, so its float64 is a whole number
+# exactly when the text is one; longer texts ("5.0000000000000001") are decided from the text
+_SHORT_TEXT = 15
+
+
+def _parse(s: pd.Series, lines: np.ndarray, bad: BadRows, field: str, required: bool, integer: bool,
+           allow_negative: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The shared body of :func:`parse_number` and :func:`parse_integer`: (float64 values, exact
+    int64 values, mask of rows with a valid integer); the last two are None unless ``integer``."""
     st = s.str.strip()
-    x = pd.to_numeric(st, errors="coerce").to_numpy(dtype=np.float64, copy=True)
+    num = pd.to_numeric(st, errors="coerce")
+    if not integer:
+        x = num.to_numpy(dtype=np.float64, copy=True)
+    elif num.dtype.kind == "i":
+        # every value a plain integer literal that fits int64 (pandas read them exactly): the fast path
+        exact = num.to_numpy(dtype=np.int64, copy=True)
+        x = exact.astype(np.float64)
+        if not allow_negative:
+            bad.add_mask(exact < 0, lines, field, f"negative {field}", st)
+        return x, exact, np.ones(len(x), dtype=bool) if allow_negative else exact >= 0
+    else:
+        x = num.to_numpy(dtype=np.float64, copy=True)
     empty = (st == "").to_numpy()
     nonnum = (~np.isfinite(x)) & ~empty
     bad.add_mask(nonnum, lines, field, f"non-numeric {field}", st)
     if required:
         bad.add_mask(empty, lines, field, f"missing {field}")
     x[nonnum] = np.nan
+    exact = ok = None
     if integer:
-        bad.add_mask(np.isfinite(x) & (x != np.floor(x)), lines, field, f"non-integer {field}", st)
+        finite = np.isfinite(x)
+        # a float64 cannot tell 9007199254740993 from ...992, nor 2**63 - 1 from 2**63: decide those
+        # rows (large values, and long texts that may hide a fraction) from the text, exactly
+        slow = finite & (np.abs(x) >= _FLOAT_EXACT)
+        if finite.any() and not slow.all():
+            long_text = st.str.len().to_numpy(dtype=np.float64, na_value=0.0) > _SHORT_TEXT
+            slow |= finite & long_text
+        fast = finite & ~slow
+        nonint = fast & (x != np.floor(x))
+        exact = np.zeros(len(x), dtype=np.int64)
+        ok = fast & ~nonint
+        exact[ok] = x[ok].astype(np.int64)
+        out_of_range = np.zeros(len(x), dtype=bool)
+        texts = st.to_numpy(dtype=object)
+        for k in np.flatnonzero(slow):
+            try:
+                d = Decimal(str(texts[k]))
+            except InvalidOperation:  # pragma: no cover - pandas read it as a number
+                nonint[k] = True
+                continue
+            if d != d.to_integral_value():
+                nonint[k] = True
+            elif not _INT64_MIN <= int(d) <= _INT64_MAX:
+                out_of_range[k] = True
+            else:
+                exact[k] = int(d)
+                ok[k] = True
+        bad.add_mask(nonint, lines, field, f"non-integer {field}", st)
+        bad.add_mask(out_of_range, lines, field, "integer out of range", st)
     if not allow_negative:
-        bad.add_mask(x < 0, lines, field, f"negative {field}", st)
-    return x
+        neg = x < 0
+        bad.add_mask(neg, lines, field, f"negative {field}", st)
+        if ok is not None:
+            ok &= ~neg
+    return x, exact, ok
+
+
+def parse_number(s: pd.Series, lines: np.ndarray, bad: BadRows, field: str, *, required: bool = True,
+                 integer: bool = False, allow_negative: bool = False) -> np.ndarray:
+    """Parse a text column as float64 (NaN where empty). Reports non-numeric, missing (when
+    ``required``), non-integer and out-of-int64-range (when ``integer``, both decided exactly from
+    the text) and negative values as bad rows."""
+    return _parse(s, lines, bad, field, required, integer, allow_negative)[0]
+
+
+def parse_integer(s: pd.Series, lines: np.ndarray, bad: BadRows, field: str, *, required: bool = True,
+                  allow_negative: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a text column of integers exactly (a float64 would turn 9007199254740993 into
+    ...992): (int64 values, mask of the rows that hold a valid integer; their value is 0 elsewhere).
+    Reports the bad rows as :func:`parse_number` with ``integer=True`` does, among them values
+    outside the int64 range ("integer out of range")."""
+    _, exact, ok = _parse(s, lines, bad, field, required, True, allow_negative)
+    assert exact is not None and ok is not None
+    return exact, ok
 
 
 _MISSING_TIME = ("", "none", "null", "nan", "nat")

@@ -75,7 +75,19 @@ def build_jobs(kind: str, path: str, bad: BadRows, *, rows_read: int, arrival: n
         data[k] = _text(v, n)
     df = pd.DataFrame(data)
     if job_id is not None:
-        df.insert(0, "job_id", np.asarray(job_id, dtype=np.int64))
+        ids = np.asarray(job_id)
+        if ids.dtype.kind not in "iu":  # floats (or objects): no silent rounding or wrap-around in the cast
+            f = np.asarray(ids, dtype=np.float64)
+            wrong = ~np.isfinite(f) | (f != np.floor(f)) | (f < -(2.0 ** 63)) | (f >= 2.0 ** 63)
+            if wrong.any():
+                k = int(np.flatnonzero(wrong)[0])
+                raise ValueError(f"{kind}:{path}: column 'job_id': job #{k}: expected an integer in the int64 range, "
+                                 f"got {ids[k]!r}")
+        elif ids.dtype.kind == "u" and ids.size and int(ids.max()) > 2 ** 63 - 1:
+            k = int(np.argmax(ids))
+            raise ValueError(f"{kind}:{path}: column 'job_id': job #{k}: expected an integer in the int64 range, "
+                             f"got {ids[k]!r}")
+        df.insert(0, "job_id", ids.astype(np.int64))
     keep = np.ones(n, dtype=bool)
     filtered: dict[str, int] = {}
     for reason, mask in (drop or {}).items():

@@ -40,8 +40,10 @@ DEFAULT_SYNTHETIC_GPUS = 64
 
 
 def data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA``, else ``<project root>/../shared/data``."""
-    return Path(os.environ.get("JIGSAW_DATA", str(PROJECT_ROOT.parent / "shared" / "data")))
+    """The reference data folder: ``$JIGSAW_DATA``, else ``<project root>/../shared/data`` (an
+    empty or blank ``JIGSAW_DATA`` counts as unset, as ``jigsaw_env.table_builder.data_dir`` does)."""
+    env = os.environ.get("JIGSAW_DATA", "").strip()
+    return Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"
 
 
 @dataclass
@@ -177,8 +179,10 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     for name, v in (("cluster_gpus", cluster_gpus), ("max_gpus", max_gpus), ("sample", sample),
                     ("max_jobs", max_jobs)):
         _check_positive(name, v)
-    if load_scale is not None and not load_scale > 0:
-        raise ValueError(f"load must be > 0, got {load_scale}")
+    if load_scale is not None and not (load_scale > 0 and math.isfinite(load_scale)):
+        raise ValueError(f"load must be a finite number > 0, got {load_scale}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if window is not None:
         lo, hi = float(window[0]), float(window[1])
         if not hi > lo:
@@ -337,7 +341,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     ``--gpu-type`` (dest ``trace_gpu_type``) is the GPU type the *trace* ran on. A command whose
     own ``--gpu-type`` means the simulated cluster's GPUs may add it after this call: it then owns
     ``--gpu-type`` and the trace's type stays reachable as ``--trace-gpu-type``."""
-    from jigsaw_env.cli_args import positive_float, positive_int  # one wording for every command
+    from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int  # one wording for every command
 
     have = set(getattr(parser, "_option_string_actions", {}))
     g = parser.add_argument_group("trace options")
@@ -353,7 +357,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
          help="keep the first N jobs by arrival")
     addg("--sample", type=positive_int("--sample"), default=None, metavar="N",
          help="keep a seeded random sample of N jobs")
-    addg("--seed", type=int, default=0, help="seed for sampling, model mapping and synthetic traces (default 0)")
+    addg("--seed", type=non_negative_int("--seed"), default=0, help="seed for sampling, model mapping and synthetic traces (default 0)")
     addg("--load", type=positive_float("--load"), default=None, metavar="X",
          help="offered load: synthetic target; real traces: scale inter-arrival times so "
               "sum(num_gpus*duration)/(GPUs*arrival span) = X")

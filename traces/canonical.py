@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from ._io import parse_number, read_delimited
+from ._io import parse_integer, parse_number, read_delimited
 from ._loader import LoaderResult, build_jobs
 from .schema import CANONICAL_COLUMNS, SOURCE_PREFIXES, STATUSES, BadRows, TraceFormatError, _is_source_column
 
@@ -29,10 +30,14 @@ def load_canonical_csv(path: str | Path, *, skip_bad_rows: bool = False) -> Load
         raise TraceFormatError(path, 1, "duration_s", "the header needs a duration_s or an iterations column",
                                hint=False)
     n = len(df)
-    jid = parse_number(df["job_id"], ln, bad, "job_id", integer=True, allow_negative=True) if "job_id" in cols else None
-    if jid is not None:
-        bad.add_mask(df["job_id"].str.strip().duplicated().to_numpy() & ~np.isnan(jid), ln, "job_id",
-                     "duplicate job_id", df["job_id"])
+    jid = None
+    if "job_id" in cols:
+        # exactly (int64): a float64 would merge 9007199254740992 and ...993 and wrap ids beyond 2**63
+        jid, jid_ok = parse_integer(df["job_id"], ln, bad, "job_id", allow_negative=True)
+        dup = np.zeros(n, dtype=bool)
+        ok_rows = np.flatnonzero(jid_ok)
+        dup[ok_rows] = pd.Series(jid[ok_rows]).duplicated().to_numpy()
+        bad.add_mask(dup, ln, "job_id", "duplicate job_id", df["job_id"])
     arr = parse_number(df["arrival_s"], ln, bad, "arrival_s")
     gpus = parse_number(df["num_gpus"], ln, bad, "num_gpus", integer=True)
     dur = parse_number(df["duration_s"], ln, bad, "duration_s", required=False) if "duration_s" in cols else np.full(n, np.nan)

@@ -154,6 +154,8 @@ def _fail(origin: str, column: str, df: pd.DataFrame, mask: np.ndarray, what: st
     idx = np.flatnonzero(mask)[0]
     jid = df["job_id"].iloc[idx] if "job_id" in df.columns else idx
     val = df[column].iloc[idx]
+    if isinstance(val, np.generic):  # 1e+20, not np.float64(1e+20)
+        val = val.item()
     raise ValueError(f"{origin}: column '{column}': job_id {jid}: {what}, got {val!r}")
 
 
@@ -212,6 +214,15 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>") -> pd.DataFrame:
     bad = jid != np.floor(jid)
     if bad.any():
         _fail(origin, "job_id", out, bad, "must be an integer")
+    kind = out["job_id"].dtype.kind
+    if kind not in "iu":  # float ids: no silent wrap-around in the int64 cast (integer dtypes are exact)
+        bad = ~np.isfinite(jid) | (jid < -(2.0 ** 63)) | (jid >= 2.0 ** 63)
+        if bad.any():
+            _fail(origin, "job_id", out, bad, "integer out of range (expected -2**63 .. 2**63-1)")
+    elif kind == "u":
+        bad = out["job_id"].to_numpy() > np.uint64(2 ** 63 - 1)
+        if bad.any():
+            _fail(origin, "job_id", out, bad, "integer out of range (expected -2**63 .. 2**63-1)")
     out["job_id"] = out["job_id"].astype(np.int64)
     dup = out["job_id"].duplicated().to_numpy()
     if dup.any():
@@ -222,7 +233,7 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>") -> pd.DataFrame:
         _fail(origin, "arrival_s", out, bad, "must be a finite number >= 0")
     out["arrival_s"] = arr
     g = out["num_gpus"].to_numpy(dtype=np.float64)
-    bad = (g != np.floor(g)) | (g < 1)
+    bad = (g != np.floor(g)) | (g < 1) | ~(g < 2.0 ** 63)  # too large for int64 (or inf): not a GPU count
     if bad.any():
         _fail(origin, "num_gpus", out, bad, "must be an integer >= 1")
     out["num_gpus"] = g.astype(np.int64)
@@ -236,7 +247,7 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>") -> pd.DataFrame:
     if neither.any():
         _fail(origin, "duration_s", out, neither, "each job needs a duration_s or iterations")
     bs = out["batch_size"].to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isnan(bs) & ((bs != np.floor(bs)) | (bs < 1))
+    bad = ~np.isnan(bs) & ((bs != np.floor(bs)) | (bs < 1) | ~(bs < 2.0 ** 63))
     if bad.any():
         _fail(origin, "batch_size", out, bad, "must be an integer >= 1 (or empty)")
     out["batch_size"] = pd.Series(bs, index=out.index).astype("Int64")

@@ -28,6 +28,7 @@ How a trace is drawn (docs/traces.md has the fitted numbers):
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,6 +47,7 @@ PARAMS = tuple(DEFAULTS)
 def parse_params(text: str) -> dict[str, Any]:
     """"jobs=500,load=1.0,seed=0" -> typed dict (only the keys given). ValueError on bad input."""
     out: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     if not text.strip():
         return out
     for part in text.split(","):
@@ -56,6 +58,9 @@ def parse_params(text: str) -> dict[str, Any]:
         k, v = (x.strip() for x in part.split("=", 1))
         if k not in DEFAULTS:
             raise ValueError(f"synthetic: unknown parameter {k!r}; allowed: {list(PARAMS)}")
+        if k in seen:
+            raise ValueError(f"synthetic: parameter {k!r} given twice ({k}={seen[k]} and {k}={v}); give it once")
+        seen[k] = v
         try:
             if k in ("jobs", "seed", "gpus"):
                 out[k] = int(v)
@@ -69,7 +74,19 @@ def parse_params(text: str) -> dict[str, Any]:
                 out[k] = tuple(m.strip() for m in v.split("+") if m.strip())
         except ValueError:
             raise ValueError(f"synthetic: bad value for {k}: {v!r}") from None
+        _check_value(k, out[k])
     return out
+
+
+def _check_value(key: str, value: Any) -> None:
+    """ValueError naming the parameter for values no trace can be drawn with (the checks that do
+    not depend on other parameters; :func:`generate` repeats them for direct calls)."""
+    if key == "seed" and value < 0:
+        raise ValueError(f"synthetic: seed must be >= 0, got {value}")
+    if key == "load" and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"synthetic: load must be a finite number > 0, got {value}")
+    if key == "start_hour" and not math.isfinite(value):
+        raise ValueError(f"synthetic: start_hour must be a finite number, got {value}")
 
 
 def _bucket_index(g: np.ndarray) -> np.ndarray:
@@ -126,10 +143,11 @@ def generate(jobs: int = 500, load: float = 1.0, seed: int = 0, gpus: int = 64, 
     """Draw a synthetic trace (see the module docstring). Returns a loader result (canonical jobs)."""
     if jobs < 1:
         raise ValueError(f"synthetic: jobs must be >= 1, got {jobs}")
-    if not load > 0:
-        raise ValueError(f"synthetic: load must be > 0, got {load}")
+    _check_value("load", load)
     if gpus < 1:
         raise ValueError(f"synthetic: gpus must be >= 1, got {gpus}")
+    _check_value("seed", seed)
+    _check_value("start_hour", start_hour)
     if not models:
         raise ValueError("synthetic: models must name at least one model")
     ss = np.random.SeedSequence([int(seed), 0x5359]).spawn(4)
