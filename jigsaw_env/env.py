@@ -226,7 +226,7 @@ class JigsawClusterEnv(gym.Env):
         first arrival stays where it is."""
         from traces import offered_load
         from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
-        from traces.models import default_batch_size_fn, default_throughput_fn, estimated_durations
+        from traces.models import default_throughput_fn, estimated_durations, fill_default_batch_sizes
 
         est = table
         need_type = (est["gpu_type"] == "").to_numpy()
@@ -235,15 +235,7 @@ class JigsawClusterEnv(gym.Env):
         if need_type.any() or need_bs.any():
             est = table.copy()
             est.loc[need_type, "gpu_type"] = CANONICAL_DEFAULT_GPU_TYPE
-            if need_bs.any():
-                fn = default_batch_size_fn()
-                sizes = {}
-                for m in pd.unique(est.loc[need_bs, "model"]):
-                    try:
-                        sizes[m] = int(fn(m))
-                    except Exception as e:  # noqa: BLE001 -- say which model
-                        raise ValueError(f"{_TABLE_ORIGIN}: no default batch size for model {m!r}: {e}") from None
-                est.loc[need_bs, "batch_size"] = est.loc[need_bs, "model"].map(sizes).astype("Int64")
+            fill_default_batch_sizes(est, need_bs, where=f"{_TABLE_ORIGIN}: ")
         tfn = default_throughput_fn() if est["duration_s"].isna().any() else None
         try:
             d = estimated_durations(est, tfn)

@@ -64,16 +64,25 @@ def fill_models(df: pd.DataFrame, choices: np.ndarray, batch_size_fn: BatchSizeF
     if need.any():
         df.loc[need, "model"] = np.asarray(choices, dtype=object)[need]
     need_bs = (df["model"] != "").to_numpy() & df["batch_size"].isna().to_numpy()
-    if need_bs.any():
-        fn = batch_size_fn or default_batch_size_fn()
-        sizes = {}
-        for m in pd.unique(df.loc[need_bs, "model"]):
-            try:
-                sizes[m] = int(fn(m))
-            except Exception as e:  # noqa: BLE001 -- say which model
-                raise ValueError(f"no default batch size for model {m!r}: {e}") from None
-        df.loc[need_bs, "batch_size"] = df.loc[need_bs, "model"].map(sizes).astype("Int64")
+    fill_default_batch_sizes(df, need_bs, batch_size_fn)
     return df, int(need.sum())
+
+
+def fill_default_batch_sizes(df: pd.DataFrame, rows: np.ndarray, batch_size_fn: BatchSizeFn | None = None,
+                             where: str = "") -> None:
+    """Set ``batch_size`` of the ``rows`` (a boolean mask) of ``df``, in place, to their model's
+    default (``batch_size_fn``, default :func:`default_batch_size_fn`); ``where`` prefixes the
+    error naming a model without one."""
+    if not rows.any():
+        return
+    fn = batch_size_fn or default_batch_size_fn()
+    sizes = {}
+    for m in pd.unique(df.loc[rows, "model"]):
+        try:
+            sizes[m] = int(fn(m))
+        except Exception as e:  # noqa: BLE001 -- say which model
+            raise ValueError(f"{where}no default batch size for model {m!r}: {e}") from None
+    df.loc[rows, "batch_size"] = df.loc[rows, "model"].map(sizes).astype("Int64")
 
 
 def _throughputs(df: pd.DataFrame, rows: np.ndarray, fn: ThroughputFn) -> np.ndarray:
