@@ -227,6 +227,12 @@ def job_set(args, cluster_gpus: int, seed: int, load: float | None,
         if args.max_jobs is not None:
             jobs = window_of(jobs, args.max_jobs, np.random.default_rng(np.random.SeedSequence([seed, 0x77696E])))
         if load is not None and len(jobs):
+            if len(jobs) > 1 and jobs["arrival_s"].nunique() == 1:
+                # scale_to_load leaves such a window as it is (an episode may be one burst);
+                # an evaluation that reports a load must have it
+                raise ValueError(f"trace {spec!r}, seed {seed}: cannot scale to load {load:g}: all "
+                                 f"{len(jobs)} kept jobs arrive at the same time (drop --load, or evaluate "
+                                 f"with --backlogged)")
             jobs = scale_to_load(jobs, cluster_gpus, load)
     if len(jobs) == 0:
         why = " and after removing the learned agents' training jobs (--heldout)" if exclude_ids else ""

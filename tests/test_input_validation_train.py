@@ -463,3 +463,20 @@ def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(cfg))
     assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "64"], capsys) == \
         f"jigsaw train: error: {run}/config.json: {message}"
+
+
+def test_evaluate_refuses_a_load_it_cannot_apply(tmp_path, capsys):
+    # every kept job arrives at once: there is no inter-arrival time to scale, and the run used to
+    # go ahead at the trace's own timing while metrics.csv said load 1.0 (offered_load inf)
+    from jigsaw_env.cli import main
+
+    p = tmp_path / "burst.csv"
+    p.write_text("job_id,arrival_s,num_gpus,duration_s,model\n1,0,1,100,resnet18\n2,0,1,200,resnet18\n"
+                 "3,0,2,300,resnet18\n")
+    out = tmp_path / "ev"
+    rc = main(["evaluate", "--agents", "fifo", "--trace", f"csv:{p}", "--load", "1", "--gpus", "8", "--seeds", "1",
+               "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"trace 'csv:{p}', seed 0: cannot scale to load 1: all 3 kept jobs arrive at the same time" in err, err
+    assert not (out / "metrics.csv").exists()
