@@ -492,3 +492,12 @@ def test_an_empty_jigsaw_data_means_the_default_folder(monkeypatch, value):
 
     monkeypatch.setenv("JIGSAW_DATA", value)
     assert traces.data_dir() == PROJECT_ROOT.parent / "shared" / "data"
+
+
+def test_a_missing_default_trace_names_the_data_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("JIGSAW_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as e:
+        load_trace("philly", cluster_gpus=64)
+    assert str(e.value) == (f"trace file not found: {tmp_path}/philly/philly.csv (the default philly trace of the "
+                            f"data folder {tmp_path}; set JIGSAW_DATA to the folder holding philly/philly.csv, "
+                            f"or give philly:PATH)")

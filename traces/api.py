@@ -176,6 +176,11 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     ``cap_to_cluster=False`` to leave GPU counts above ``cluster_gpus`` as they are (describe).
     """
     kind, rest = parse_spec(spec)
+    if kind in DEFAULT_PATHS and not spec.partition(":")[2].strip() and not Path(rest).exists():
+        # the default file of the data folder: say where that folder comes from
+        raise FileNotFoundError(f"trace file not found: {rest} (the default {kind} trace of the data folder "
+                                f"{data_dir()}; set JIGSAW_DATA to the folder holding {DEFAULT_PATHS[kind]}, "
+                                f"or give {kind}:PATH)")
     for name, v in (("cluster_gpus", cluster_gpus), ("max_gpus", max_gpus), ("sample", sample),
                     ("max_jobs", max_jobs)):
         _check_positive(name, v)
