@@ -143,6 +143,15 @@ def window_of(df: pd.DataFrame, n: int, rng: np.random.Generator, around: np.nda
     return df.reset_index(drop=True)
 
 
+def check_split_fractions(holdout: float, val: float = 0.0) -> None:
+    """ValueError unless ``0 < holdout < 1`` and ``0 <= val < 1 - holdout`` (the split fractions
+    :func:`cut_splits` takes)."""
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+    if not (0.0 <= val < 1.0 - holdout):
+        raise ValueError(f"val must be in [0, 1 - holdout) = [0, {1.0 - holdout:g}), got {val!r}")
+
+
 def cut_splits(full: pd.DataFrame, holdout: float, val: float = 0.0) -> dict[str, pd.DataFrame]:
     """``{"train", "val", "eval"}`` parts of a loaded trace by job position: the first
     ``1 - holdout - val``, the next ``val`` and the last ``holdout`` (module docstring)."""
@@ -188,10 +197,7 @@ class TrainingEnv(JigsawClusterEnv):
                  wide_share: float = 0.0, wide_gpus: int = 8, cluster_sizes: Sequence[int] | None = None, **kw: Any):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-        if not 0.0 < holdout < 1.0:
-            raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
-        if not (0.0 <= val < 1.0 - holdout):
-            raise ValueError(f"val must be in [0, 1 - holdout) = [0, {1.0 - holdout:g}), got {val!r}")
+        check_split_fractions(holdout, val)
         if split == "val" and val == 0.0:
             raise ValueError("split 'val' needs a validation fraction val > 0")
         if not 0.0 <= wide_share <= 1.0:

@@ -152,15 +152,14 @@ def study_splits(trace: str, gpus: int, holdout: float, trace_gpu_type: str | No
                  val: float = 0.0) -> dict:
     """The trace's train / val / eval parts exactly as ``TrainingEnv`` cuts them (one load of the
     trace, ``agents.rl_env.cut_splits``)."""
-    from agents.rl_env import TrainingEnv, cut_splits
+    from agents.rl_env import check_split_fractions, cut_splits
 
     from traces import load_trace
 
-    # the env checks holdout and val (loading nothing); the trace is loaded once, here
-    env = TrainingEnv(split="train", holdout=holdout, val=val, trace=trace, gpus=gpus, max_jobs=1,
-                      trace_gpu_type=trace_gpu_type)
-    full = load_trace(str(env.trace), cluster_gpus=env.cluster.num_gpus, max_gpus=env.cluster.num_gpus,
-                      gpu_type=trace_gpu_type).jobs
+    # the fractions TrainingEnv checks; the trace (any spec, a synthetic one with its own jobs= and
+    # seed= too: here it is one fixed trace to cut) is loaded once, here, capped as TrainingEnv caps it
+    check_split_fractions(holdout, val)
+    full = load_trace(str(trace), cluster_gpus=gpus, max_gpus=gpus, gpu_type=trace_gpu_type).jobs
     parts = {k: v.reset_index(drop=True) for k, v in cut_splits(full, holdout, val).items()}
     for k in ("train", "eval") + (("val",) if val > 0 else ()):
         if len(parts[k]) == 0:
