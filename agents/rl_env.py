@@ -67,7 +67,7 @@ def training_synthetic_params(spec: str, loads: Sequence[float] | None = None) -
     differs from one of ``loads`` (``--load``; the same "conflicting loads" error as
     ``traces.load_trace``)."""
     from traces import parse_spec
-    from traces.synthetic import parse_params
+    from traces.synthetic import check_spec_load, parse_params
 
     kind, rest = parse_spec(spec)
     if kind != "synthetic":
@@ -83,12 +83,8 @@ def training_synthetic_params(spec: str, loads: Sequence[float] | None = None) -
                        "held-out episodes stay apart (--seed seeds the draws)")
         raise ValueError(f"synthetic: {' and '.join(k + '=' for k in fixed)} cannot be set in a training trace: "
                          f"{'; '.join(why)}; drop {'it' if len(fixed) == 1 else 'them'} from --trace {spec!r}")
-    if "load" in params:
-        if not (params["load"] > 0 and math.isfinite(params["load"])):
-            raise ValueError(f"synthetic: load must be a finite number > 0, got {params['load']}")
-        for x in loads or ():
-            if not math.isclose(params["load"], float(x)):
-                raise ValueError(f"conflicting loads: the spec says load={params['load']}, the option says {float(x)}")
+    for x in loads or ():  # (parse_params has checked the spec's load itself)
+        check_spec_load(params, float(x))
     return params
 
 

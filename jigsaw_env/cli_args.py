@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 
 def int_at_least(flag: str, low: int):
@@ -55,3 +56,12 @@ def non_negative_float(flag: str):
             raise argparse.ArgumentTypeError(f"{flag} must be a finite number >= 0, got {v}")
         return x
     return parse
+
+
+def file_above(path) -> Path | None:
+    """The nearest existing path above ``path`` when it is a file, not a folder (so ``path`` can
+    never be created); None when that path is a folder (or nothing above ``path`` exists)."""
+    for parent in Path(path).parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None

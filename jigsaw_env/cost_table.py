@@ -253,20 +253,19 @@ class CostTable:
             for f in ("forward_s", "backward_weight_s", "backward_input_s"):
                 _check_number(origin, f"{where}.{f}", g[f])
             groups.append(LayerGroup(**g))
-        # a full-backprop iteration (eq. C1 at start 0) must take time: the simulator divides by it
-        full = sum(g.forward_s + g.backward_weight_s for g in groups) \
-            + sum(g.backward_input_s for g in groups[1:]) + d["optimizer_s"] + x
-        if not full > 0:
-            raise ValueError(f"{origin}: a full-backprop iteration takes 0 seconds (forward_s and backward_weight_s of "
-                             f"every group, backward_input_s of groups >= 1, optimizer_s and executor_overhead_s are "
-                             f"all 0); expected times whose sum is > 0")
-        return cls(
+        table = cls(
             model=str(d["model"]), batch_size=int(d["batch_size"]), device=str(d["device"]),
             groups=tuple(groups), optimizer_s=float(d["optimizer_s"]),
             fixed_memory_bytes=int(d["fixed_memory_bytes"]),
             sources=dict(d.get("sources", {})), meta=dict(d.get("meta", {})),
             executor_overhead_s=float(x),
         )
+        # a full-backprop iteration (eq. C1 at start 0) must take time: the simulator divides by it
+        if not table.iteration_time_s() > 0:
+            raise ValueError(f"{origin}: a full-backprop iteration takes 0 seconds (forward_s and backward_weight_s of "
+                             f"every group, backward_input_s of groups >= 1, optimizer_s and executor_overhead_s are "
+                             f"all 0); expected times whose sum is > 0")
+        return table
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n")
@@ -278,11 +277,7 @@ class CostTable:
         p = Path(path)
         if p.is_dir():
             raise IsADirectoryError(f"cost table file is a folder, expected a JSON file: {p}")
-        try:
-            d = read_json_file(p, "cost table file")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{p}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
-        return cls.from_dict(d, origin=str(p))
+        return cls.from_dict(read_json_file(p, "cost table file"), origin=str(p))
 
     def digest(self) -> str:
         """Short sha256 of the table's canonical JSON (used in report metadata)."""

@@ -188,7 +188,7 @@ class JigsawClusterEnv(gym.Env):
             # the loaders' rules, the table's own rows in its order (windows are cut from it)
             table = check_job_table(trace, origin=_TABLE_ORIGIN)
             # models, batch sizes and GPUs per job: what reset() would check, now
-            jobs_from_table(table, self.cluster, origin=_TABLE_ORIGIN)
+            jobs_from_table(table, self.cluster, origin=_TABLE_ORIGIN, checked=True)
             self._full_trace = table if load is None else self._scaled_to_load(table, load)
         else:
             self._check_trace_spec(trace, max_jobs if max_jobs_given else None)
@@ -210,9 +210,7 @@ class JigsawClusterEnv(gym.Env):
         params = synthetic.parse_params(rest) if kind == "synthetic" else {}
         if type(self)._episode_jobs is not JigsawClusterEnv._episode_jobs:
             return  # a subclass draws its episodes its own way (and loads its trace itself)
-        if "load" in params and self.load is not None and not math.isclose(params["load"], self.load):
-            raise ValueError(f"conflicting loads: the spec says load={params['load']}, the load argument says "
-                             f"{float(self.load)}")
+        synthetic.check_spec_load(params, None if self.load is None else float(self.load), "the load argument")
         if "jobs" in params and max_jobs_given is not None and params["jobs"] != max_jobs_given:
             raise ValueError(f"conflicting job counts: the spec says jobs={params['jobs']}, the max_jobs argument "
                              f"says {max_jobs_given}; give one of them")

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 
-from .cli_args import non_negative_float, positive_float, positive_int
+from .cli_args import file_above, non_negative_float, positive_float, positive_int
 
 
 def _round_s(v: str) -> float | None:
@@ -50,11 +50,9 @@ def check_out_dir(path, what: str = "--out") -> None:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{what} {p} is a file; expected a folder (it is created if missing)")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what} {p}: {parent} is a file, not a folder")
-            break
+    blocker = file_above(p)
+    if blocker is not None:
+        raise ValueError(f"{what} {p}: {blocker} is a file, not a folder")
 
 
 def require_jobs(trace, purpose: str = "to simulate") -> None:

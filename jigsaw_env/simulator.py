@@ -113,13 +113,10 @@ _TABLE_COLUMNS = ("job_id", "arrival_s", "num_gpus", "duration_s", "iterations",
 _INTEGER_COLUMNS = {"job_id": "must be an integer", "num_gpus": "must be an integer >= 1",
                     "batch_size": "must be an integer >= 1 (or empty)"}
 _EXPECTED = {"job_id": "an integer", "arrival_s": "a finite number >= 0", "num_gpus": "an integer >= 1"}
-_NUMPY_REPR = re.compile(r"\bnp\.[a-z_]+\d*\((.*?)\)")
 
 
 def _table_error(message: str) -> ValueError:
-    """validate_jobs' message, readable: numpy scalars shown as plain values (``nan``, not
-    ``np.float64(nan)``) and a missing value's expected content named."""
-    message = _NUMPY_REPR.sub(r"\1", message)
+    """validate_jobs' message with a missing value's expected content named."""
     m = re.search(r": column '([^']+)': .*: missing value, got ", message)
     if m and m.group(1) in _EXPECTED:
         message += f"; expected {_EXPECTED[m.group(1)]}"
@@ -153,31 +150,28 @@ def check_job_table(df: pd.DataFrame, origin: str = "job table") -> pd.DataFrame
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 jid = sub["job_id"].iloc[i] if c != "job_id" else f"at row {i}"
-                raise _table_error(f"{origin}: column '{c}': job_id {jid}: {what}, got {sub[c].iloc[i]!r}")
+                val = sub[c].iloc[i]
+                if isinstance(val, np.generic):  # 1e+300, not np.float64(1e+300) (as validate_jobs says it)
+                    val = val.item()
+                raise ValueError(f"{origin}: column '{c}': job_id {jid}: {what}, got {val!r}")
     from traces.schema import validate_jobs  # traces imports the simulator's package lazily; keep it so
 
     try:
-        out = validate_jobs(sub, origin=origin)
+        out = validate_jobs(sub, origin=origin, sort=False)  # rows in the table's order
     except ValueError as e:
         raise _table_error(str(e)) from None
-    # validate_jobs sorts by arrival (stably); put the rows back in the table's order
-    arr = pd.to_numeric(sub["arrival_s"]).to_numpy(dtype=np.float64)
-    order = np.argsort(arr, kind="stable")
-    if not np.array_equal(order, np.arange(len(order))):
-        inv = np.empty_like(order)
-        inv[order] = np.arange(len(order))
-        out = out.iloc[inv].reset_index(drop=True)
     return out[list(_TABLE_COLUMNS)]
 
 
 def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = False,
-                    origin: str = "job table") -> list[JobState]:
+                    origin: str = "job table", checked: bool = False) -> list[JobState]:
     """Job states from a canonical job table (traces/), validated first (:func:`check_job_table`;
-    errors name ``origin``, the row, the job and the field). Jobs without ``iterations`` get
-    ``duration_s`` x the isolated full-backprop throughput on the cluster's main GPU type."""
+    errors name ``origin``, the row, the job and the field; ``checked=True``: ``df`` is
+    check_job_table's own output). Jobs without ``iterations`` get ``duration_s`` x the isolated
+    full-backprop throughput on the cluster's main GPU type."""
     if df is None or len(df) == 0:
         raise ValueError("the trace has no jobs (empty job table)")
-    t = check_job_table(df, origin)
+    t = df if checked else check_job_table(df, origin)
     jobs = []
     gtype = cluster.main_gpu_type
     tmp_costs = CostModel(cluster, SPBConfig())

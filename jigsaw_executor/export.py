@@ -370,11 +370,11 @@ def _check_out(out: Path) -> None:
     "File exists")."""
     if out.is_dir():
         raise ValueError(f"--out {out} is a directory; give a file name such as {out / 'policy.onnx'}")
-    for above in out.parents:
-        if above.exists():
-            if not above.is_dir():
-                raise NotADirectoryError(f"--out {out}: {above} is a file, not a directory; give a path in a folder")
-            break
+    from jigsaw_env.cli_args import file_above
+
+    above = file_above(out)
+    if above is not None:
+        raise NotADirectoryError(f"--out {out}: {above} is a file, not a directory; give a path in a folder")
 
 
 def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: bool = False,

@@ -1234,10 +1234,7 @@ class LiveExecutor:
             p = out / "scheduler_state.json"
             if not p.is_file():
                 raise FileNotFoundError(f"no persisted scheduler state in {out} (scheduler_state.json)")
-            try:
-                snap = read_json_file(p, "scheduler state")  # "{p}: not valid JSON (...)" for a damaged file
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{p}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
+            snap = read_json_file(p, "scheduler state")  # "{p}: not valid JSON (...)" for a damaged file
             if not isinstance(snap, dict):
                 raise ValueError(f"{p}: expected a JSON object (a jigsaw live state), got "
                                  f"{'null' if snap is None else type(snap).__name__}")

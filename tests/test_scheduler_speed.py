@@ -227,22 +227,15 @@ def _plain_search(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, 
 def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
     from agents import common
 
-    joint = [0]
-    search_phases = common._search_pairing_phases
+    def counted(fn, calls):
+        def wrapper(*a, **k):
+            calls[0] += 1
+            return fn(*a, **k)
+        return wrapper
 
-    def counted(*a, **k):
-        joint[0] += 1
-        return search_phases(*a, **k)
-
-    monkeypatch.setattr(common, "_search_pairing_phases", counted)
-    searches = [0]
-    search_one = common._search_pairing
-
-    def counted_one(*a, **k):
-        searches[0] += 1
-        return search_one(*a, **k)
-
-    monkeypatch.setattr(common, "_search_pairing", counted_one)
+    joint, searches = [0], [0]
+    monkeypatch.setattr(common, "_search_pairing_phases", counted(common._search_pairing_phases, joint))
+    monkeypatch.setattr(common, "_search_pairing", counted(common._search_pairing, searches))
     rng = random.Random(7 + mixed)
     if mixed:
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))

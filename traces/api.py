@@ -204,8 +204,7 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     target_load = load_scale
     if kind == "synthetic":
         params = synthetic.parse_params(rest)
-        if "load" in params and load_scale is not None and not math.isclose(params["load"], load_scale):
-            raise ValueError(f"conflicting loads: the spec says load={params['load']}, the option says {load_scale}")
+        synthetic.check_spec_load(params, load_scale)
         target_load = load_scale if load_scale is not None else params.get("load", synthetic.DEFAULTS["load"])
         load_cluster = params["gpus"] if "gpus" in params else (cluster_gpus or DEFAULT_SYNTHETIC_GPUS)
         n_jobs = params["jobs"] if "jobs" in params else (max_jobs or sample or synthetic.DEFAULTS["jobs"])

@@ -163,13 +163,13 @@ def _is_source_column(name: str) -> bool:
     return any(name.startswith(p) and len(name) > len(p) for p in SOURCE_PREFIXES)
 
 
-def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>") -> pd.DataFrame:
+def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -> pd.DataFrame:
     """Check a job table against the canonical schema; return it normalized and sorted.
 
     Normalizing means: canonical columns in canonical order with canonical dtypes, missing
     optional columns added (``model``/``status``/``vc``/``gpu_type`` as "", ``batch_size`` as
     <NA>, ``duration_s``/``iterations`` as NaN, ``job_id`` as 0..n-1), source-specific columns
-    after them as text, rows stably sorted by ``arrival_s``.
+    after them as text, rows stably sorted by ``arrival_s`` (``sort=False``: in the table's order).
 
     Raises ValueError naming ``origin``, the column and the first offending job.
     """
@@ -265,9 +265,10 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>") -> pd.DataFrame:
             out[c] = out[c].astype(object).where(out[c].notna(), "").astype(str)
 
     out = out[list(CANONICAL_COLUMNS) + extras]
-    order = np.argsort(out["arrival_s"].to_numpy(), kind="stable")
-    if not np.all(order == np.arange(n)):
-        out = out.iloc[order]
+    if sort:
+        order = np.argsort(out["arrival_s"].to_numpy(), kind="stable")
+        if not np.all(order == np.arange(n)):
+            out = out.iloc[order]
     return out.reset_index(drop=True)
 
 

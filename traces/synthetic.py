@@ -78,6 +78,13 @@ def parse_params(text: str) -> dict[str, Any]:
     return out
 
 
+def check_spec_load(params: dict, load: Any, source: str = "the option") -> None:
+    """ValueError when a spec's ``load=`` (in ``params``, :func:`parse_params`'s result) and a
+    ``load`` given beside it (``source`` names it; shown as given) disagree; either alone is fine."""
+    if "load" in params and load is not None and not math.isclose(params["load"], float(load)):
+        raise ValueError(f"conflicting loads: the spec says load={params['load']}, {source} says {load}")
+
+
 def _check_value(key: str, value: Any) -> None:
     """ValueError naming the parameter for values no trace can be drawn with (the checks that do
     not depend on other parameters; :func:`generate` repeats them for direct calls)."""
