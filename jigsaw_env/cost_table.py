@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -65,6 +66,36 @@ def _check_number(origin: str, what: str, v: Any) -> None:
     """``v`` must be a finite number >= 0; else ValueError naming ``origin`` and ``what``."""
     if not _is_number(v) or not _finite(v) or v < 0:
         raise ValueError(f"{origin}: {what} must be a finite number >= 0, got {_short(v)}")
+
+
+# a table's model and device name its file (<model>-bs<N>-<device>.json) and match cluster GPU types
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# keys of meta.eta (jigsaw_env.spb.eta_key): "<level>/<pattern>" or "<level>/<pattern>/w<workers>"
+_ETA_KEY = re.compile(r"([1-9][0-9]*)/(rotating|static)(/w[1-9][0-9]*)?")
+
+
+def _check_meta_eta(origin: str, meta: dict) -> None:
+    """Measured statistical efficiencies (``meta.eta``, read by ``jigsaw_env.spb.eta_for``) and the
+    worker count they were measured at (``meta.eta_source.workers``): an object of
+    ``"<level>/<pattern>[/w<W>]"`` keys (level >= 1) to numbers in (0, 1] (eta is at most 1 by
+    definition, docs/spb_model.md eq. E1); else ValueError naming the key and what was expected."""
+    eta = meta.get("eta")
+    if eta is None:
+        return
+    if not isinstance(eta, dict):
+        raise ValueError(f"{origin}: field meta.eta must be a JSON object of \"<level>/<pattern>\" keys to numbers in "
+                         f"(0, 1], got {_json_type(eta)}")
+    for key, v in eta.items():
+        if not _ETA_KEY.fullmatch(key):
+            raise ValueError(f"{origin}: field meta.eta has key {key!r}; expected \"<level>/<pattern>\" or "
+                             f"\"<level>/<pattern>/w<workers>\" with level >= 1 and pattern rotating or static "
+                             f"(e.g. \"2/rotating\")")
+        if not _is_number(v) or not _finite(v) or not 0 < v <= 1:
+            raise ValueError(f"{origin}: field meta.eta[{key!r}] must be a number in (0, 1] (statistical efficiency "
+                             f"relative to full backprop), got {_short(v)}")
+    src = meta.get("eta_source")
+    if isinstance(src, dict) and "workers" in src:
+        _check_integer(origin, "field meta.eta_source.workers", src["workers"], 1)
 
 
 def _check_integer(origin: str, what: str, v: Any, low: int) -> None:
@@ -223,9 +254,15 @@ class CostTable:
         _check_integer(origin, "field batch_size", d["batch_size"], 1)
         _check_number(origin, "field optimizer_s", d["optimizer_s"])
         _check_integer(origin, "field fixed_memory_bytes", d["fixed_memory_bytes"], 0)
+        for k in ("model", "device"):
+            if not _NAME.fullmatch(d[k]):
+                raise ValueError(f"{origin}: field {k} must be a name of letters, digits, '_', '.' and '-', not "
+                                 f"starting with '.' or '-' (it names the table's file, <model>-bs<N>-<device>.json), "
+                                 f"got {_short(d[k])}")
         for k in ("sources", "meta"):
             if k in d and not isinstance(d[k], dict):
                 raise ValueError(f"{origin}: field {k} must be a JSON object, got {_json_type(d[k])}")
+        _check_meta_eta(origin, d.get("meta", {}))
         x = d.get("executor_overhead_s", 0.0)
         if not _is_number(x) or not _finite(x) or x < 0:
             raise ValueError(f"{origin}: field executor_overhead_s must be a finite number >= 0 (seconds per "

@@ -273,6 +273,8 @@ BUILDERS.update({
     "tables_zero_times": _table_edit(_zero_times),
     "tables_groups_not_list": _table_edit(lambda d: d.update(groups=5)),
     "tables_meta_list": _table_edit(lambda d: d.update(meta=[1, 2])),
+    "tables_eta_above_one": _table_edit(lambda d: d["meta"]["eta"].update({"1/static": 1.2})),
+    "tables_device_path": _table_edit(lambda d: d.update(device="../v100")),
 })
 
 

@@ -102,6 +102,35 @@ BAD_TABLES = {
                         "field fixed_memory_bytes must be an integer >= 0, got 1" + "0" * 76 + "..."),
     "model_number": (lambda d: d.update(model=7), "field model must be a non-empty string, got 7"),
     "device_empty": (lambda d: d.update(device=""), "field device must be a non-empty string, got ''"),
+    "device_path": (lambda d: d.update(device="../v100"),
+                    "field device must be a name of letters, digits, '_', '.' and '-', not starting with '.' or '-' "
+                    "(it names the table's file, "
+                    "<model>-bs<N>-<device>.json), got '../v100'"),
+    "model_space": (lambda d: d.update(model="tiny mlp"),
+                    "field model must be a name of letters, digits, '_', '.' and '-', not starting with '.' or '-' "
+                    "(it names the table's file, "
+                    "<model>-bs<N>-<device>.json), got 'tiny mlp'"),
+    "eta_list": (lambda d: d["meta"].update(eta=[0.9]),
+                 'field meta.eta must be a JSON object of "<level>/<pattern>" keys to numbers in (0, 1], got list'),
+    "eta_bad_key": (lambda d: d["meta"]["eta"].update({"2/diagonal": 0.9}),
+                    "field meta.eta has key '2/diagonal'; expected \"<level>/<pattern>\" or "
+                    "\"<level>/<pattern>/w<workers>\" with level >= 1 and pattern rotating or static (e.g. "
+                    "\"2/rotating\")"),
+    "eta_level_zero": (lambda d: d["meta"]["eta"].update({"0/static": 1.0}),
+                       "field meta.eta has key '0/static'; expected \"<level>/<pattern>\" or "
+                       "\"<level>/<pattern>/w<workers>\" with level >= 1 and pattern rotating or static (e.g. "
+                       "\"2/rotating\")"),
+    "eta_above_one": (lambda d: d["meta"]["eta"].update({"1/static": 1.2}),
+                      "field meta.eta['1/static'] must be a number in (0, 1] (statistical efficiency relative to "
+                      "full backprop), got 1.2"),
+    "eta_zero": (lambda d: d["meta"]["eta"].update({"3/rotating/w8": 0}),
+                 "field meta.eta['3/rotating/w8'] must be a number in (0, 1] (statistical efficiency relative to "
+                 "full backprop), got 0"),
+    "eta_text": (lambda d: d["meta"]["eta"].update({"2/rotating": "0.9"}),
+                 "field meta.eta['2/rotating'] must be a number in (0, 1] (statistical efficiency relative to "
+                 "full backprop), got '0.9'"),
+    "eta_workers_zero": (lambda d: d["meta"]["eta_source"].update(workers=0),
+                         "field meta.eta_source.workers must be an integer >= 1, got 0"),
     "overhead_negative": (lambda d: d.update(executor_overhead_s=-0.5),
                           "field executor_overhead_s must be a finite number >= 0 (seconds per iteration), got -0.5"),
     "group_not_object": (lambda d: d["groups"].__setitem__(1, [1, 2]),
@@ -151,6 +180,25 @@ def test_bad_cost_table_names_file_field_and_expectation(name, tmp_path, no_regi
     with pytest.raises(ValueError) as e:
         register_tables_dir(f.parent)
     assert str(e.value) == f"{f}: {message}"
+
+
+def test_valid_eta_forms_load_and_are_read(tmp_path, no_registered_tables):
+    """The meta.eta checks refuse only what eta_for cannot use: a per-worker-count key, eta = 1
+    and a dotted device name load, and the simulator's lookup reads the per-W value."""
+    from jigsaw_env.spb import Pattern, SPBConfig, eta_for
+
+    d = json.loads(SHIPPED.read_text())
+    d["meta"]["eta"].update({"2/rotating/w8": 0.5, "1/static": 1})
+    d["device"] = "v100.sxm2"
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(d))
+    t = CostTable.load(f)
+    assert t.device == "v100.sxm2"
+    spb = SPBConfig()
+    slots = spb.start_slots(2, t.num_groups)
+    assert eta_for(t, 2, Pattern.ROTATING, spb, slots, 8) == 0.5
+    assert eta_for(t, 2, Pattern.ROTATING, spb, slots, 4) == d["meta"]["eta"]["2/rotating"]
+    assert eta_for(t, 1, Pattern.STATIC, spb, spb.start_slots(1, t.num_groups), 4) == 1.0
 
 
 @pytest.mark.parametrize("name", ["forward_text", "optimizer_negative", "all_times_zero", "file_int"])
