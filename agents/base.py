@@ -39,8 +39,20 @@ class Scheduler:
 
     @staticmethod
     def ledger(state: ClusterState, keep_running: bool = True) -> GpuLedger:
-        """A GPU ledger that starts from the allocation in force (or empty)."""
-        return GpuLedger(state, state.current_decision() if keep_running else None, checked=True)
+        """A GPU ledger that starts from the allocation in force (or empty), its decision in
+        arrival order (``state.current_decision()``'s). Under a simulator it is a copy of the
+        simulator's own ledger (``state.in_force``), reordered: the same bytes and worker counts
+        per GPU as adding every running job again (memory is whole bytes, exact in any order),
+        without reading every waiting job or re-adding every running one."""
+        if not keep_running:
+            return GpuLedger(state)
+        led = state.in_force
+        if led is None:
+            return GpuLedger(state, state.current_decision(), checked=True)
+        new = led.copy()
+        dec = led.decision
+        new.decision = Decision({jid: dec[jid] for jid in state.running_ids_by_arrival()})
+        return new
 
 
 def register_scheduler(name: str):

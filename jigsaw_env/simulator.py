@@ -419,6 +419,7 @@ class Simulator:
                                   jobs={j.job_id: j for j in jobs}, active_ids=[],
                                   max_workers_per_gpu=self.config.max_workers_per_gpu)
         self._pending = [j.job_id for j in jobs]  # arrival order
+        self.state.arrival_pos = {jid: i for i, jid in enumerate(self._pending)}
         self._pending_pos = 0
         self._components: dict[tuple, Component] = {}
         self._comp_of: dict[int, Component] = {}   # job -> the live component it is in
@@ -458,6 +459,7 @@ class Simulator:
         # the allocation in force, validated when applied: decisions are validated against it
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
+        self.state.in_force = self._in_force  # its decision's keys are the running jobs (ClusterState.running)
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
         self._wall0 = _time.perf_counter()
@@ -1000,6 +1002,7 @@ class Simulator:
             sub = Decision({jid: decision[jid] for jid in added})
             self._rebuild(apply_job_bookkeeping(st, sub, self.config.restart_s, running_ids=removed))
         self._in_force = ledger
+        st.in_force = ledger
         n_dec = len(ledger.decision)
         levels = list(self._levels)
         G = ledger.workers.size

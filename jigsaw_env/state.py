@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -299,6 +299,13 @@ class ClusterState:
     jobs: dict[int, JobState] = field(default_factory=dict)
     active_ids: list[int] = field(default_factory=list)
     max_workers_per_gpu: int = 2
+    # Kept by a simulator (None elsewhere; read-only for everyone else): its GpuLedger of the
+    # allocation in force, whose decision's keys are exactly the running jobs, and every job's
+    # position in the arrival order (the order of active_ids). With them running() sorts the
+    # running ids instead of reading every waiting job's status (FIFO's queue on the Philly trace
+    # holds thousands of jobs), and a scheduler's ledger starts as a copy (Scheduler.ledger).
+    in_force: Any = field(default=None, repr=False, compare=False)
+    arrival_pos: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def spb(self) -> SPBConfig:
@@ -315,8 +322,18 @@ class ClusterState:
         return [j for j in map(self.jobs.__getitem__, self.active_ids) if j.status is not RUNNING]
 
     def running(self) -> list[JobState]:
+        """Running jobs, in arrival order (the order of ``active_ids``)."""
+        led = self.in_force
+        # sorting the running ids costs about 5x reading one status per id (measured on Philly
+        # replays): worth it when the waiting jobs outnumber the running ones that much
+        if led is not None and 5 * len(led.decision) < len(self.active_ids):
+            return list(map(self.jobs.__getitem__, self.running_ids_by_arrival()))
         RUNNING = JobStatus.RUNNING
         return [j for j in map(self.jobs.__getitem__, self.active_ids) if j.status is RUNNING]
+
+    def running_ids_by_arrival(self) -> list[int]:
+        """The running jobs' ids in arrival order, from the simulator's ledger (``in_force``)."""
+        return sorted(self.in_force.decision, key=self.arrival_pos.__getitem__)
 
     def current_decision(self) -> Decision:
         """The allocation in force: every running job keeps its placement, level and pattern

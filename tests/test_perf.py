@@ -325,3 +325,81 @@ def test_vectorised_rounds_equal_scalar_rounds(synth, agent, monkeypatch):
         for a, b in zip(frames[0][:3], other[:3]):
             pd.testing.assert_frame_equal(a, b, check_exact=True)
         np.testing.assert_array_equal(frames[0][3], other[3])
+
+
+def _running_by_scan(state):
+    """ClusterState.running() without the simulator's index: every active job's status read."""
+    from jigsaw_env.state import JobStatus
+    return [state.jobs[x] for x in state.active_ids if state.jobs[x].status is JobStatus.RUNNING]
+
+
+@pytest.mark.parametrize("agent", ["fifo", "tiresias", "jigsaw", "gandiva", "random"])
+def test_running_index_equals_a_scan_at_every_call(synth, agent):
+    # the simulator's running index (the in-force decision's keys, sorted by arrival) gives the
+    # same jobs in the same order as reading every active job's status, at every policy call of
+    # preempting, migrating and co-locating schedulers, and in a deep copy of the simulator
+    sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+    sched = make_scheduler(agent)
+    seen = {"calls": 0, "running": 0, "sorted": 0, "scanned": 0}
+
+    def policy(state):
+        want = _running_by_scan(state)
+        assert state.in_force is not None
+        seen["sorted" if 5 * len(state.in_force.decision) < len(state.active_ids) else "scanned"] += 1
+        assert state.running() == want
+        assert list(state.current_decision()) == [j.job_id for j in want]
+        # Scheduler.ledger: a reordered copy of the simulator's ledger equals one built by adding
+        # every running job again
+        from agents.base import Scheduler
+        from jigsaw_env.placement import GpuLedger
+        fast = Scheduler.ledger(state)
+        fresh = GpuLedger(state, state.current_decision(), checked=True)
+        assert fast is not state.in_force and fast.decision is not state.in_force.decision
+        assert list(fast.decision.items()) == list(fresh.decision.items())
+        assert fast._ml == fresh._ml and fast._wl == fresh._wl
+        np.testing.assert_array_equal(fast.mem, fresh.mem)
+        np.testing.assert_array_equal(fast.workers, fresh.workers)
+        assert [fast.num_with_workers(w) for w in range(4)] == [fresh.num_with_workers(w) for w in range(4)]
+        seen["calls"] += 1
+        seen["running"] += len(want)
+        if seen["calls"] == 40:
+            twin = sim.copy()
+            assert twin.state.running() == _running_by_scan(twin.state)
+            assert twin.state.in_force is twin._in_force
+        return sched(state)
+
+    sim.run(policy)
+    assert seen["calls"] > 50 and seen["running"] > 100
+    assert seen["sorted"] > 10 and seen["scanned"] > 10, seen  # both ways of ClusterState.running()
+    assert sim.state.running() == _running_by_scan(sim.state) == []
+
+
+def test_running_index_in_env_episodes_and_hand_built_states():
+    # the env steps the simulator with its builder's ledger (adopted as the allocation in force):
+    # the index follows; a state built by hand (no simulator) reads statuses as before
+    from jigsaw_env.env import JigsawClusterEnv
+    from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
+    from jigsaw_env.spb import SPBConfig
+
+    env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=25, load=1.5)
+    rng = np.random.default_rng(1)
+    checked = 0
+    for ep in range(2):
+        env.reset(seed=ep)
+        while True:
+            st = env.sim.state
+            assert st.running() == _running_by_scan(st)
+            if 5 * len(st.in_force.decision) < len(st.active_ids):  # the index's sorted way
+                checked += len(st.running()) + 1
+            _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+            if term or trunc:
+                break
+    assert checked > 50
+    cluster = ClusterSpec.from_gpus(8)
+    jobs = [JobState(i, 0.0, 1, "tiny_mlp", 32, 10.0) for i in range(3)]
+    jobs[0].status, jobs[1].status, jobs[2].status = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RUNNING
+    jobs[1].placement, jobs[2].placement = (0,), (1,)
+    st = ClusterState(cluster=cluster, costs=CostModel(cluster, SPBConfig()), jobs={j.job_id: j for j in jobs},
+                      active_ids=[2, 0, 1])
+    assert st.in_force is None
+    assert [j.job_id for j in st.running()] == [2, 1]
