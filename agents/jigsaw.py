@@ -135,7 +135,7 @@ class Jigsaw(Scheduler):
     # ----------------------------------------------------------------------------------------
     def schedule(self, state: ClusterState) -> Decision:
         self.las.observe(state)
-        order = self.las.order(state.active())
+        order = self.las.order_active(state)
         rank = {j.job_id: i for i, j in enumerate(order)}
         pairs = current_pairs(state, self._host_of)           # guest -> host, as running now
         chosen, rest = select_by_budget(order, state.cluster.num_gpus)

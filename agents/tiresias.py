@@ -30,4 +30,4 @@ class Tiresias(Scheduler):
 
     def schedule(self, state: ClusterState) -> Decision:
         self.las.observe(state)
-        return exclusive_by_priority(state, self.las.order(state.active())).decision
+        return exclusive_by_priority(state, self.las.order_active(state)).decision

@@ -175,7 +175,7 @@ class ObservationEncoder:
         skipped = 0
         out = {}
         log1p = math.log1p
-        for j in self._las.order(state.active()):
+        for j in self._las.order_active(state):
             n = j.num_gpus
             takes = n <= left
             out[j.job_id] = (min(2.0, ahead / G) / 2, left / G, 1.0 if takes else 0.0, min(1.0, log1p(skipped) / 4))

@@ -10,6 +10,7 @@ Source: Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learnin
 from __future__ import annotations
 
 import bisect
+import heapq
 import operator
 from typing import Iterable, Sequence
 
@@ -49,12 +50,35 @@ class LASQueues:
         self._wait_since: dict[int, float] = {}
         self._base: dict[int, float] = {}  # attained service at the last promotion
         self.promotions = 0
+        self._promoted: set[int] = set()  # promoted since order_active last looked
+        self._kept = None  # order_active's queues (see there)
+        self._changes = None  # _observe_changes's running set and starvation heap (see there)
+
+    def __getstate__(self) -> dict:
+        # order_active's queues are a cache of one state: a copy or a pickle (the live
+        # executor's snapshot of its scheduler) leaves them out and builds them anew
+        d = dict(self.__dict__)
+        d["_kept"] = d["_changes"] = None
+        return d
 
     def observe(self, state: ClusterState) -> None:
         """Update run/wait bookkeeping from the state at the start of a round; promote starved jobs.
 
         Only running jobs and waiting jobs with a run or wait on record are touched; every other
         waiting job (never started, or already counted as waiting) has nothing to update."""
+        if getattr(state, "in_force", None) is not None:  # under a simulator
+            self._observe_changes(state)
+        else:
+            self._changes = None
+            self._observe_all(state)
+        if len(self._last_run) > 4 * max(64, len(state.active_ids)):
+            live = set(state.active_ids)
+            for d in (self._run_since, self._last_run, self._wait_since, self._base):
+                for k in [k for k in d if k not in live]:
+                    del d[k]
+
+    def _observe_all(self, state: ClusterState) -> None:
+        """:meth:`observe`'s updates, visiting every active job."""
         now = state.time_s
         run_since, wait_since, last_run = self._run_since, self._wait_since, self._last_run
         sf = self.starve_factor
@@ -78,11 +102,73 @@ class LASQueues:
                     self._base[jid] = j.attained_gpu_s
                     wait_since[jid] = now
                     self.promotions += 1
-        if len(self._last_run) > 4 * max(64, len(state.active_ids)):
+                    self._promoted.add(jid)
+
+    def _observe_changes(self, state: ClusterState) -> None:
+        """:meth:`observe` under a simulator (``state.in_force`` holds the running jobs): the same
+        updates, visiting only the jobs that started or stopped running since the last call and
+        the waiting jobs whose starvation time has come, instead of every active job.
+
+        The jobs running at the last call are kept (``_changes``), and each waiting job with a
+        wait on record sits in a heap by ``wait since + starve_factor x last run``: its test
+        cannot pass before then (a relative margin of 1e-9 covers the rounding of that sum; the
+        test itself is the one :meth:`observe` applies, with its own arithmetic). A job's entry is
+        stale once its wait changes (it ran, or was promoted) or the job finished, and is dropped
+        when met. Kept for one state object; another state or a clock that went back starts afresh
+        from the dicts."""
+        now = state.time_s
+        run_since, wait_since, last_run = self._run_since, self._wait_since, self._last_run
+        sf = self.starve_factor
+        ch = self._changes
+        if ch is None or ch[0] is not state or ch[1] > now:
             live = set(state.active_ids)
-            for d in (self._run_since, self._last_run, self._wait_since, self._base):
-                for k in [k for k in d if k not in live]:
-                    del d[k]
+            prev = {x for x in run_since if x in live}
+            heap = ([(ws + sf * last_run[x], x, ws) for x, ws in wait_since.items() if x in live]
+                    if sf is not None else [])
+            heapq.heapify(heap)
+            ch = self._changes = [state, now, prev, heap]
+        _, _, prev, heap = ch
+        ch[1] = now
+        cur = set(state.in_force.decision)  # running now
+        for jid in cur - prev:  # started (or resumed) since the last call
+            if jid not in run_since:
+                run_since[jid] = now
+            if jid in wait_since:
+                del wait_since[jid]
+        jobs = state.jobs
+        for jid in prev - cur:  # stopped: preempted (still active) or finished (never visited again)
+            j = jobs[jid]
+            if not j.active:
+                continue
+            start = run_since.pop(jid, None)
+            if start is not None:
+                last_run[jid] = max(now - start, 1e-9)
+                wait_since[jid] = now
+                if sf is not None:
+                    heapq.heappush(heap, (now + sf * last_run[jid], jid, now))
+        ch[2] = cur
+        if sf is None:
+            return
+        limit = now + 1e-9 * (1.0 + abs(now))
+        back = []
+        while heap and heap[0][0] <= limit:
+            entry = heapq.heappop(heap)
+            _, jid, ws = entry
+            if wait_since.get(jid) != ws:
+                continue  # stale: the job ran or was promoted since
+            j = jobs[jid]
+            if not j.active:
+                continue  # it finished (resumed and done within a round): never visited again
+            if now - ws >= sf * last_run[jid]:
+                self._base[jid] = j.attained_gpu_s
+                wait_since[jid] = now
+                self.promotions += 1
+                self._promoted.add(jid)
+                back.append((now + sf * last_run[jid], jid, now))
+            else:
+                back.append(entry)  # within the margin, not yet due
+        for entry in back:
+            heapq.heappush(heap, entry)
 
     def quiet_until(self, state: ClusterState) -> float:
         """The earliest time the priority order can change without arrivals or completions: a
@@ -161,6 +247,73 @@ class LASQueues:
         for b in buckets:
             b.sort(key=_ARRIVAL_KEY)
             out += b
+        return out
+
+
+    def order_active(self, state: ClusterState) -> list[JobState]:
+        """``order(state.active())``: every active job from the highest priority down.
+
+        Under a simulator (``state.in_force`` and ``state.arrival_pos`` set) the queues are kept
+        from call to call instead of sorted anew: each queue is a list of job ids in arrival order
+        (``arrival_pos`` follows (arrival, id), the sort key of :meth:`order`), and only the jobs
+        whose queue can have changed are looked at again: those that arrived or left, those
+        running now (the only ones whose service grew since the last call: a job's status changes
+        only when a decision is applied, after a call), and those promoted by :meth:`observe`
+        (their service counts afresh). Kept for one state object; another state (a copy), a
+        clock that went back or :meth:`reset` starts the queues afresh. Elsewhere (a state built
+        by hand, the live executor) it is :meth:`order` itself."""
+        pos = getattr(state, "arrival_pos", None)
+        led = getattr(state, "in_force", None)
+        if pos is None or led is None:
+            return self.order(state.active())
+        jobs = state.jobs
+        th = self.thresholds
+        base = self._base
+        bget = base.get
+        bisect_right = bisect.bisect_right
+        kept = self._kept
+        if kept is None or kept[0] is not state or kept[1] is not pos or kept[2] > state.time_s:
+            queues: list[list[int]] = [[] for _ in range(len(th) + 1)]
+            qof: dict[int, int] = {}
+            for jid in sorted(state.active_ids, key=pos.__getitem__):
+                j = jobs[jid]
+                q = bisect_right(th, j.attained_gpu_s - bget(jid, 0.0))
+                queues[q].append(jid)
+                qof[jid] = q
+            self._kept = [state, pos, state.time_s, queues, qof, set(state.active_ids)]
+            self._promoted = set()
+        else:
+            _, _, _, queues, qof, known = kept
+            kept[2] = state.time_s
+            cur = set(state.active_ids)
+            key = pos.__getitem__
+            for jid in known - cur:  # finished
+                lst = queues[qof.pop(jid)]
+                del lst[bisect.bisect_left(lst, pos[jid], key=key)]
+            look = cur - known  # arrived
+            # running: their service grew, so they move only to a later queue (a running job in
+            # the last queue stays there until it is promoted)
+            last = len(th)
+            qget = qof.get
+            look.update([x for x in led.decision if qget(x) != last])
+            if self._promoted:
+                look.update(x for x in self._promoted if x in cur)
+                self._promoted = set()
+            for jid in look:
+                j = jobs[jid]
+                q = bisect_right(th, j.attained_gpu_s - bget(jid, 0.0))
+                old = qof.get(jid)
+                if old != q:
+                    if old is not None:
+                        lst = queues[old]
+                        del lst[bisect.bisect_left(lst, pos[jid], key=key)]
+                    bisect.insort(queues[q], jid, key=key)
+                    qof[jid] = q
+            kept[5] = cur
+        out: list[JobState] = []
+        get = jobs.__getitem__
+        for lst in queues:
+            out += map(get, lst)
         return out
 
 

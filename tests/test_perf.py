@@ -134,7 +134,7 @@ def _engine_components(seed: int):
     rng = np.random.default_rng(seed)
     out = []
     for i in range(12):
-        members, used = [], []
+        members = []
         for m in range(int(rng.integers(1, 4))):
             w = int(rng.choice([1, 2, 4]))
             gpus = tuple(int(g) for g in rng.choice(8, w, replace=False))
@@ -403,3 +403,94 @@ def test_running_index_in_env_episodes_and_hand_built_states():
                       active_ids=[2, 0, 1])
     assert st.in_force is None
     assert [j.job_id for j in st.running()] == [2, 1]
+
+
+@pytest.mark.parametrize("agent", ["tiresias", "jigsaw"])
+def test_kept_las_queues_equal_a_fresh_sort_at_every_call(agent):
+    # LASQueues.order_active keeps the queues between calls and looks again only at the jobs that
+    # arrived, left, run or were promoted: at every call it equals order(state.active()), a sort
+    # of every active job, in a trace where jobs cross the threshold and starved jobs are promoted
+    jobs = load_trace("synthetic:jobs=120,load=1.6,seed=5", cluster_gpus=16).jobs
+    sched = make_scheduler(agent, thresholds="600", starve_factor=2.0)
+    las = sched.las
+    seen = {"calls": 0, "crossed": 0}
+    first_queue: dict[int, int] = {}
+
+    def policy(state):
+        sched.las.observe(state)
+        got = [j.job_id for j in las.order_active(state)]
+        assert got == [j.job_id for j in las.order(state.active())]
+        for j in state.active():
+            q = las.queue_of(j)
+            if first_queue.setdefault(j.job_id, q) != q:
+                seen["crossed"] += 1
+                first_queue[j.job_id] = q
+        seen["calls"] += 1
+        if seen["calls"] % 25 == 0:  # a copy builds its queues anew and gives the same order
+            import copy
+            twin = copy.deepcopy(las)
+            assert twin._kept is None
+            assert [j.job_id for j in twin.order_active(state)] == got
+        return sched(state)
+
+    sim = Simulator(ClusterSpec.from_gpus(16), jobs, SimConfig())
+    sim.run(policy, skip_quiet=False)
+    assert seen["calls"] > 100
+    assert las.promotions > 5 and seen["crossed"] > 20, (las.promotions, seen)
+
+
+def test_kept_las_queues_follow_env_episodes_and_resets():
+    # the env's encoder keeps its own queues (features 22-25): the same as a fresh sort at every
+    # round of several episodes, whose states are new objects with job ids used again
+    from jigsaw_env.env import JigsawClusterEnv
+
+    env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=30, load=1.5)
+    rng = np.random.default_rng(2)
+    rounds = 0
+    for ep in range(3):
+        env.reset(seed=ep)
+        while True:
+            las, st = env.encoder._las, env.sim.state
+            assert [j.job_id for j in las.order_active(st)] == [j.job_id for j in las.order(st.active())]
+            _, _, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+            rounds += "round" in info
+            if term or trunc:
+                break
+    assert rounds > 30
+
+
+@pytest.mark.parametrize("starve_factor", [2.0, 0.5, None])
+def test_observe_of_changes_equals_observe_of_every_job(starve_factor):
+    # LASQueues.observe under a simulator visits only the jobs that started or stopped and the
+    # waiting jobs whose starvation time has come (a heap): its records, promotions and queues
+    # equal those of the same queues visiting every active job, at every round of a replay
+    from jigsaw_env.las import LASQueues
+
+    jobs = load_trace("synthetic:jobs=150,load=1.8,seed=8", cluster_gpus=16).jobs
+    sched = make_scheduler("tiresias", thresholds="600", starve_factor=starve_factor)
+    fast, slow = LASQueues((600.0,), starve_factor), LASQueues((600.0,), starve_factor)
+    seen = {"calls": 0}
+
+    def policy(state):
+        fast.observe(state)
+        kept, state.in_force = state.in_force, None  # the same state, without the simulator's index
+        try:
+            slow.observe(state)
+            want = [j.job_id for j in slow.order_active(state)]
+        finally:
+            state.in_force = kept
+        assert fast._changes is not None and slow._changes is None
+        for name in ("_run_since", "_last_run", "_wait_since", "_base"):
+            assert getattr(fast, name) == getattr(slow, name), name
+        assert fast.promotions == slow.promotions
+        assert [j.job_id for j in fast.order_active(state)] == want
+        seen["calls"] += 1
+        return sched(state)
+
+    sim = Simulator(ClusterSpec.from_gpus(16), jobs, SimConfig())
+    sim.run(policy, skip_quiet=False)
+    assert seen["calls"] > 100
+    if starve_factor is not None:
+        assert fast.promotions > 10, fast.promotions
+    else:
+        assert fast.promotions == 0
