@@ -40,8 +40,8 @@ class Scheduler:
     @staticmethod
     def ledger(state: ClusterState, keep_running: bool = True) -> GpuLedger:
         """A GPU ledger that starts from the allocation in force (or empty), its decision in
-        arrival order (``state.current_decision()``'s). Under a simulator it is a copy of the
-        simulator's own ledger (``state.in_force``), reordered: the same bytes and worker counts
+        arrival order (``state.current_decision()``'s). Asked by ``Simulator.run`` it is a copy of
+        the simulator's own ledger (``state.in_force``), reordered: the same bytes and worker counts
         per GPU as adding every running job again (memory is whole bytes, exact in any order),
         without reading every waiting job or re-adding every running one."""
         if not keep_running:

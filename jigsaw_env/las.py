@@ -66,7 +66,7 @@ class LASQueues:
 
         Only running jobs and waiting jobs with a run or wait on record are touched; every other
         waiting job (never started, or already counted as waiting) has nothing to update."""
-        if getattr(state, "in_force", None) is not None:  # under a simulator
+        if getattr(state, "running_ref", None) is not None:  # under a simulator
             self._observe_changes(state)
         else:
             self._changes = None
@@ -105,7 +105,7 @@ class LASQueues:
                     self._promoted.add(jid)
 
     def _observe_changes(self, state: ClusterState) -> None:
-        """:meth:`observe` under a simulator (``state.in_force`` holds the running jobs): the same
+        """:meth:`observe` under a simulator (``state.running_ref`` holds the running jobs): the same
         updates, visiting only the jobs that started or stopped running since the last call and
         the waiting jobs whose starvation time has come, instead of every active job.
 
@@ -129,7 +129,7 @@ class LASQueues:
             ch = self._changes = [state, now, prev, heap]
         _, _, prev, heap = ch
         ch[1] = now
-        cur = set(state.in_force.decision)  # running now
+        cur = set(state.running_ref)  # running now
         for jid in cur - prev:  # started (or resumed) since the last call
             if jid not in run_since:
                 run_since[jid] = now
@@ -253,7 +253,7 @@ class LASQueues:
     def order_active(self, state: ClusterState) -> list[JobState]:
         """``order(state.active())``: every active job from the highest priority down.
 
-        Under a simulator (``state.in_force`` and ``state.arrival_pos`` set) the queues are kept
+        Under a simulator (``state.running_ref`` and ``state.arrival_pos`` set) the queues are kept
         from call to call instead of sorted anew: each queue is a list of job ids in arrival order
         (``arrival_pos`` follows (arrival, id), the sort key of :meth:`order`), and only the jobs
         whose queue can have changed are looked at again: those that arrived or left, those
@@ -263,8 +263,8 @@ class LASQueues:
         clock that went back or :meth:`reset` starts the queues afresh. Elsewhere (a state built
         by hand, the live executor) it is :meth:`order` itself."""
         pos = getattr(state, "arrival_pos", None)
-        led = getattr(state, "in_force", None)
-        if pos is None or led is None:
+        running = getattr(state, "running_ref", None)  # the decision in force: its keys run
+        if pos is None or running is None:
             return self.order(state.active())
         jobs = state.jobs
         th = self.thresholds
@@ -295,7 +295,7 @@ class LASQueues:
             # the last queue stays there until it is promoted)
             last = len(th)
             qget = qof.get
-            look.update([x for x in led.decision if qget(x) != last])
+            look.update([x for x in running if qget(x) != last])
             if self._promoted:
                 look.update(x for x in self._promoted if x in cur)
                 self._promoted = set()

@@ -459,7 +459,7 @@ class Simulator:
         # the allocation in force, validated when applied: decisions are validated against it
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
-        self.state.in_force = self._in_force  # its decision's keys are the running jobs (ClusterState.running)
+        self.state.running_ref = self._in_force.decision  # its keys are the running jobs (ClusterState.running)
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
         self._wall0 = _time.perf_counter()
@@ -1002,7 +1002,7 @@ class Simulator:
             sub = Decision({jid: decision[jid] for jid in added})
             self._rebuild(apply_job_bookkeeping(st, sub, self.config.restart_s, running_ids=removed))
         self._in_force = ledger
-        st.in_force = ledger
+        st.running_ref = ledger.decision
         n_dec = len(ledger.decision)
         levels = list(self._levels)
         G = ledger.workers.size
@@ -1183,7 +1183,11 @@ class Simulator:
                         self._defer_round_end = False
                 else:
                     self._end_round()  # the policy reads the job objects
-                    d = policy(st)
+                    st.in_force = self._in_force  # for the policy's call only (ClusterState.in_force)
+                    try:
+                        d = policy(st)
+                    finally:
+                        st.in_force = None
                     if quiet_fn is not None and _same_decision(d, self._in_force.decision):
                         quiet_until = quiet_fn(st)
                     else:

@@ -299,13 +299,17 @@ class ClusterState:
     jobs: dict[int, JobState] = field(default_factory=dict)
     active_ids: list[int] = field(default_factory=list)
     max_workers_per_gpu: int = 2
-    # Kept by a simulator (None elsewhere; read-only for everyone else): its GpuLedger of the
-    # allocation in force, whose decision's keys are exactly the running jobs, and every job's
-    # position in the arrival order (the order of active_ids). With them running() sorts the
-    # running ids instead of reading every waiting job's status (FIFO's queue on the Philly trace
-    # holds thousands of jobs), and a scheduler's ledger starts as a copy (Scheduler.ledger).
-    in_force: Any = field(default=None, repr=False, compare=False)
+    # Kept by a simulator (None elsewhere; read-only for everyone else): the decision in force,
+    # whose keys are exactly the running jobs, and every job's position in the arrival order (the
+    # order of active_ids). With them running() sorts the running ids instead of reading every
+    # waiting job's status (FIFO's queue on the Philly trace holds thousands of jobs), and 2D-LAS
+    # follows changes (jigsaw_env/las.py).
+    running_ref: dict | None = field(default=None, repr=False, compare=False)
     arrival_pos: dict | None = field(default=None, repr=False, compare=False)
+    # The simulator's GpuLedger of that decision, only while Simulator.run asks its policy (a
+    # scheduler's ledger starts as a copy: Scheduler.ledger); None otherwise, so that the state
+    # and the ledger, which refers to the state, do not keep each other alive.
+    in_force: Any = field(default=None, repr=False, compare=False)
 
     @property
     def spb(self) -> SPBConfig:
@@ -323,17 +327,17 @@ class ClusterState:
 
     def running(self) -> list[JobState]:
         """Running jobs, in arrival order (the order of ``active_ids``)."""
-        led = self.in_force
+        ref = self.running_ref
         # sorting the running ids costs about 5x reading one status per id (measured on Philly
         # replays): worth it when the waiting jobs outnumber the running ones that much
-        if led is not None and 5 * len(led.decision) < len(self.active_ids):
+        if ref is not None and 5 * len(ref) < len(self.active_ids):
             return list(map(self.jobs.__getitem__, self.running_ids_by_arrival()))
         RUNNING = JobStatus.RUNNING
         return [j for j in map(self.jobs.__getitem__, self.active_ids) if j.status is RUNNING]
 
     def running_ids_by_arrival(self) -> list[int]:
-        """The running jobs' ids in arrival order, from the simulator's ledger (``in_force``)."""
-        return sorted(self.in_force.decision, key=self.arrival_pos.__getitem__)
+        """The running jobs' ids in arrival order, from the simulator's decision (``running_ref``)."""
+        return sorted(self.running_ref, key=self.arrival_pos.__getitem__)
 
     def current_decision(self) -> Decision:
         """The allocation in force: every running job keeps its placement, level and pattern

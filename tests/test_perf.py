@@ -344,8 +344,8 @@ def test_running_index_equals_a_scan_at_every_call(synth, agent):
 
     def policy(state):
         want = _running_by_scan(state)
-        assert state.in_force is not None
-        seen["sorted" if 5 * len(state.in_force.decision) < len(state.active_ids) else "scanned"] += 1
+        assert state.in_force is not None and state.running_ref is state.in_force.decision
+        seen["sorted" if 5 * len(state.running_ref) < len(state.active_ids) else "scanned"] += 1
         assert state.running() == want
         assert list(state.current_decision()) == [j.job_id for j in want]
         # Scheduler.ledger: a reordered copy of the simulator's ledger equals one built by adding
@@ -365,7 +365,7 @@ def test_running_index_equals_a_scan_at_every_call(synth, agent):
         if seen["calls"] == 40:
             twin = sim.copy()
             assert twin.state.running() == _running_by_scan(twin.state)
-            assert twin.state.in_force is twin._in_force
+            assert twin.state.in_force is twin._in_force and twin.state.running_ref is twin._in_force.decision
         return sched(state)
 
     sim.run(policy)
@@ -389,7 +389,8 @@ def test_running_index_in_env_episodes_and_hand_built_states():
         while True:
             st = env.sim.state
             assert st.running() == _running_by_scan(st)
-            if 5 * len(st.in_force.decision) < len(st.active_ids):  # the index's sorted way
+            assert st.in_force is None  # the ledger is on the state only while Simulator.run asks
+            if 5 * len(st.running_ref) < len(st.active_ids):  # the index's sorted way
                 checked += len(st.running()) + 1
             _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
             if term or trunc:
@@ -401,7 +402,7 @@ def test_running_index_in_env_episodes_and_hand_built_states():
     jobs[1].placement, jobs[2].placement = (0,), (1,)
     st = ClusterState(cluster=cluster, costs=CostModel(cluster, SPBConfig()), jobs={j.job_id: j for j in jobs},
                       active_ids=[2, 0, 1])
-    assert st.in_force is None
+    assert st.running_ref is None and st.in_force is None
     assert [j.job_id for j in st.running()] == [2, 1]
 
 
@@ -473,12 +474,12 @@ def test_observe_of_changes_equals_observe_of_every_job(starve_factor):
 
     def policy(state):
         fast.observe(state)
-        kept, state.in_force = state.in_force, None  # the same state, without the simulator's index
+        kept, state.running_ref = state.running_ref, None  # the same state, without the simulator's index
         try:
             slow.observe(state)
             want = [j.job_id for j in slow.order_active(state)]
         finally:
-            state.in_force = kept
+            state.running_ref = kept
         assert fast._changes is not None and slow._changes is None
         for name in ("_run_since", "_last_run", "_wait_since", "_base"):
             assert getattr(fast, name) == getattr(slow, name), name
