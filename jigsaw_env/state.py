@@ -290,6 +290,8 @@ class ClusterState:
     round: index of the next round.
     jobs: every job of the episode by id (any status).
     active_ids: ids of arrived, unfinished jobs, in arrival order.
+    running_ref, arrival_pos, in_force: kept by a simulator for speed (see below); None on a
+        state built by hand, where every method reads the jobs' statuses instead.
     """
 
     cluster: ClusterSpec
