@@ -79,6 +79,21 @@ def test_lazy_per_gpu_busy_equals_the_sum_of_round_busy(synth):
     assert np.all(per_gpu <= sim.state.time_s - sim.first_arrival_s + 1e-6)
 
 
+def _random_episodes(env, seeds, rng, before_step) -> list[dict]:
+    """Whole episodes of ``env`` (one per seed) under random masked actions, calling
+    ``before_step(env)`` before every step; returns the steps' info dicts."""
+    infos = []
+    for seed in seeds:
+        env.reset(seed=seed)
+        while True:
+            before_step(env)
+            _, _, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+            infos.append(info)
+            if term or trunc:
+                break
+    return infos
+
+
 def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
     # the per-round cache of the encoder gives the same vector as an encoder with no cache, over
     # whole episodes with random masked actions (and across resets that reuse job ids); the fresh
@@ -87,24 +102,16 @@ def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
     from jigsaw_env.encoder import ObservationEncoder
     from jigsaw_env.env import JigsawClusterEnv
 
+    def check(env):
+        b = env.builder
+        fresh = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
+        fresh._las, fresh._las_t = copy.deepcopy(env.encoder._las), env.encoder._las_t
+        want = fresh.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
+        got = env.encoder.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
+        np.testing.assert_array_equal(got, want)
+
     env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=25, load=1.5)
-    rng = np.random.default_rng(0)
-    n = 0
-    for ep in range(3):
-        env.reset(seed=ep)
-        while True:
-            b = env.builder
-            fresh = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
-            fresh._las, fresh._las_t = copy.deepcopy(env.encoder._las), env.encoder._las_t
-            want = fresh.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
-            got = env.encoder.encode(env.sim.state, b.window, b.ledger, b.acted, env._steps_in_round)
-            np.testing.assert_array_equal(got, want)
-            mask = env.action_masks()
-            _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
-            n += 1
-            if term or trunc:
-                break
-    assert n > 100
+    assert len(_random_episodes(env, range(3), np.random.default_rng(0), check)) > 100
 
 
 def test_a_policy_that_never_starts_a_job_is_stopped_with_a_clear_error(synth):
@@ -381,21 +388,18 @@ def test_running_index_in_env_episodes_and_hand_built_states():
     from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
     from jigsaw_env.spb import SPBConfig
 
+    checked = [0]
+
+    def check(env):
+        st = env.sim.state
+        assert st.running() == _running_by_scan(st)
+        assert st.in_force is None  # the ledger is on the state only while Simulator.run asks
+        if 5 * len(st.running_ref) < len(st.active_ids):  # the index's sorted way
+            checked[0] += len(st.running()) + 1
+
     env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=25, load=1.5)
-    rng = np.random.default_rng(1)
-    checked = 0
-    for ep in range(2):
-        env.reset(seed=ep)
-        while True:
-            st = env.sim.state
-            assert st.running() == _running_by_scan(st)
-            assert st.in_force is None  # the ledger is on the state only while Simulator.run asks
-            if 5 * len(st.running_ref) < len(st.active_ids):  # the index's sorted way
-                checked += len(st.running()) + 1
-            _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
-            if term or trunc:
-                break
-    assert checked > 50
+    _random_episodes(env, range(2), np.random.default_rng(1), check)
+    assert checked[0] > 50
     cluster = ClusterSpec.from_gpus(8)
     jobs = [JobState(i, 0.0, 1, "tiny_mlp", 32, 10.0) for i in range(3)]
     jobs[0].status, jobs[1].status, jobs[2].status = JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RUNNING
@@ -445,19 +449,13 @@ def test_kept_las_queues_follow_env_episodes_and_resets():
     # round of several episodes, whose states are new objects with job ids used again
     from jigsaw_env.env import JigsawClusterEnv
 
+    def check(env):
+        las, st = env.encoder._las, env.sim.state
+        assert [j.job_id for j in las.order_active(st)] == [j.job_id for j in las.order(st.active())]
+
     env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=30, load=1.5)
-    rng = np.random.default_rng(2)
-    rounds = 0
-    for ep in range(3):
-        env.reset(seed=ep)
-        while True:
-            las, st = env.encoder._las, env.sim.state
-            assert [j.job_id for j in las.order_active(st)] == [j.job_id for j in las.order(st.active())]
-            _, _, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
-            rounds += "round" in info
-            if term or trunc:
-                break
-    assert rounds > 30
+    infos = _random_episodes(env, range(3), np.random.default_rng(2), check)
+    assert sum("round" in info for info in infos) > 30
 
 
 @pytest.mark.parametrize("starve_factor", [2.0, 0.5, None])
