@@ -49,10 +49,8 @@ class Scheduler:
         led = state.in_force
         if led is None:
             return GpuLedger(state, state.current_decision(), checked=True)
-        new = led.copy()
         dec = led.decision
-        new.decision = Decision({jid: dec[jid] for jid in state.running_ids_by_arrival()})
-        return new
+        return led.copy(Decision({jid: dec[jid] for jid in state.running_ids_by_arrival()}))
 
 
 def register_scheduler(name: str):

@@ -99,10 +99,16 @@ class LASQueues:
                 wait_since[jid] = now
             if sf is not None and jid in wait_since:
                 if now - wait_since[jid] >= sf * last_run[jid]:
-                    self._base[jid] = j.attained_gpu_s
-                    wait_since[jid] = now
-                    self.promotions += 1
-                    self._promoted.add(jid)
+                    self._promote(j, now)
+
+    def _promote(self, job: JobState, now: float) -> None:
+        """The starvation guard's promotion of a waiting job at ``now``: its service counts afresh
+        (and so does its wait)."""
+        jid = job.job_id
+        self._base[jid] = job.attained_gpu_s
+        self._wait_since[jid] = now
+        self.promotions += 1
+        self._promoted.add(jid)
 
     def _observe_changes(self, state: ClusterState) -> None:
         """:meth:`observe` under a simulator (``state.running_ref`` holds the running jobs): the same
@@ -160,10 +166,7 @@ class LASQueues:
             if not j.active:
                 continue  # it finished (resumed and done within a round): never visited again
             if now - ws >= sf * last_run[jid]:
-                self._base[jid] = j.attained_gpu_s
-                wait_since[jid] = now
-                self.promotions += 1
-                self._promoted.add(jid)
+                self._promote(j, now)
                 back.append((now + sf * last_run[jid], jid, now))
             else:
                 back.append(entry)  # within the margin, not yet due
@@ -268,28 +271,30 @@ class LASQueues:
             return self.order(state.active())
         jobs = state.jobs
         th = self.thresholds
-        base = self._base
-        bget = base.get
+        bget = self._base.get
         bisect_right = bisect.bisect_right
         kept = self._kept
-        if kept is None or kept[0] is not state or kept[1] is not pos or kept[2] > state.time_s:
+        if kept is None or kept[0] is not state or kept[1] > state.time_s:
             queues: list[list[int]] = [[] for _ in range(len(th) + 1)]
             qof: dict[int, int] = {}
-            for jid in sorted(state.active_ids, key=pos.__getitem__):
-                j = jobs[jid]
-                q = bisect_right(th, j.attained_gpu_s - bget(jid, 0.0))
+            for jid in state.active_ids:  # in arrival order: each queue comes out sorted
+                q = self.queue_of(jobs[jid])
                 queues[q].append(jid)
                 qof[jid] = q
-            self._kept = [state, pos, state.time_s, queues, qof, set(state.active_ids)]
+            self._kept = [state, state.time_s, queues, qof, set(state.active_ids)]
             self._promoted = set()
         else:
-            _, _, _, queues, qof, known = kept
-            kept[2] = state.time_s
+            _, _, queues, qof, known = kept
+            kept[1] = state.time_s
             cur = set(state.active_ids)
             key = pos.__getitem__
-            for jid in known - cur:  # finished
-                lst = queues[qof.pop(jid)]
+
+            def drop(jid: int, q: int) -> None:
+                lst = queues[q]
                 del lst[bisect.bisect_left(lst, pos[jid], key=key)]
+
+            for jid in known - cur:  # finished
+                drop(jid, qof.pop(jid))
             look = cur - known  # arrived
             # running: their service grew, so they move only to a later queue (a running job in
             # the last queue stays there until it is promoted)
@@ -300,16 +305,14 @@ class LASQueues:
                 look.update(x for x in self._promoted if x in cur)
                 self._promoted = set()
             for jid in look:
-                j = jobs[jid]
-                q = bisect_right(th, j.attained_gpu_s - bget(jid, 0.0))
-                old = qof.get(jid)
+                q = bisect_right(th, jobs[jid].attained_gpu_s - bget(jid, 0.0))  # queue_of, inlined
+                old = qget(jid)
                 if old != q:
                     if old is not None:
-                        lst = queues[old]
-                        del lst[bisect.bisect_left(lst, pos[jid], key=key)]
+                        drop(jid, old)
                     bisect.insort(queues[q], jid, key=key)
                     qof[jid] = q
-            kept[5] = cur
+            kept[4] = cur
         out: list[JobState] = []
         get = jobs.__getitem__
         for lst in queues:

@@ -92,7 +92,9 @@ class GpuLedger:
             for jid, jd in decision.items():
                 self.add(jid, jd, checked=checked)
 
-    def copy(self) -> "GpuLedger":
+    def copy(self, decision: Decision | None = None) -> "GpuLedger":
+        """An independent copy; ``decision``: the same jobs in another order (default: a copy of
+        this ledger's decision, in its order)."""
         new = GpuLedger.__new__(GpuLedger)
         new.state = self.state
         new.capacity = self.capacity
@@ -103,7 +105,7 @@ class GpuLedger:
         new._cl = self._cl
         new._pk = self._pk
         new._wc = self._wc.copy()
-        new.decision = Decision(self.decision)
+        new.decision = Decision(self.decision) if decision is None else decision
         return new
 
     # ----- queries -----

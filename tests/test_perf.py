@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from agents import make_scheduler
+from agents.base import Scheduler
 from jigsaw_env.cluster import ClusterSpec
-from jigsaw_env.placement import validate_decision
+from jigsaw_env.placement import GpuLedger, validate_decision
 from jigsaw_env.simulator import SimConfig, Simulator
 from traces import load_trace
 
@@ -357,8 +358,6 @@ def test_running_index_equals_a_scan_at_every_call(synth, agent):
         assert list(state.current_decision()) == [j.job_id for j in want]
         # Scheduler.ledger: a reordered copy of the simulator's ledger equals one built by adding
         # every running job again
-        from agents.base import Scheduler
-        from jigsaw_env.placement import GpuLedger
         fast = Scheduler.ledger(state)
         fresh = GpuLedger(state, state.current_decision(), checked=True)
         assert fast is not state.in_force and fast.decision is not state.in_force.decision
