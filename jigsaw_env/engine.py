@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -50,13 +51,14 @@ def _computed(row: list[float], partial: float) -> float:
 
 
 def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 0.0) -> tuple:
-    """A component's step tables over its hyper-period (eqs. K1, K2), in ``Component._SHARED``
-    order: H, per-GPU loads (H, C), step times, their cumulative sums, the cycle, cumulative
-    loads, per-member bytes and cumulative bytes, and Python-float copies of what the scalar
-    path reads.
+    """A component's step tables over its hyper-period (eqs. K1, K2), in the order
+    ``Component.__init__`` unpacks them: H, per-GPU loads (H, C) as a read-only array, the cycle,
+    and Python lists of what the scalar path reads (cumulative step times, loads per step, the
+    per-step total load's running sum, cumulative bytes per member, cumulative loads), then a
+    :class:`_TableArrays` that makes the other arrays (``Component._SHARED``) when first read.
 
     Built in Python lists (the tables are a few steps by a few GPUs, usually 1-4 steps: numpy's
-    per-call overhead cost more than the arithmetic), then copied into read-only arrays once. Every value is the
+    per-call overhead cost more than the arithmetic), then copied into arrays. Every value is the
     one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
@@ -96,14 +98,39 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
         cum_loads.append([a + x for a, x in zip(cum_loads[-1], row)])
     cum_bytes = [_running_sum(pb) for pb in phase_bytes]
     a_loads = np.array(loads, dtype=np.float64).reshape(H, n)
-    arrays = (a_loads, np.array(step, dtype=np.float64), np.array(cum, dtype=np.float64),
-              np.array(cum_loads, dtype=np.float64).reshape(H + 1, n))
-    a_bytes = [np.array(pb, dtype=np.float64) for pb in phase_bytes]
-    a_cum_bytes = [np.array(cb, dtype=np.float64) for cb in cum_bytes]
-    for arr in (*arrays, *a_bytes, *a_cum_bytes):
-        arr.setflags(write=False)  # shared between components: read-only
-    return (H, arrays[0], arrays[1], arrays[2], cycle, arrays[3], a_bytes, a_cum_bytes, cum, _EPS * max(1.0, cycle),
-            loads, _running_sum(a_loads.sum(axis=1).tolist()), cum_bytes, cum_loads)
+    a_loads.setflags(write=False)  # shared between components: read-only
+    return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, _running_sum(a_loads.sum(axis=1).tolist()),
+            cum_bytes, cum_loads, _TableArrays(step, cum, cum_loads, phase_bytes, cum_bytes))
+
+
+class _TableArrays:
+    """The step tables' numpy forms that only :meth:`Component.advance`, :meth:`Component.
+    busy_vector` and readers of the tables use (step times, cumulative times and loads, bytes per
+    member and their sums), made from the Python lists when first read: the simulator's stepping
+    reads the lists and the per-GPU loads, so most components never need them (building them cost
+    a tenth of a step-table miss). Read-only, shared like the lists."""
+
+    __slots__ = ("_lists", "_arrays")
+
+    def __init__(self, step, cum, cum_loads, phase_bytes, cum_bytes):
+        self._lists = (step, cum, cum_loads, phase_bytes, cum_bytes)
+        self._arrays = None
+
+    def get(self) -> tuple:
+        """(step, cum, cum_loads, phase_bytes, cum_bytes) as float64 arrays (the last two: one per
+        member)."""
+        a = self._arrays
+        if a is None:
+            step, cum, cum_loads, phase_bytes, cum_bytes = self._lists
+            n = len(cum_loads[0])
+            a = (np.array(step, dtype=np.float64), np.array(cum, dtype=np.float64),
+                 np.array(cum_loads, dtype=np.float64).reshape(len(cum_loads), n),
+                 [np.array(pb, dtype=np.float64) for pb in phase_bytes],
+                 [np.array(cb, dtype=np.float64) for cb in cum_bytes])
+            for arr in (*a[:3], *a[3], *a[4]):
+                arr.setflags(write=False)
+            self._arrays = a
+        return a
 
 
 def _running_sum(xs: list[float]) -> list[float]:
@@ -119,6 +146,9 @@ def _running_sum(xs: list[float]) -> list[float]:
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
+    # the step tables a component reads, shared by components with the same profiles, phases and
+    # layout (the arrays among them are read-only; step, cum, cum_loads, phase_bytes and cum_bytes
+    # are made when first read, _TableArrays)
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
                "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
 
@@ -152,7 +182,7 @@ class Component:
             col = {g: i for i, g in enumerate(gpus)}
             key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
                         for m in members) + (len(gpus), barrier_s)
-        self.gpus = np.array(gpus, dtype=np.int64)
+        self.gpu_list = gpus  # the component's GPUs, ascending (Python ints; ``gpus`` as an array)
         if cache is None:
             tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)}, barrier_s)
         else:
@@ -173,12 +203,44 @@ class Component:
                     col = {g: i for i, g in enumerate(gpus)}
                 hit = cache[key] = (_step_tables(members, col, barrier_s), [m.profile for m in members])
             tables = hit[0]
-        (self.H, self.loads, self.step, self.cum, self.cycle, self.cum_loads, self.phase_bytes, self.cum_bytes,
-         self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l, self._cum_loads_l) = tables
+        (self.H, self.loads, self.cycle, self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l,
+         self._cum_loads_l, self._arrays) = tables
         self.k = 0            # steps completed since the component formed
         self.partial = 0.0    # seconds into step k
         self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
         self.slot = -1  # its slot in a ComponentSet, while it is in one
+
+    @cached_property
+    def gpus(self) -> np.ndarray:
+        """The component's GPUs, ascending, as an int64 array (made when first read: the simulator
+        reads ``gpu_list``)."""
+        return np.array(self.gpu_list, dtype=np.int64)
+
+    # ----- the tables as arrays (made when first read; _TableArrays)
+    @property
+    def step(self) -> np.ndarray:
+        """(H,) seconds of each step of the hyper-period (eq. K2)."""
+        return self._arrays.get()[0]
+
+    @property
+    def cum(self) -> np.ndarray:
+        """(H + 1,) cumulative step seconds, from 0."""
+        return self._arrays.get()[1]
+
+    @property
+    def cum_loads(self) -> np.ndarray:
+        """(H + 1, GPUs) cumulative compute seconds per GPU, from 0."""
+        return self._arrays.get()[2]
+
+    @property
+    def phase_bytes(self) -> list[np.ndarray]:
+        """Per member, (H,) bytes on the wire at each step."""
+        return self._arrays.get()[3]
+
+    @property
+    def cum_bytes(self) -> list[np.ndarray]:
+        """Per member, (H + 1,) cumulative bytes, from 0."""
+        return self._arrays.get()[4]
 
     # ----- step arithmetic -----
     def T(self, x: int) -> float:

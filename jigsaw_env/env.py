@@ -26,6 +26,11 @@ EPISODE
     untrained policy that only advances cannot hang an evaluation. ``info["episode_metrics"]`` holds every metric at the end.
     Each ``reset(seed=...)`` draws the episode's jobs: a new synthetic trace, or a window of
     ``max_jobs`` consecutive jobs at a seeded random offset of a real trace.
+LOGS
+    The episode's simulator (``env.unwrapped.sim``) keeps the per-job and per-round logs that
+    metrics are computed from (``jobs_frame()``, ``cluster_frame()``). Its per-job-per-round log
+    (``rounds_frame()``, rounds.csv) is kept only with ``log_rounds=True``: nothing in an episode
+    reads it, and it grows with jobs x rounds.
 """
 from __future__ import annotations
 
@@ -130,7 +135,7 @@ class JigsawClusterEnv(gym.Env):
                  restart_s: float = 30.0, reward: str = "jct", reward_scale: float = 3600.0,
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
-                 render_mode: str | None = None, max_stalled_rounds: int | None = 1000):
+                 render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -157,6 +162,7 @@ class JigsawClusterEnv(gym.Env):
         _number_arg("max_time_s", max_time_s, 0, strict=True, none_ok=True, finite=False, what="a number of seconds")
         observe_remaining = _bool_arg("observe_remaining", observe_remaining)
         backlogged = _bool_arg("backlogged", backlogged)
+        log_rounds = _bool_arg("log_rounds", log_rounds)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
             raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
@@ -171,7 +177,7 @@ class JigsawClusterEnv(gym.Env):
         self.spb = SPBConfig(max_level=spb_levels, num_slots=spb_slots)
         self.sim_config = SimConfig(round_s=round_s, restart_s=restart_s, max_workers_per_gpu=max_workers_per_gpu,
                                     backlogged=backlogged, max_time_s=max_time_s, spb=self.spb,
-                                    eta_override=eta_override, eta_scale=eta_scale)
+                                    eta_override=eta_override, eta_scale=eta_scale, log_rounds=log_rounds)
         self.trace = trace
         self.max_jobs = max_jobs
         self.load = load

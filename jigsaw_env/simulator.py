@@ -470,7 +470,7 @@ class Simulator:
         """(G,) compute seconds per GPU so far."""
         out = np.array(self._busy_flushed, dtype=np.float64)
         for comp in self._components.values():
-            out[comp.gpus] += comp.busy_vector()
+            out[comp.gpu_list] += comp.busy_vector()
         return out
 
     def in_force_ledger(self) -> GpuLedger:
@@ -600,7 +600,7 @@ class Simulator:
         """Add a dissolving component's per-GPU busy seconds to the dissolved total (Python
         floats: the same additions as ``flushed[comp.gpus] += comp.busy_vector()``)."""
         bf = self._busy_flushed
-        for g, v in zip(comp.gpus.tolist() if gpus is None else gpus, comp.busy_list()):
+        for g, v in zip(comp.gpu_list if gpus is None else gpus, comp.busy_list()):
             bf[g] += v
 
     def _apply(self, decision: Decision) -> None:
@@ -613,7 +613,7 @@ class Simulator:
         del self._components[comp.key]
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
-        gpus = comp.gpus.tolist()
+        gpus = comp.gpu_list
         self._flush(comp, gpus)
         rj = self._rjobs
         for m in comp.members:
@@ -640,7 +640,7 @@ class Simulator:
             comp_of[m.job_id] = comp
         comp.rows = [m.slot for m in comp.members]
         gc = self._gpu_comp
-        gpus = comp.gpus.tolist()
+        gpus = comp.gpu_list
         for g in gpus:
             gc[g] = comp
         self._n_live_gpus += len(gpus)
@@ -778,7 +778,7 @@ class Simulator:
                 ext(c.rows)
             pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
             self._order = (slots, comps, np.array(rows, dtype=np.int64), pos,
-                           np.array([len(c.gpus) for c in comps], dtype=np.float64),
+                           np.array([len(c.gpu_list) for c in comps], dtype=np.float64),
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
 
@@ -899,7 +899,7 @@ class Simulator:
             dt = t - now
             steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
             busy_sum += busy
-            alloc_sum += dt * len(comp.gpus)
+            alloc_sum += dt * len(comp.gpu_list)
             for m, by in zip(comp.members, bytes_):
                 j = jobs[m.job_id]
                 rem = j.iterations - j.progress

@@ -64,6 +64,8 @@ _JD_MEMO: dict[tuple, JobDecision] = {}
 def job_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision:
     """``JobDecision(gpus, level, pattern)``; the same (immutable) object for the same arguments,
     so a running job that keeps its configuration costs a lookup, not a new validated object."""
+    if level.__class__ is not int:  # JobDecision checks and converts it (1.0 must not find level 1)
+        return JobDecision(gpus, level, pattern)
     key = (gpus, level, pattern)
     jd = _JD_MEMO.get(key)
     if jd is None:

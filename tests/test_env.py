@@ -151,6 +151,37 @@ def test_same_seed_same_results():
     pd.testing.assert_frame_equal(play(3), play(3))
 
 
+def test_round_log_is_kept_only_when_asked_and_changes_nothing_else():
+    # log_rounds=True keeps the simulator's per-job-per-round log; the default keeps none of it, and
+    # the episode (observations, rewards, jobs, per-round cluster log) is the same either way
+    def play(**kw):
+        env = make_env(**kw)
+        obs, _ = env.reset(seed=5)
+        rng = np.random.default_rng(5)
+        seen = [obs]
+        rewards = []
+        while True:
+            mask = env.action_masks()
+            obs, r, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
+            seen.append(obs)
+            rewards.append(r)
+            if term or trunc:
+                return env.sim, np.array(seen), rewards
+
+    quiet, obs_q, rew_q = play()
+    logged, obs_l, rew_l = play(log_rounds=True)
+    assert len(quiet.rounds_frame()) == 0
+    rf = logged.rounds_frame()
+    assert len(rf) > 0 and set(rf["job_id"]) == set(logged.jobs_frame()["job_id"])
+    # every job's logged progress adds up to its iterations (all finished)
+    jf = logged.jobs_frame().set_index("job_id")
+    np.testing.assert_allclose(rf.groupby("job_id")["progress"].sum().sort_index(), jf["iterations"].sort_index())
+    np.testing.assert_array_equal(obs_q, obs_l)
+    assert rew_q == rew_l
+    pd.testing.assert_frame_equal(quiet.jobs_frame(), logged.jobs_frame())
+    pd.testing.assert_frame_equal(quiet.cluster_frame(), logged.cluster_frame())
+
+
 def test_masks_are_exact_in_both_directions():
     env = make_env(invalid_action="raise")
     rng = np.random.default_rng(1)

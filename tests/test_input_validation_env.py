@@ -283,6 +283,7 @@ ENV_ARGS = [
     ({"max_stalled_rounds": 0}, "max_stalled_rounds must be None or an integer >= 1, got 0"),
     ({"observe_remaining": "no"}, "observe_remaining must be True or False, got 'no'"),
     ({"backlogged": 1}, "backlogged must be True or False, got 1"),
+    ({"log_rounds": "yes"}, "log_rounds must be True or False, got 'yes'"),
     ({"spb_levels": 1.5}, "spb_levels must be an integer >= 0, got 1.5"),
     ({"spb_slots": "4"}, "spb_slots must be an integer >= 1, got '4'"),
     ({"max_workers_per_gpu": 0}, "max_workers_per_gpu must be an integer >= 1, got 0"),

@@ -476,7 +476,8 @@ def test_env_invariants_under_masked_and_unmasked_actions(data):
                            max_jobs=len(jobs), window_k=data.draw(st.integers(1, 6)),
                            spb_levels=data.draw(st.integers(1, 3)), spb_slots=data.draw(st.integers(2, 4)),
                            max_workers_per_gpu=data.draw(st.integers(1, 3)),
-                           round_s=round_s, invalid_action=mode)
+                           round_s=round_s, invalid_action=mode,
+                           log_rounds=True)  # finish() checks work conservation on the per-job round log
     seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed, options={"jobs": _env_jobs(jobs)})
