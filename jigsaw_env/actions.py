@@ -26,7 +26,7 @@ import numpy as np
 
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
-from .state import ClusterState, JobDecision, JobStatus, job_decision
+from .state import ClusterState, JobDecision, JobStatus
 
 
 class InvalidAction(ValueError):
@@ -164,7 +164,7 @@ class RoundBuilder:
             jid = job.job_id
             if job.status is not JobStatus.RUNNING or jid not in self.ledger.decision:
                 return None
-            jd = job_decision(self.ledger.decision[jid].gpus, level, pattern)
+            jd = JobDecision(self.ledger.decision[jid].gpus, level, pattern)
             return jd if led.fits(jid, jd) else None
         return led.place(job, option, level, pattern)
 
@@ -193,7 +193,7 @@ class RoundBuilder:
             # arithmetic), and put the exact bytes and order back if the action is infeasible
             snap = led._snapshot(jid)
             if option == "keep":
-                jd = job_decision(snap[0].gpus, level, pattern)  # candidate()'s keep, with the job's GPUs read first
+                jd = JobDecision(snap[0].gpus, level, pattern)  # candidate()'s keep, with the job's GPUs read first
             led.remove(jid)
             if option == "keep":
                 if job.status is not JobStatus.RUNNING or not led.fits(jid, jd):

@@ -54,8 +54,9 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     """A component's step tables over its hyper-period (eqs. K1, K2), in the order
     ``Component.__init__`` unpacks them: H, per-GPU loads (H, C) as a read-only array, the cycle,
     and Python lists of what the scalar path reads (cumulative step times, loads per step, the
-    per-step total load's running sum, cumulative bytes per member, cumulative loads), then a
-    :class:`_TableArrays` that makes the other arrays (``Component._SHARED``) when first read.
+    per-step total load's running sum, cumulative bytes per member, cumulative loads, step times,
+    bytes per member per step), as tuples; a component makes its other arrays
+    (``Component._SHARED``) from them when they are first read.
 
     Built in Python lists (the tables are a few steps by a few GPUs, usually 1-4 steps: numpy's
     per-call overhead cost more than the arithmetic), then copied into arrays. Every value is the
@@ -99,38 +100,23 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     cum_bytes = [_running_sum(pb) for pb in phase_bytes]
     a_loads = np.array(loads, dtype=np.float64).reshape(H, n)
     a_loads.setflags(write=False)  # shared between components: read-only
-    return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, _running_sum(a_loads.sum(axis=1).tolist()),
-            cum_bytes, cum_loads, _TableArrays(step, cum, cum_loads, phase_bytes, cum_bytes))
+    # kept as tuples of floats, which the garbage collector stops tracking after its first look
+    # (lists it would walk at every full collection: a long-lived env's cache of tens of
+    # thousands of tables made each one take 0.6 s; docs/simulator.md section 8)
+    cum, loads, cum_bytes, cum_loads = tuple(cum), _tuples(loads), _tuples(cum_bytes), _tuples(cum_loads)
+    return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, tuple(_running_sum(a_loads.sum(axis=1).tolist())),
+            cum_bytes, cum_loads, tuple(step), _tuples(phase_bytes))
 
 
-class _TableArrays:
-    """The step tables' numpy forms that only :meth:`Component.advance`, :meth:`Component.
-    busy_vector` and readers of the tables use (step times, cumulative times and loads, bytes per
-    member and their sums), made from the Python lists when first read: the simulator's stepping
-    reads the lists and the per-GPU loads, so most components never need them (building them cost
-    a tenth of a step-table miss). Read-only, shared like the lists."""
+def _tuples(rows: list[list[float]]) -> tuple[tuple[float, ...], ...]:
+    return tuple([tuple(r) for r in rows])
 
-    __slots__ = ("_lists", "_arrays")
 
-    def __init__(self, step, cum, cum_loads, phase_bytes, cum_bytes):
-        self._lists = (step, cum, cum_loads, phase_bytes, cum_bytes)
-        self._arrays = None
-
-    def get(self) -> tuple:
-        """(step, cum, cum_loads, phase_bytes, cum_bytes) as float64 arrays (the last two: one per
-        member)."""
-        a = self._arrays
-        if a is None:
-            step, cum, cum_loads, phase_bytes, cum_bytes = self._lists
-            n = len(cum_loads[0])
-            a = (np.array(step, dtype=np.float64), np.array(cum, dtype=np.float64),
-                 np.array(cum_loads, dtype=np.float64).reshape(len(cum_loads), n),
-                 [np.array(pb, dtype=np.float64) for pb in phase_bytes],
-                 [np.array(cb, dtype=np.float64) for cb in cum_bytes])
-            for arr in (*a[:3], *a[3], *a[4]):
-                arr.setflags(write=False)
-            self._arrays = a
-        return a
+def _frozen(values) -> np.ndarray:
+    """A read-only float64 array of ``values`` (a tuple, or a tuple of equal-length tuples)."""
+    a = np.array(values, dtype=np.float64)
+    a.setflags(write=False)
+    return a
 
 
 def _running_sum(xs: list[float]) -> list[float]:
@@ -146,9 +132,9 @@ def _running_sum(xs: list[float]) -> list[float]:
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
-    # the step tables a component reads, shared by components with the same profiles, phases and
-    # layout (the arrays among them are read-only; step, cum, cum_loads, phase_bytes and cum_bytes
-    # are made when first read, _TableArrays)
+    # the step tables a component reads, the same values for components with the same profiles,
+    # phases and layout (the tuples and ``loads`` shared; step, cum, cum_loads, phase_bytes and
+    # cum_bytes made per component when first read); arrays are read-only
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
                "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
 
@@ -201,10 +187,10 @@ class Component:
                     cache.clear()
                 if col is None:
                     col = {g: i for i, g in enumerate(gpus)}
-                hit = cache[key] = (_step_tables(members, col, barrier_s), [m.profile for m in members])
+                hit = cache[key] = (_step_tables(members, col, barrier_s), tuple([m.profile for m in members]))
             tables = hit[0]
         (self.H, self.loads, self.cycle, self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l,
-         self._cum_loads_l, self._arrays) = tables
+         self._cum_loads_l, self._step_l, self._phase_bytes_l) = tables
         self.k = 0            # steps completed since the component formed
         self.partial = 0.0    # seconds into step k
         self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
@@ -216,31 +202,32 @@ class Component:
         reads ``gpu_list``)."""
         return np.array(self.gpu_list, dtype=np.int64)
 
-    # ----- the tables as arrays (made when first read; _TableArrays)
-    @property
+    # ----- the tables as read-only arrays, made when first read (the simulator's stepping reads the
+    # tuples and ``loads``; only advance(), busy_vector() and readers of the tables use these)
+    @cached_property
     def step(self) -> np.ndarray:
         """(H,) seconds of each step of the hyper-period (eq. K2)."""
-        return self._arrays.get()[0]
+        return _frozen(self._step_l)
 
-    @property
+    @cached_property
     def cum(self) -> np.ndarray:
         """(H + 1,) cumulative step seconds, from 0."""
-        return self._arrays.get()[1]
+        return _frozen(self._cum_l)
 
-    @property
+    @cached_property
     def cum_loads(self) -> np.ndarray:
         """(H + 1, GPUs) cumulative compute seconds per GPU, from 0."""
-        return self._arrays.get()[2]
+        return _frozen(self._cum_loads_l)
 
-    @property
+    @cached_property
     def phase_bytes(self) -> list[np.ndarray]:
         """Per member, (H,) bytes on the wire at each step."""
-        return self._arrays.get()[3]
+        return [_frozen(b) for b in self._phase_bytes_l]
 
-    @property
+    @cached_property
     def cum_bytes(self) -> list[np.ndarray]:
         """Per member, (H + 1,) cumulative bytes, from 0."""
-        return self._arrays.get()[4]
+        return [_frozen(b) for b in self._cum_bytes_l]
 
     # ----- step arithmetic -----
     def T(self, x: int) -> float:

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .spb import Pattern
-from .state import ClusterState, Decision, JobDecision, JobState, job_decision
+from .state import ClusterState, Decision, JobDecision, JobState
 
 PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed", "paired")
 
@@ -256,7 +256,7 @@ class GpuLedger:
             raise ValueError(f"unknown placement option {option!r}; allowed: {list(PLACEMENT_OPTIONS)}")
         if gpus is None:
             return None
-        jd = job_decision(tuple(gpus), level, pattern)  # the memo's object: no new validated one
+        jd = JobDecision(tuple(gpus), level, pattern)
         return jd if self.fits(job.job_id, jd) else None
 
     def place_and_add(self, job: JobState, option: str, level: int = 0,

@@ -225,9 +225,10 @@ def _numpy_step_tables(members, col, barrier_s):
     cum_loads = np.vstack([np.zeros(len(col)), np.cumsum(loads, axis=0)])
     cum_bytes = [np.concatenate([[0.0], np.cumsum(b)]) for b in phase_bytes]
     return {"H": H, "loads": loads, "step": step, "cum": cum, "cycle": float(cum[-1]), "cum_loads": cum_loads,
-            "phase_bytes": phase_bytes, "cum_bytes": cum_bytes, "_cum_l": cum.tolist(), "_loads_l": loads.tolist(),
-            "_cum_tot": np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist(),
-            "_cum_bytes_l": [cb.tolist() for cb in cum_bytes], "_cum_loads_l": cum_loads.tolist()}
+            "phase_bytes": phase_bytes, "cum_bytes": cum_bytes, "_cum_l": tuple(cum.tolist()),
+            "_loads_l": tuple(map(tuple, loads.tolist())),
+            "_cum_tot": tuple(np.concatenate([[0.0], np.cumsum(loads.sum(axis=1))]).tolist()),
+            "_cum_bytes_l": tuple(tuple(cb.tolist()) for cb in cum_bytes), "_cum_loads_l": tuple(map(tuple, cum_loads.tolist()))}
 
 
 @pytest.mark.parametrize("barrier_s", [0.0, 0.37])
