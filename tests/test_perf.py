@@ -95,6 +95,30 @@ def _random_episodes(env, seeds, rng, before_step) -> list[dict]:
     return infos
 
 
+def test_long_lived_caches_leave_the_garbage_collector_little_to_walk():
+    # the step tables a cost model keeps across an env's episodes are tuples of floats, which the
+    # collector stops tracking after a collection (lists it walked at every full collection: tens
+    # of thousands of tables made each take 0.5 s); only an entry and its tuple of profiles stay
+    # tracked. Env placements do not go into the JobDecision memo, which would fill with them.
+    import gc
+
+    from jigsaw_env import state as state_mod
+    from jigsaw_env.env import JigsawClusterEnv
+
+    env = JigsawClusterEnv(gpus=16, max_jobs=30, window_k=4)
+    memo_before = len(state_mod._JD_MEMO)
+    _random_episodes(env, [0, 1], np.random.default_rng(0), lambda env: None)
+    for _ in range(3):  # a tuple is untracked once its items are: one level of nesting per pass at worst
+        gc.collect()
+    tables = env.sim.costs.step_tables
+    assert len(tables) > 20
+    tracked = [name for entry in tables.values()
+               for name, x in [("tables", entry[0]), *((f"field {i}", f) for i, f in enumerate(entry[0]))]
+               if gc.is_tracked(x)]
+    assert tracked == []
+    assert len(state_mod._JD_MEMO) == memo_before
+
+
 def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
     # the per-round cache of the encoder gives the same vector as an encoder with no cache, over
     # whole episodes with random masked actions (and across resets that reuse job ids); the fresh
