@@ -15,6 +15,9 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
            10k, 40k and 82k jobs of the synthetic trace with stationary arrivals; the exponent b of a
            least-squares fit time = a * jobs^b for each; three repeats interleaved across the sizes
            (medians), and the time per job-round in the system beside each row
+  instructions  the same stationary series in instructions executed (valgrind's cachegrind,
+           ``bench.instructions``): exact run for run, so its fit is free of the machine's noise;
+           skipped, with the reason, where valgrind is not installed
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("env", "train", "onnx", "replay", "scaling")
+PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
 
 def _philly() -> Path | None:
@@ -210,6 +213,40 @@ def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
     return out
 
 
+def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
+    """The stationary series of ``part_scaling`` counted in instructions (``bench.instructions``):
+    each replay and its load-only baseline under cachegrind, as many at once as there are cores
+    (the largest first), and the fit instructions = a * jobs^b, with the thousand instructions per
+    job-round in the system beside each row. ``{"skipped": reason}`` without valgrind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench import instructions as ins
+
+    if ins.valgrind() is None:
+        return {"skipped": "valgrind is not installed (Debian/Ubuntu: apt install valgrind)"}
+    sizes, gpus = ((50, 100, 200), 16) if quick else ((10000, 40000, 82247), 512)
+    trace = "synthetic:jobs={},load=0.7,seed=0".format
+    tasks = [(n, lo) for n in sorted(sizes, reverse=True) for lo in (False, True)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counts = dict(zip(tasks, pool.map(lambda t: ins.count_instructions(
+            ins.replay_command(trace(t[0]), gpus, agent, load_only=t[1])), tasks)))
+    rows = []
+    for n in sizes:
+        (total, out), (load, _) = counts[(n, False)], counts[(n, True)]
+        r = json.loads(out.strip().splitlines()[-1])
+        ajr = r["active_job_rounds"]
+        rows.append({"jobs": r["jobs"], "rounds": r["rounds"], "active_job_rounds": ajr,
+                     "mean_active": ajr / max(r["rounds"], 1), "instructions": total - load,
+                     "instructions_load": load, "k_per_active_job_round": (total - load) / max(ajr, 1) / 1e3,
+                     "avg_jct_s": r["avg_jct_s"],
+                     "command": _cmd_str([sys.executable, "-m", "bench.instructions", "--trace", trace(n), "--gpus",
+                                          str(gpus), "--agent", agent])})
+    jobs = [r["jobs"] for r in rows]
+    b, a = _fit_exponent(jobs, [r["instructions"] for r in rows])
+    return {"agent": agent, "gpus": gpus, "rows": rows, "exponent": b, "coef": a,
+            "per_active_job_round_exponent": _fit_exponent(jobs, [r["k_per_active_job_round"] for r in rows])[0]}
+
+
 def keep_earlier_parts(res: dict, prev: dict, parts: list[str]) -> None:
     """Copy into ``res`` the parts of an earlier full-size run ``prev`` (a results.json) that this run
     does not measure, each with the date and commit it was measured at; a quick run's are not kept."""
@@ -315,6 +352,25 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
               "running job at one round's start; the per-round passes (the scheduler's order, the simulator's "
               "advance) walk those jobs, so a flat time per job-round says the cost follows the jobs in the "
               "system, not the jobs finished (docs/simulator.md section 8).", ""]
+    if "instructions" in res:
+        s = res["instructions"]
+        L += ["## Replay instructions against job count (stationary arrivals, valgrind)", "", *_stamp(res, "instructions")]
+        if "skipped" in s:
+            L += [f"Not measured: {s['skipped']}.", ""]
+        else:
+            L += [f"{s['agent']} on {s['gpus']} GPUs, the synthetic trace at load 0.7 (the stationary series above). "
+                  "Instructions of building the simulator, the replay and its metrics: the count under "
+                  "`valgrind --tool=cachegrind --cache-sim=no` less that of loading the trace alone. The count is "
+                  "the same from run to run; it does not include cache misses or memory stalls.", "",
+                  "| jobs | rounds | mean jobs in the system per round | instructions (G) | thousand instructions "
+                  "per job-round in the system | mean JCT h | command |",
+                  "|---:|---:|---:|---:|---:|---:|---|"]
+            for r in s["rows"]:
+                L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {r['mean_active']:.1f} | {r['instructions'] / 1e9:.2f} | "
+                         f"{r['k_per_active_job_round']:.1f} | {r['avg_jct_s'] / 3600:.2f} | `{r['command']}` |")
+            L += ["", f"Least-squares fit: instructions = {s['coef']:.3g} x jobs^{s['exponent']:.3f}; instructions per "
+                      f"job-round in the system as jobs^{s['per_active_job_round_exponent']:.3f}. Target (as for time): "
+                      "exponent at most 1.", ""]
     if res.get("errors"):
         L += ["## Parts that failed", ""] + [f"- {k}: {v}" for k, v in res["errors"].items()] + [""]
     path.write_text("\n".join(L))
@@ -369,6 +425,8 @@ def main(argv=None) -> int:
                     res["onnx"] = part_onnx(run_dir, work, repeats, a.quick)
                 elif part == "replay":
                     res["replay"] = part_replay(a.quick, 1 if not a.quick else replay_repeats)
+                elif part == "instructions":
+                    res["instructions"] = part_instructions(a.quick)
                 elif part == "scaling":
                     # the fit compares sizes run minutes apart: three interleaved repeats by default
                     res["scaling"] = part_scaling(a.quick, replay_repeats if a.quick else (a.repeats or 3))

@@ -114,8 +114,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_replay_args(p, agent="jigsaw")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--load-only", action="store_true",
+                   help="load the trace and stop (what bench.instructions subtracts from a replay's count)")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if a.load_only:
+        import agents  # noqa: F401  (imported by a replay too: its instructions are not the replay's)
+        _, jobs = load_replay_jobs(a.trace, a.gpus, a.max_jobs, a.load)
+        print(json.dumps({"trace": a.trace, "jobs": len(jobs)}))
+        return 0
     print(json.dumps(replay(a.trace, a.gpus, a.agent, a.max_jobs, a.load, a.progress)))
     sys.stdout.flush()
     return 0

@@ -20,8 +20,13 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["errors"] == {}
-    for part in ("env", "train", "onnx", "replay", "scaling"):
+    for part in ("env", "train", "onnx", "replay", "scaling", "instructions"):
         assert part in res, part
+    ins = res["instructions"]
+    if "skipped" not in ins:  # valgrind installed
+        assert [r["jobs"] for r in ins["rows"]] == [50, 100, 200]
+        assert all(0 < r["instructions"] < r["instructions"] + r["instructions_load"] for r in ins["rows"])
+        assert math.isfinite(ins["exponent"])
     assert all(row["steps_per_s"] > 0 and row["steps"] > 0 for row in res["env"])
     assert {row["agent"] for row in res["replay"]} == {"fifo", "tiresias", "jigsaw"}
     assert all(row["jobs_completed"] == row["jobs"] for row in res["replay"])
@@ -70,6 +75,30 @@ def test_bench_rejects_an_unknown_part(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "unknown part(s) ['warp']" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_instructions_part_without_valgrind_says_why(monkeypatch, tmp_path):
+    from bench import instructions
+    from bench.__main__ import part_instructions, write_markdown
+
+    monkeypatch.setattr(instructions, "valgrind", lambda: None)
+    res = {"machine": {"cpu": "x", "cores": 2, "memory_gib": 1, "python": "3", "numpy": "2", "commit": "c",
+                       "date": "d", "load_avg_at_start": 0.0}, "instructions": part_instructions(True)}
+    assert res["instructions"] == {"skipped": "valgrind is not installed (Debian/Ubuntu: apt install valgrind)"}
+    write_markdown(res, tmp_path / "results.md", quick=True)
+    assert "Not measured: valgrind is not installed" in (tmp_path / "results.md").read_text()
+    with pytest.raises(RuntimeError, match="valgrind is not on PATH"):
+        instructions.count_instructions(["/bin/true"])
+
+
+@pytest.mark.skipif(__import__("shutil").which("valgrind") is None, reason="valgrind is not installed")
+def test_count_instructions_counts_and_names_a_failing_command():
+    from bench.instructions import count_instructions
+
+    n, out = count_instructions(["/bin/true"])
+    assert n > 0 and out == ""
+    with pytest.raises(RuntimeError, match=r"/bin/false under valgrind failed \(1\)"):
+        count_instructions(["/bin/false"])
 
 
 def test_fit_exponent_recovers_a_known_power_law():
