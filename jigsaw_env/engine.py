@@ -53,13 +53,13 @@ def _computed(row: list[float], partial: float) -> float:
 def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 0.0) -> tuple:
     """A component's step tables over its hyper-period (eqs. K1, K2), in the order
     ``Component.__init__`` unpacks them: H, per-GPU loads (H, C) as a read-only array, the cycle,
-    and Python lists of what the scalar path reads (cumulative step times, loads per step, the
-    per-step total load's running sum, cumulative bytes per member, cumulative loads, step times,
-    bytes per member per step), as tuples; a component makes its other arrays
-    (``Component._SHARED``) from them when they are first read.
+    then as tuples of Python floats what the scalar path reads (cumulative step times, loads per
+    step, the per-step total load's running sum, cumulative bytes per member, cumulative loads)
+    and the step times and bytes per member per step; a component makes its other arrays
+    (``Component._SHARED``) from the tuples when they are first read.
 
     Built in Python lists (the tables are a few steps by a few GPUs, usually 1-4 steps: numpy's
-    per-call overhead cost more than the arithmetic), then copied into arrays. Every value is the
+    per-call overhead cost more than the arithmetic), then kept as tuples. Every value is the
     one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
@@ -102,7 +102,7 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     a_loads.setflags(write=False)  # shared between components: read-only
     # kept as tuples of floats, which the garbage collector stops tracking after its first look
     # (lists it would walk at every full collection: a long-lived env's cache of tens of
-    # thousands of tables made each one take 0.6 s; docs/simulator.md section 8)
+    # thousands of tables made each one take 0.5 s; docs/simulator.md section 8)
     cum, loads, cum_bytes, cum_loads = tuple(cum), _tuples(loads), _tuples(cum_bytes), _tuples(cum_loads)
     return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, tuple(_running_sum(a_loads.sum(axis=1).tolist())),
             cum_bytes, cum_loads, tuple(step), _tuples(phase_bytes))
