@@ -16,7 +16,7 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
            least-squares fit time = a * jobs^b for each; three repeats interleaved across the sizes
            (medians), and the time per job-round in the system beside each row
   instructions  the same stationary series in instructions executed (valgrind's cachegrind,
-           ``bench.instructions``): exact run for run, so its fit is free of the machine's noise;
+           ``bench.instructions``): within about 0.2 % run to run, so its fit is free of the machine's noise;
            skipped, with the reason, where valgrind is not installed
 """
 from __future__ import annotations
@@ -214,10 +214,11 @@ def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
 
 
 def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
-    """The stationary series of ``part_scaling`` counted in instructions (``bench.instructions``):
-    each replay and its load-only baseline under cachegrind, as many at once as there are cores
-    (the largest first), and the fit instructions = a * jobs^b, with the thousand instructions per
-    job-round in the system beside each row. ``{"skipped": reason}`` without valgrind."""
+    """The stationary series of ``part_scaling`` counted in instructions
+    (``bench.instructions.replay_instructions``: each replay less its load-only run, under
+    cachegrind), as many sizes at once as there are cores (the largest first), and the fit
+    instructions = a * jobs^b, with the thousand instructions per job-round in the system beside
+    each row. ``{"skipped": reason}`` without valgrind."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bench import instructions as ins
@@ -226,19 +227,17 @@ def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
         return {"skipped": "valgrind is not installed (Debian/Ubuntu: apt install valgrind)"}
     sizes, gpus = ((50, 100, 200), 16) if quick else ((10000, 40000, 82247), 512)
     trace = "synthetic:jobs={},load=0.7,seed=0".format
-    tasks = [(n, lo) for n in sorted(sizes, reverse=True) for lo in (False, True)]
+    largest_first = sorted(sizes, reverse=True)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        counts = dict(zip(tasks, pool.map(lambda t: ins.count_instructions(
-            ins.replay_command(trace(t[0]), gpus, agent, load_only=t[1])), tasks)))
+        runs = dict(zip(largest_first, pool.map(lambda n: ins.replay_instructions(trace(n), gpus, agent), largest_first)))
     rows = []
     for n in sizes:
-        (total, out), (load, _) = counts[(n, False)], counts[(n, True)]
-        r = json.loads(out.strip().splitlines()[-1])
+        r = runs[n]
         ajr = r["active_job_rounds"]
         rows.append({"jobs": r["jobs"], "rounds": r["rounds"], "active_job_rounds": ajr,
-                     "mean_active": ajr / max(r["rounds"], 1), "instructions": total - load,
-                     "instructions_load": load, "k_per_active_job_round": (total - load) / max(ajr, 1) / 1e3,
-                     "avg_jct_s": r["avg_jct_s"],
+                     "mean_active": ajr / max(r["rounds"], 1), "instructions": r["instructions"],
+                     "instructions_load": r["instructions_load"],
+                     "k_per_active_job_round": r["instructions"] / max(ajr, 1) / 1e3, "avg_jct_s": r["avg_jct_s"],
                      "command": _cmd_str([sys.executable, "-m", "bench.instructions", "--trace", trace(n), "--gpus",
                                           str(gpus), "--agent", agent])})
     jobs = [r["jobs"] for r in rows]
@@ -361,7 +360,8 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
             L += [f"{s['agent']} on {s['gpus']} GPUs, the synthetic trace at load 0.7 (the stationary series above). "
                   "Instructions of building the simulator, the replay and its metrics: the count under "
                   "`valgrind --tool=cachegrind --cache-sim=no` less that of loading the trace alone. The count is "
-                  "the same from run to run; it does not include cache misses or memory stalls.", "",
+                  "within about 0.2 % from run to run (string hashing and addresses differ per process); it does not include "
+                  "cache misses or memory stalls.", "",
                   "| jobs | rounds | mean jobs in the system per round | instructions (G) | thousand instructions "
                   "per job-round in the system | mean JCT h | command |",
                   "|---:|---:|---:|---:|---:|---:|---|"]

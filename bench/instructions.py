@@ -5,9 +5,10 @@
 Runs ``python -m bench.replay`` under valgrind's cachegrind with ``--cache-sim=no`` (it counts the
 instructions executed, its ``I refs`` line, and simulates no cache), once in full and once with
 ``--load-only`` (the imports and the trace load), and reports the difference: the instructions of
-building the simulator, the replay and its metrics. The count is the same from run to run on a
-given build, where wall time on this project's VMs moves by 10-40 % within hours, so a scaling fit
-from counts (``python -m bench --only instructions``) shows the code's growth with job count.
+building the simulator, the replay and its metrics. The count moves by about 0.2 % from run to
+run (string hashing and addresses differ per process), where wall time on this project's VMs
+moves by 10-40 % within hours, so a scaling fit from counts (``python -m bench --only
+instructions``) shows the code's growth with job count.
 Counts are not time: cache misses and memory stalls, which grow with the working set, are not in
 them; the timed fit (``python -m bench --only scaling``) still says what a user waits.
 Under valgrind a replay runs about 20x slower (82,247 synthetic jobs with Tiresias: 10 minutes).

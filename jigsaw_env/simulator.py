@@ -596,11 +596,11 @@ class Simulator:
             wc.pop()
         return ledger, removed, added
 
-    def _flush(self, comp: Component, gpus: list[int] | None = None) -> None:
+    def _flush(self, comp: Component) -> None:
         """Add a dissolving component's per-GPU busy seconds to the dissolved total (Python
         floats: the same additions as ``flushed[comp.gpus] += comp.busy_vector()``)."""
         bf = self._busy_flushed
-        for g, v in zip(comp.gpu_list if gpus is None else gpus, comp.busy_list()):
+        for g, v in zip(comp.gpu_list, comp.busy_list()):
             bf[g] += v
 
     def _apply(self, decision: Decision) -> None:
@@ -614,7 +614,7 @@ class Simulator:
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
         gpus = comp.gpu_list
-        self._flush(comp, gpus)
+        self._flush(comp)
         rj = self._rjobs
         for m in comp.members:
             rj.remove(m.slot, write_back=from_arrays)
