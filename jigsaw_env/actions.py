@@ -19,6 +19,7 @@ job of an arrival burst, not only the first K.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -126,12 +127,12 @@ class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
-                 caches: tuple[dict, dict] | None = None):
+                 cache: dict | None = None):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
-        ``caches``: two dicts the masks may keep results in (speed only), shared by the builders
-        of one episode (the env passes them: what they hold depends only on the episode's jobs
-        and the cluster, so they stay valid from round to round); default: fresh ones."""
+        ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
+        one episode (the env passes it: what it holds depends only on the episode's jobs and the
+        cluster, so it stays valid from round to round); default: a fresh one."""
         self.state = state
         self.codec = codec
         order = window_order(state, codec.window_k)
@@ -140,8 +141,8 @@ class RoundBuilder:
         self.step_cap = 2 * codec.window_k + 2 + len(self._queue)
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
-        # masks' caches (speed only): per-job constants and finished mask rows (bytes)
-        self._need_cache, self._keep_cache = caches if caches is not None else ({}, {})
+        # the masks' cache (speed only): per-job constants, which keep their finished mask rows
+        self._need_cache = cache if cache is not None else {}
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -415,18 +416,12 @@ class RoundBuilder:
 
     def _keep_row(self, job, gpus: tuple[int, ...], m_new: list[float]) -> bytes:
         """Per combo: do the job's workers fit its own GPUs, holding ``m_new`` bytes without it
-        (``m + peak <= capacity`` on every GPU)? Cached by the job's model, size, GPUs and those
-        bytes: it depends on nothing else."""
-        key = (job.model, job.batch_size, gpus, tuple(m_new))
-        row = self._keep_cache.get(key)
-        if row is None:
-            if len(self._keep_cache) > 100_000:
-                self._keep_cache.clear()
-            cl = self.ledger._cl
-            caps = [cl[g] for g in gpus]
-            row = self._keep_cache[key] = bytes([all(m + p <= c for m, p, c in zip(m_new, r, caps))
-                                                 for r in self.state.costs.peak_rows(job, self.codec.combos)])
-        return row
+        (``m + peak <= capacity`` on every GPU, in GPU order)? The callers keep the rows, by the
+        job's model, size, GPUs and those bytes (:class:`_JobInfo`): it depends on nothing else."""
+        cl = self.ledger._cl
+        caps = [cl[g] for g in gpus]
+        add, le = operator.add, operator.le
+        return bytes([all(map(le, map(add, m_new, r), caps)) for r in self.state.costs.peak_rows(job, self.codec.combos)])
 
     def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:
         """Exact masks by trying every action (clusters with several GPU types)."""

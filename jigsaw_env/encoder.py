@@ -261,17 +261,19 @@ class ObservationEncoder:
         n_open = n_free + n_one if cap_w == 2 else sum(ledger.num_with_workers(v) for v in range(cap_w))
         n_shared = G - n_free - n_one
         if n_free < G:
-            occ = ledger.workers > 0
-            use = ledger.mem[occ]
             cap = ledger.capacity
             if cap is not self._cap_arr:
                 self._cap_arr, self._cap0 = cap, (float(cap[0]) if cap.size and (cap == cap[0]).all() else None)
             if self._cap0 is not None:
-                use /= self._cap0  # every GPU's capacity: the same division, element by element
+                # one capacity: the occupied GPUs' bytes over their capacity. Memory is whole bytes
+                # (CostTable.process_peak_bytes is an integer) and a GPU without workers holds exactly
+                # 0.0, so the sum over every GPU is the occupied GPUs' sum, exact in any order, and
+                # cap0 x GPUs is exact too (capacities are whole bytes): one rounding, the correctly
+                # rounded mean
+                mem_use = float(np.add.reduce(ledger.mem)) / (self._cap0 * (G - n_free))
             else:
-                use /= cap[occ]
-            # ndarray.mean's arithmetic (pairwise sum, then one division by the count)
-            mem_use = float(np.add.reduce(use)) / (G - n_free)
+                occ = ledger.workers > 0
+                mem_use = float(np.add.reduce(ledger.mem[occ] / cap[occ])) / (G - n_free)
         else:
             mem_use = 0.0
         obs[kf:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,

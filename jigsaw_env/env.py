@@ -202,7 +202,7 @@ class JigsawClusterEnv(gym.Env):
         self._cost_models: dict[int, Any] = {}  # cost model of the last episode on each cluster size
         self.builder: RoundBuilder | None = None
         self._steps_in_round = 0
-        self._mask_caches: tuple[dict, dict] = ({}, {})
+        self._mask_cache: dict = {}
 
     # ------------------------------------------------------------------ trace checks
     def _check_trace_spec(self, spec: str, max_jobs_given: int | None) -> None:
@@ -307,14 +307,14 @@ class JigsawClusterEnv(gym.Env):
                                                 self.sim_config.eta_scale) is not None:
             costs = None  # the settings changed since
         self.sim = Simulator(self.cluster, jobs, self.sim_config, costs=costs)
-        self._mask_caches = ({}, {})  # the round builders' mask caches, kept for the episode
+        self._mask_cache = {}  # the round builders' mask cache, kept for the episode
         self._stalled_rounds = 0
         self.encoder.reset()  # the observation's LAS queue (features 19-21) starts afresh
         self._new_round()
         return self._obs(), {"time_s": self.sim.state.time_s}
 
     def _new_round(self) -> None:
-        self.builder = RoundBuilder(self.sim.state, self.codec, self.sim.in_force_ledger(), self._mask_caches)
+        self.builder = RoundBuilder(self.sim.state, self.codec, self.sim.in_force_ledger(), self._mask_cache)
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .spb import Pattern
-from .state import ClusterState, Decision, JobDecision, JobState
+from .state import ClusterState, Decision, JobDecision, JobState, trusted_decision
 
 PLACEMENT_OPTIONS = ("keep", "consolidated", "spread", "packed", "paired")
 
@@ -256,7 +256,10 @@ class GpuLedger:
             raise ValueError(f"unknown placement option {option!r}; allowed: {list(PLACEMENT_OPTIONS)}")
         if gpus is None:
             return None
-        jd = JobDecision(tuple(gpus), level, pattern)
+        if option == "keep":  # the job's own placement, as whoever built the job gave it
+            jd = JobDecision(tuple(gpus), level, pattern)
+        else:  # GPUs this ledger chose: Python ints
+            jd = trusted_decision(tuple(gpus), level, pattern)
         return jd if self.fits(job.job_id, jd) else None
 
     def place_and_add(self, job: JobState, option: str, level: int = 0,
@@ -270,7 +273,11 @@ class GpuLedger:
     def _free_per_node(self) -> list[int]:
         """Free GPUs (no worker) on each node."""
         cl = self.state.cluster
-        return np.add.reduce((self.workers == 0).reshape(cl.num_nodes, cl.gpus_per_node), axis=1).tolist()
+        gpn = cl.gpus_per_node
+        if cl.num_nodes <= 16:  # a count in C per node beats numpy's three calls up to about 20 nodes
+            wl = self._wl
+            return [wl[s:s + gpn].count(0) for s in range(0, len(wl), gpn)]
+        return np.add.reduce((self.workers == 0).reshape(cl.num_nodes, gpn), axis=1).tolist()
 
     def _free_on(self, node: int) -> list[int]:
         """The free GPUs of ``node`` (global indices, ascending)."""

@@ -58,6 +58,21 @@ class Decision(dict):
         return self.keys()
 
 
+def trusted_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision:
+    """``JobDecision(gpus, level, pattern)`` without its conversions, for callers whose ``gpus``
+    is already a tuple of Python ints, ``level`` an ``int`` and ``pattern`` a :class:`Pattern`
+    (placements the ledger computed): the same fields, equal and hashing alike, for about a
+    seventh of the cost. Any other level or pattern goes through JobDecision's checks."""
+    if level.__class__ is not int or pattern.__class__ is not Pattern:
+        return JobDecision(gpus, level, pattern)
+    jd = object.__new__(JobDecision)
+    d = jd.__dict__  # frozen: only __setattr__ is barred, as JobDecision.__post_init__ relies on
+    d["gpus"] = gpus
+    d["level"] = level
+    d["pattern"] = pattern if level else Pattern.ROTATING  # level 0's one schedule, normalised
+    return jd
+
+
 _JD_MEMO: dict[tuple, JobDecision] = {}
 
 

@@ -227,7 +227,11 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     n_shared = G - n_free - wl.count(1)
     if n_free < G:
         occ = ledger.workers > 0
-        mem_use = float((ledger.mem[occ] / ledger.capacity[occ]).mean())
+        cap = ledger.capacity
+        if (cap == cap[0]).all():  # one capacity: the bytes (whole, so summed exactly) over capacity x GPUs
+            mem_use = float(ledger.mem[occ].sum()) / (float(cap[0]) * int(occ.sum()))
+        else:
+            mem_use = float((ledger.mem[occ] / cap[occ]).mean())
     else:
         mem_use = 0.0
     obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats, len(acted) / k,
@@ -308,7 +312,7 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
         np.testing.assert_array_equal(mask, ref_masks(b), err_msg=f"masks differ at step {steps}")
         assert ref_b.window == b.window and ref_b.acted == b.acted
         assert _ledger_key(ref_b.ledger) == _ledger_key(b.ledger)
-        ref_b._need_cache, ref_b._keep_cache = {}, {}
+        ref_b._need_cache = {}
         np.testing.assert_array_equal(mask, ref_b.masks(), err_msg=f"fresh builder masks differ at step {steps}")
         if steps % 5 == 0:  # and by trying every action (candidate() on a copy of the ledger)
             base = np.zeros(env.codec.n, dtype=bool)

@@ -322,7 +322,7 @@ def test_jigsaw_memos_change_no_decision(synth):
 
 
 def test_cached_masks_equal_fresh_masks_at_every_step():
-    # the round builder's mask caches (need matrix, keep rows) against a builder with empty caches
+    # the round builder's mask cache (per-job constants and their rows) against a builder with empty caches
     from jigsaw_env.env import JigsawClusterEnv
 
     env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=25, load=1.5)
@@ -333,10 +333,10 @@ def test_cached_masks_equal_fresh_masks_at_every_step():
         while True:
             b = env.builder
             got = env.action_masks()
-            saved = (b._need_cache, b._keep_cache)
-            b._need_cache, b._keep_cache = {}, {}
+            saved = b._need_cache
+            b._need_cache = {}
             np.testing.assert_array_equal(got, b.masks())
-            b._need_cache, b._keep_cache = saved
+            b._need_cache = saved
             _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(got))))
             n += 1
             if term or trunc:

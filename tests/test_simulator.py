@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as hst
 
-from conftest import BS, TOY3, TOY4, toy_cluster
-from jigsaw_env.cluster import ClusterSpec
+from conftest import BS, TOY3, TOY4, make_toy4, toy_cluster
+from jigsaw_env.cluster import GiB, ClusterSpec
+from jigsaw_env.cost_table import register_table, unregister_table
 from jigsaw_env.encoder import JOB_FEATURES, ObservationEncoder
 from jigsaw_env.metrics import compute_metrics, fairness
-from jigsaw_env.placement import InfeasibleDecision
+from jigsaw_env.placement import InfeasibleDecision, validate_decision
 from jigsaw_env.simulator import SimConfig, Simulator, jobs_from_table
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import Decision, JobDecision, JobState, JobStatus
@@ -196,6 +197,30 @@ def test_job_history_of_a_running_job_built_without_it():
     sim.step(Decision({}))                        # round 1: both preempted at 100
     assert a.last_run_s == 60.0 and a.status_since_s == 100.0
     assert b.last_run_s == 0.0 and b.status_since_s == 100.0
+
+
+def test_memory_use_feature_is_the_occupied_gpus_bytes_over_their_capacity():
+    """Cluster feature 3 (after the K job blocks), by hand. TOY4 at level 0 peaks at 5 GiB per
+    worker (conftest). On the 16 GiB toy cluster, jobs 1 and 2 alone on GPUs 0-1 and 2-3:
+    20 / (16 x 4) = 0.3125; job 2 paired onto job 1's GPUs: 20 / (16 x 2) = 0.625; nothing
+    running: 0. On a cluster of 16 GiB v100 and 32 GiB p100 GPUs, each occupied GPU's bytes over
+    its own capacity, averaged: (5/16 + 5/16 + 5/32 + 5/32) / 4 = 0.234375."""
+    def mem_use(sim, decision):
+        obs = ObservationEncoder(2).encode(sim.state, [1, 2], validate_decision(sim.state, decision), set())
+        return float(obs[2 * JOB_FEATURES + 3])
+
+    sim = Simulator(toy_cluster(), two_jobs(1e6, 1e6), SimConfig(restart_s=0.0))
+    assert mem_use(sim, Decision({})) == 0.0
+    assert mem_use(sim, Decision({1: JobDecision((0, 1)), 2: JobDecision((2, 3))})) == 0.3125
+    assert mem_use(sim, Decision({1: JobDecision((0, 1)), 2: JobDecision((1, 0))})) == 0.625
+    register_table(make_toy4(device="p100"))
+    try:
+        mixed = ClusterSpec(num_nodes=2, gpus_per_node=2, gpu_types=("v100", "p100"),
+                            gpu_memory_bytes={"v100": 16 * GiB, "p100": 32 * GiB})
+        sim = Simulator(mixed, two_jobs(1e6, 1e6), SimConfig(restart_s=0.0))
+        assert mem_use(sim, Decision({1: JobDecision((0, 1)), 2: JobDecision((2, 3))})) == 0.234375
+    finally:
+        unregister_table(TOY4, BS, "p100")
 
 
 def test_observation_shows_the_las_queue_and_its_starvation_promotion():
