@@ -7,10 +7,13 @@ candidates prepared once, per-phase step means gathered in one array) and the ca
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import random
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as hst
 
 from agents import make_scheduler
 from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_gpus, current_pairs,
@@ -21,7 +24,7 @@ from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern
-from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus
+from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus, trusted_decision
 from traces import load_trace
 
 MODELS = ["resnet18", "resnet50", "vgg16", "lstm_lm", "bert_base", "transformer_small"]
@@ -305,6 +308,27 @@ def test_job_decision_memo_returns_equal_immutable_decisions():
     a = job_decision((3, 1), 2, Pattern.STATIC)
     assert a == JobDecision((3, 1), 2, Pattern.STATIC) and job_decision((3, 1), 2, Pattern.STATIC) is a
     assert job_decision((3, 1), 0, Pattern.STATIC) == JobDecision((3, 1), 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpus=hst.lists(hst.integers(0, 63), min_size=1, max_size=8, unique=True),
+       level=hst.one_of(hst.integers(0, 4), hst.sampled_from([np.int64(2), np.int32(0), 1.0, True, "2"])),
+       pattern=hst.sampled_from([Pattern.ROTATING, Pattern.STATIC, "static", "rotating"]))
+def test_trusted_decision_equals_the_checked_constructor(gpus, level, pattern):
+    """The ledger's placements build JobDecisions without conversions; for any arguments the
+    result is JobDecision's (fields of the same types, equal, same hash), or the same error."""
+    try:
+        want = JobDecision(tuple(gpus), level, pattern)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=re.escape(str(e))):
+            trusted_decision(tuple(gpus), level, pattern)
+        return
+    got = trusted_decision(tuple(gpus), level, pattern)
+    assert type(got) is JobDecision and got == want and hash(got) == hash(want)
+    assert [type(x) for x in (got.level, got.pattern, *got.gpus)] == [type(x) for x in (want.level, want.pattern, *want.gpus)]
+    assert (got.gpus, got.level, got.pattern) == (want.gpus, want.level, want.pattern)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.level = 3
 
 
 # ------------------------------------------------------------------------------------------------
