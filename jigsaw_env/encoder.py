@@ -270,7 +270,9 @@ class ObservationEncoder:
                 # 0.0, so the sum over every GPU is the occupied GPUs' sum, exact in any order, and
                 # cap0 x GPUs is exact too (capacities are whole bytes): one rounding, the correctly
                 # rounded mean
-                mem_use = float(np.add.reduce(ledger.mem)) / (self._cap0 * (G - n_free))
+                # (Python's sum of the list mirror up to 256 GPUs, faster there than numpy's call)
+                total = sum(ledger._ml) if G <= 256 else float(np.add.reduce(ledger.mem))
+                mem_use = total / (self._cap0 * (G - n_free))
             else:
                 occ = ledger.workers > 0
                 mem_use = float(np.add.reduce(ledger.mem[occ] / cap[occ])) / (G - n_free)
