@@ -133,11 +133,13 @@ class GpuLedger:
         self._pk[job.job_id] = (jd, job, v)
         return v
 
-    def check(self, job_id: int, jd: JobDecision) -> str | None:
+    def check(self, job_id: int, jd: JobDecision, _chosen: bool = False) -> str | None:
         """Why ``jd`` cannot be added (a sentence), or None when it can.
 
         Scalar loops over the job's few workers: the same comparisons as the vector form
         (``workers[g] + 1 > cap``, ``mem[g] + peak[w] > capacity[g]``), element by element.
+        ``_chosen``: the GPUs are :meth:`place`'s choice, distinct GPUs of this cluster by
+        construction, so those two tests are skipped.
         """
         st = self.state
         job = st.jobs.get(job_id)
@@ -145,15 +147,16 @@ class GpuLedger:
             return f"job {job_id} is not an arrived, unfinished job"
         if job_id in self.decision:
             return f"job {job_id} is already placed in this decision"
-        G = self.capacity.shape[0]
         gpus = jd.gpus
         n = len(gpus)
         if n != job.num_gpus:
             return f"job {job_id} needs {job.num_gpus} GPUs, decision gives {n}"
-        if len(set(gpus)) != n:
-            return f"job {job_id}: workers of one job must be on distinct GPUs, got {list(gpus)}"
-        if min(gpus) < 0 or max(gpus) >= G:
-            return f"job {job_id}: GPU index out of range 0..{G - 1}: {list(gpus)}"
+        if not _chosen:
+            G = self.capacity.shape[0]
+            if len(set(gpus)) != n:
+                return f"job {job_id}: workers of one job must be on distinct GPUs, got {list(gpus)}"
+            if min(gpus) < 0 or max(gpus) >= G:
+                return f"job {job_id}: GPU index out of range 0..{G - 1}: {list(gpus)}"
         if not 0 <= jd.level <= st.spb.max_level:
             return f"job {job_id}: SPB level must be in 0..{st.spb.max_level}, got {jd.level}"
         cap_w = st.max_workers_per_gpu
@@ -258,9 +261,10 @@ class GpuLedger:
             return None
         if option == "keep":  # the job's own placement, as whoever built the job gave it
             jd = JobDecision(tuple(gpus), level, pattern)
-        else:  # GPUs this ledger chose: Python ints
-            jd = trusted_decision(tuple(gpus), level, pattern)
-        return jd if self.fits(job.job_id, jd) else None
+            return jd if self.fits(job.job_id, jd) else None
+        # GPUs this ledger chose: num_gpus distinct Python ints of this cluster
+        jd = trusted_decision(tuple(gpus), level, pattern)
+        return jd if self.check(job.job_id, jd, _chosen=True) is None else None
 
     def place_and_add(self, job: JobState, option: str, level: int = 0,
                       pattern: Pattern = Pattern.ROTATING) -> JobDecision | None:
@@ -297,7 +301,7 @@ class GpuLedger:
             return None
         # one GPU per node round-robin over the nodes by most free GPUs first (stable): in round r
         # the nodes with more than r free GPUs, a prefix of that order, each give their r-th
-        order = sorted(range(len(counts)), key=lambda k: -counts[k])
+        order = sorted(range(len(counts)), key=counts.__getitem__, reverse=True)  # stable: ties keep node order
         lists: dict[int, list[int]] = {}
         out: list[int] = []
         r = 0
