@@ -57,9 +57,10 @@ a running pair whose sharing still pays (``keep_margin``) although its guest is 
 without this feature a running guest and a running job alone on its GPUs look the same.
 
 Cluster features: exclusive-free GPU fraction, GPUs under the worker cap fraction, shared GPU
-fraction, mean memory use of occupied GPUs, log1p(waiting jobs)/8, log1p(running jobs)/8,
-waiting GPU demand / cluster GPUs (capped at 4)/4, jobs decided this round / K, round progress
-(steps this round / (2K+2)), fraction of the window filled.
+fraction, memory use of occupied GPUs (their bytes over their capacity, computed exactly and
+rounded once; the mean of each GPU's fraction when GPU types differ in memory), log1p(waiting
+jobs)/8, log1p(running jobs)/8, waiting GPU demand / cluster GPUs (capped at 4)/4, jobs decided
+this round / K, round progress (steps this round / (2K+2)), fraction of the window filled.
 """
 from __future__ import annotations
 
