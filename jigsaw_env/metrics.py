@@ -33,9 +33,10 @@ def fairness(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: int) ->
         return np.array([])
     starts = cluster_rounds["start_s"].to_numpy(float)
     ends = cluster_rounds["end_s"].to_numpy(float)
-    dur = np.maximum(ends - starts, 0.0)
     js = cluster_rounds["job_seconds"].to_numpy(float)
-    # F(t) = integral of active jobs from the first round's start; linear inside each round
+    # F(t) = integral of active jobs from the first round's start; linear inside each round. Rounds
+    # follow each other without gaps (an idle cluster's round runs to the next arrival), so the
+    # first start and every end are the knots
     knots_t = np.concatenate([[starts[0]], ends])
     knots_F = np.concatenate([[0.0], np.cumsum(js)])
     arr = done["arrival_s"].to_numpy(float)
