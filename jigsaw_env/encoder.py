@@ -270,8 +270,8 @@ class ObservationEncoder:
                 # (CostTable.process_peak_bytes is an integer) and a GPU without workers holds exactly
                 # 0.0, so the sum over every GPU is the occupied GPUs' sum, exact in any order, and
                 # cap0 x GPUs is exact too (capacities are whole bytes): one rounding, the correctly
-                # rounded mean
-                # (Python's sum of the list mirror up to 256 GPUs, faster there than numpy's call)
+                # rounded mean. Python's sum of the list mirror up to 256 GPUs (faster there than
+                # numpy's call), numpy's above
                 total = sum(ledger._ml) if G <= 256 else float(np.add.reduce(ledger.mem))
                 mem_use = total / (self._cap0 * (G - n_free))
             else:

@@ -66,7 +66,7 @@ def trusted_decision(gpus: tuple[int, ...], level: int, pattern: Pattern) -> Job
     if level.__class__ is not int or pattern.__class__ is not Pattern:
         return JobDecision(gpus, level, pattern)
     jd = object.__new__(JobDecision)
-    d = jd.__dict__  # frozen: only __setattr__ is barred, as JobDecision.__post_init__ relies on
+    d = jd.__dict__  # a frozen dataclass bars only __setattr__; its fields live in the instance dict
     d["gpus"] = gpus
     d["level"] = level
     d["pattern"] = pattern if level else Pattern.ROTATING  # level 0's one schedule, normalised
