@@ -17,7 +17,8 @@ Parts (each a median over ``--repeats`` runs unless said otherwise, with the com
            (medians), and the time per job-round in the system beside each row
   instructions  the same stationary series in instructions executed (valgrind's cachegrind,
            ``bench.instructions``): within about 0.2 % run to run, so its fit is free of the machine's noise;
-           skipped, with the reason, where valgrind is not installed
+           and the env part's 64-GPU episodes (seeds 0-2) in instructions per step; skipped, with the
+           reason, where valgrind is not installed
 """
 from __future__ import annotations
 
@@ -218,7 +219,9 @@ def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
     (``bench.instructions.replay_instructions``: each replay less its load-only run, under
     cachegrind), as many sizes at once as there are cores (the largest first), and the fit
     instructions = a * jobs^b, with the thousand instructions per job-round in the system beside
-    each row. ``{"skipped": reason}`` without valgrind."""
+    each row; and ``env``: the env part's 64-GPU episodes (seeds 0-2) in instructions per step
+    (``bench.instructions.env_instructions``), run beside the replays. ``{"skipped": reason}``
+    without valgrind."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bench import instructions as ins
@@ -226,10 +229,19 @@ def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
     if ins.valgrind() is None:
         return {"skipped": "valgrind is not installed (Debian/Ubuntu: apt install valgrind)"}
     sizes, gpus = ((50, 100, 200), 16) if quick else ((10000, 40000, 82247), 512)
+    env_gpus, env_jobs, env_seeds = (16, 20, (0,)) if quick else (64, 200, (0, 1, 2))
     trace = "synthetic:jobs={},load=0.7,seed=0".format
-    largest_first = sorted(sizes, reverse=True)
+    largest, *others = sorted(sizes, reverse=True)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        runs = dict(zip(largest_first, pool.map(lambda n: ins.replay_instructions(trace(n), gpus, agent), largest_first)))
+        # the largest replay first (the longest), then the env episodes and the other replays
+        futs = {largest: pool.submit(ins.replay_instructions, trace(largest), gpus, agent)}
+        env_futs = [pool.submit(ins.env_instructions, env_gpus, env_jobs, seed) for seed in env_seeds]
+        futs.update({n: pool.submit(ins.replay_instructions, trace(n), gpus, agent) for n in others})
+        runs = {n: f.result() for n, f in futs.items()}
+        env_rows = [f.result() for f in env_futs]
+    for r in env_rows:
+        r["command"] = _cmd_str([sys.executable, "-m", "bench.instructions", "--env", "--gpus", str(env_gpus),
+                                 "--max-jobs", str(env_jobs), "--seed", str(r["seed"])])
     rows = []
     for n in sizes:
         r = runs[n]
@@ -243,7 +255,9 @@ def part_instructions(quick: bool, agent: str = "tiresias") -> dict:
     jobs = [r["jobs"] for r in rows]
     b, a = _fit_exponent(jobs, [r["instructions"] for r in rows])
     return {"agent": agent, "gpus": gpus, "rows": rows, "exponent": b, "coef": a,
-            "per_active_job_round_exponent": _fit_exponent(jobs, [r["k_per_active_job_round"] for r in rows])[0]}
+            "per_active_job_round_exponent": _fit_exponent(jobs, [r["k_per_active_job_round"] for r in rows])[0],
+            "env": {"gpus": env_gpus, "jobs": env_jobs, "rows": env_rows,
+                    "median_per_step": statistics.median(r["per_step"] for r in env_rows)}}
 
 
 def keep_earlier_parts(res: dict, prev: dict, parts: list[str]) -> None:
@@ -371,6 +385,19 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
             L += ["", f"Least-squares fit: instructions = {s['coef']:.3g} x jobs^{s['exponent']:.3f}; instructions per "
                       f"job-round in the system as jobs^{s['per_active_job_round_exponent']:.3f}. Target (as for time): "
                       "exponent at most 1.", ""]
+            e = s.get("env")
+            if e:
+                L += ["### Env instructions per step", "",
+                      f"The env part's episodes ({e['gpus']} GPUs, {e['jobs']} jobs, K=16, random masked policy, masks "
+                      "included), one per seed: the count of `python -m bench.env_speed ... --episodes 1` less the same "
+                      "command with `--episodes 0` (imports and the env's construction), per env step. A measure of "
+                      "the env's code the VM's speed cannot move; steps/s above is what a user waits.", "",
+                      "| seed | steps | decisions | rounds | instructions (G) | thousand instructions per step | command |",
+                      "|---:|---:|---:|---:|---:|---:|---|"]
+                for r in e["rows"]:
+                    L.append(f"| {r['seed']} | {r['steps']:,} | {r['decisions']:,} | {r['rounds']:,} | "
+                             f"{r['instructions'] / 1e9:.2f} | {r['per_step'] / 1e3:.1f} | `{r['command']}` |")
+                L += ["", f"Median: {e['median_per_step'] / 1e3:.1f} thousand instructions per step.", ""]
     if res.get("errors"):
         L += ["## Parts that failed", ""] + [f"- {k}: {v}" for k, v in res["errors"].items()] + [""]
     path.write_text("\n".join(L))

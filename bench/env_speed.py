@@ -46,19 +46,22 @@ def measure(gpus: int, window_k: int, episodes: int, max_jobs: int, load: float,
         sim_s += env.sim.state.time_s - t_start
     wall = time.perf_counter() - t0
     return {"gpus": gpus, "window_k": window_k, "episodes": episodes, "max_jobs": max_jobs, "load": load,
-            "steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "decisions_per_s": decisions / wall,
-            "rounds_per_s": rounds / wall, "sim_s_per_wall_s": sim_s / wall, "machine": platform.processor() or platform.machine()}
+            "steps": steps, "decisions": decisions, "rounds": rounds, "wall_s": wall, "steps_per_s": steps / wall,
+            "decisions_per_s": decisions / wall, "rounds_per_s": rounds / wall, "sim_s_per_wall_s": sim_s / wall, "machine": platform.processor() or platform.machine()}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--window-k", type=int, default=16)
-    p.add_argument("--episodes", type=int, default=3)
+    p.add_argument("--episodes", type=int, default=3,
+                   help="episodes to play (0: build the env and play none, the baseline bench.instructions subtracts)")
     p.add_argument("--max-jobs", type=int, default=200)
     p.add_argument("--load", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if a.episodes < 0:
+        p.error(f"--episodes must be >= 0, got {a.episodes}")
     print(json.dumps(measure(a.gpus, a.window_k, a.episodes, a.max_jobs, a.load, a.seed), indent=1))
     return 0
 

@@ -1,6 +1,7 @@
 """Instructions one replay executes, counted by valgrind: replay cost without the machine's noise.
 
     python -m bench.instructions --trace synthetic:jobs=10000,load=0.7,seed=0 --gpus 512 --agent tiresias
+    python -m bench.instructions --env --gpus 64 --max-jobs 200 --seed 0
 
 Runs ``python -m bench.replay`` under valgrind's cachegrind with ``--cache-sim=no`` (it counts the
 instructions executed, its ``I refs`` line, and simulates no cache), once in full and once with
@@ -12,6 +13,10 @@ instructions``) shows the code's growth with job count.
 Counts are not time: cache misses and memory stalls, which grow with the working set, are not in
 them; the timed fit (``python -m bench --only scaling``) still says what a user waits.
 Under valgrind a replay runs about 20x slower (82,247 synthetic jobs with Tiresias: 10 minutes).
+
+``--env`` counts one env episode of ``python -m bench.env_speed`` (the bench's env part, one seed)
+the same way, less the same command with no episode, and reports instructions per env step: the
+env's speed as a count the VM cannot move.
 """
 from __future__ import annotations
 
@@ -70,14 +75,46 @@ def replay_instructions(trace: str, gpus: int, agent: str, max_jobs: int | None 
     return res
 
 
+def env_command(gpus: int, max_jobs: int, seed: int, episodes: int = 1) -> list[str]:
+    """The ``bench.env_speed`` command whose instructions are counted (one episode, as the bench's
+    env part plays each seed; ``episodes=0``: its baseline, the imports and the env's construction)."""
+    return [sys.executable, "-m", "bench.env_speed", "--gpus", str(gpus), "--window-k", "16", "--episodes",
+            str(episodes), "--max-jobs", str(max_jobs), "--load", "1.0", "--seed", str(seed)]
+
+
+def env_instructions(gpus: int, max_jobs: int, seed: int) -> dict:
+    """Instructions of one env episode under the random masked policy of ``bench.env_speed``
+    (masks included): the episode's count less the count of the same command with no episode.
+    Returns its steps, decisions and rounds, ``instructions``, ``instructions_base`` and
+    ``per_step`` (instructions per env step)."""
+    total, out = count_instructions(env_command(gpus, max_jobs, seed))
+    base, _ = count_instructions(env_command(gpus, max_jobs, seed, episodes=0))
+    res = json.loads(out)
+    steps = res["steps"]
+    if steps <= 0:
+        raise RuntimeError(f"{' '.join(env_command(gpus, max_jobs, seed))}: the episode took no step")
+    return {"gpus": gpus, "jobs": max_jobs, "seed": seed, "steps": steps, "rounds": res["rounds"],
+            "decisions": res["decisions"], "instructions": total - base, "instructions_base": base,
+            "per_step": (total - base) / steps}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", required=True)
+    p.add_argument("--trace", help="the replay's trace (bench.replay --trace); not with --env")
+    p.add_argument("--env", action="store_true", help="count one env episode (bench.env_speed) instead of a replay")
     p.add_argument("--gpus", type=int, default=512)
     p.add_argument("--agent", default="tiresias")
     p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0, help="the env episode's seed (with --env)")
     a = p.parse_args(argv)
-    print(json.dumps(replay_instructions(a.trace, a.gpus, a.agent, a.max_jobs)))
+    if a.env:
+        if a.trace is not None:
+            p.error("--env counts an env episode on the synthetic trace; leave out --trace")
+        print(json.dumps(env_instructions(a.gpus, a.max_jobs if a.max_jobs is not None else 200, a.seed)))
+    elif a.trace is None:
+        p.error("--trace is required (or --env)")
+    else:
+        print(json.dumps(replay_instructions(a.trace, a.gpus, a.agent, a.max_jobs)))
     return 0
 
 

@@ -27,6 +27,14 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
         assert [r["jobs"] for r in ins["rows"]] == [50, 100, 200]
         assert all(0 < r["instructions"] < r["instructions"] + r["instructions_load"] for r in ins["rows"])
         assert math.isfinite(ins["exponent"])
+        (env,) = ins["env"]["rows"]
+        assert (env["gpus"], env["jobs"], env["seed"]) == (16, 20, 0)
+        assert env["steps"] == env["decisions"] + env["rounds"] > 0
+        assert env["per_step"] == pytest.approx(env["instructions"] / env["steps"]) and env["instructions"] > 0
+        assert ins["env"]["median_per_step"] == env["per_step"]
+        from bench.env_speed import measure
+        same = measure(16, 16, 1, 20, 1.0, 0)  # the episode counted is the env part's episode for that seed
+        assert (same["steps"], same["decisions"], same["rounds"]) == (env["steps"], env["decisions"], env["rounds"])
     assert all(row["steps_per_s"] > 0 and row["steps"] > 0 for row in res["env"])
     assert {row["agent"] for row in res["replay"]} == {"fifo", "tiresias", "jigsaw"}
     assert all(row["jobs_completed"] == row["jobs"] for row in res["replay"])
@@ -41,6 +49,8 @@ def test_bench_quick_mode_writes_every_part(tmp_path):
     for heading in ("Env steps per second", "MaskablePPO training throughput", "Exported-policy decision latency",
                     "Whole-trace replay", "Replay time against job count"):
         assert heading in md
+    if "skipped" not in ins:
+        assert "Env instructions per step" in md and "python -m bench.instructions --env" in md
     assert "python -m bench.replay" in md  # every number comes with its command
 
 
@@ -75,6 +85,14 @@ def test_bench_rejects_an_unknown_part(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "unknown part(s) ['warp']" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_env_speed_with_no_episode_builds_the_env_and_plays_nothing():
+    """bench.instructions subtracts this run from an episode's count."""
+    from bench.env_speed import measure
+    assert (measure(16, 16, 0, 20, 1.0, 0)["steps"], measure(16, 16, 0, 20, 1.0, 0)["rounds"]) == (0, 0)
+    one = measure(16, 16, 1, 20, 1.0, 0)
+    assert one["steps"] == one["decisions"] + one["rounds"] and one["rounds"] > 0
 
 
 def test_instructions_part_without_valgrind_says_why(monkeypatch, tmp_path):
