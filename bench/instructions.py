@@ -1,4 +1,4 @@
-"""Instructions one replay executes, counted by valgrind: replay cost without the machine's noise.
+"""Instructions one replay or env episode executes, counted by valgrind: cost without the machine's noise.
 
     python -m bench.instructions --trace synthetic:jobs=10000,load=0.7,seed=0 --gpus 512 --agent tiresias
     python -m bench.instructions --env --gpus 64 --max-jobs 200 --seed 0
