@@ -47,7 +47,8 @@ def measure(gpus: int, window_k: int, episodes: int, max_jobs: int, load: float,
     wall = time.perf_counter() - t0
     return {"gpus": gpus, "window_k": window_k, "episodes": episodes, "max_jobs": max_jobs, "load": load,
             "steps": steps, "decisions": decisions, "rounds": rounds, "wall_s": wall, "steps_per_s": steps / wall,
-            "decisions_per_s": decisions / wall, "rounds_per_s": rounds / wall, "sim_s_per_wall_s": sim_s / wall, "machine": platform.processor() or platform.machine()}
+            "decisions_per_s": decisions / wall, "rounds_per_s": rounds / wall, "sim_s_per_wall_s": sim_s / wall,
+            "machine": platform.processor() or platform.machine()}
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,14 @@ def count_instructions(cmd: list[str]) -> tuple[int, str]:
     return int(m.group(1).replace(",", "")), r.stdout
 
 
+def count_less_baseline(cmd: list[str], baseline: list[str]) -> tuple[int, int, str]:
+    """(``cmd``'s instructions, ``baseline``'s, ``cmd``'s stdout), each counted by
+    :func:`count_instructions`; the difference is the work ``cmd`` does beyond ``baseline``."""
+    total, out = count_instructions(cmd)
+    base, _ = count_instructions(baseline)
+    return total, base, out
+
+
 def replay_command(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load_only: bool = False) -> list[str]:
     """The ``bench.replay`` command whose instructions are counted (``load_only``: its baseline)."""
     cmd = [sys.executable, "-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent]
@@ -68,8 +76,8 @@ def replay_instructions(trace: str, gpus: int, agent: str, max_jobs: int | None 
     """The replay's JSON (``bench.replay``: jobs, rounds, jobs in the system summed over rounds,
     mean JCT, ...) plus ``instructions`` (the full run's count less the load-only run's),
     ``instructions_total`` and ``instructions_load``."""
-    total, out = count_instructions(replay_command(trace, gpus, agent, max_jobs))
-    load, _ = count_instructions(replay_command(trace, gpus, agent, max_jobs, load_only=True))
+    total, load, out = count_less_baseline(replay_command(trace, gpus, agent, max_jobs),
+                                           replay_command(trace, gpus, agent, max_jobs, load_only=True))
     res = json.loads(out.strip().splitlines()[-1])
     res.update(instructions=total - load, instructions_total=total, instructions_load=load)
     return res
@@ -87,8 +95,7 @@ def env_instructions(gpus: int, max_jobs: int, seed: int) -> dict:
     (masks included): the episode's count less the count of the same command with no episode.
     Returns its steps, decisions and rounds, ``instructions``, ``instructions_base`` and
     ``per_step`` (instructions per env step)."""
-    total, out = count_instructions(env_command(gpus, max_jobs, seed))
-    base, _ = count_instructions(env_command(gpus, max_jobs, seed, episodes=0))
+    total, base, out = count_less_baseline(env_command(gpus, max_jobs, seed), env_command(gpus, max_jobs, seed, episodes=0))
     res = json.loads(out)
     steps = res["steps"]
     if steps <= 0:

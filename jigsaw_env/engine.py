@@ -136,7 +136,7 @@ class Component:
     # phases and layout (the tuples and ``loads`` shared; step, cum, cum_loads, phase_bytes and
     # cum_bytes made per component when first read); arrays are read-only
     _SHARED = ("H", "loads", "step", "cum", "cycle", "cum_loads", "phase_bytes", "cum_bytes", "_cum_l", "_eps",
-               "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l")
+               "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l", "_step_l", "_phase_bytes_l")
 
     def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None, barrier_s: float = 0.0,
                  formed_s: float = 0.0):
