@@ -587,7 +587,22 @@ def _candidate_arrays(wa: int, wb: int, sub: np.ndarray, capacity: np.ndarray, p
 def current_pairs(state: ClusterState, host_memory: dict[int, int] | None = None) -> dict[int, int]:
     """``{guest_id: host_id}`` for running jobs that share GPUs as a pair whose guest's GPUs are a
     subset of the host's. The host is the one ``host_memory`` (guest -> host, a scheduler's own
-    record) names, else the job with more GPUs, else the one that started first."""
+    record) names, else the job with more GPUs, else the one that started first.
+
+    Two running jobs form such a pair when each shares GPUs with the other and with no one else:
+    a group of exactly two in the connected components of "shares a GPU with". Under a simulator
+    those components are kept as they form (``state.shared_ref``) and are read instead of every
+    running job's GPUs: the same pairs in the same order (the scan below meets a pair at its
+    member that arrived first: running jobs are visited in arrival order)."""
+    groups, pos = state.shared_ref, state.arrival_pos
+    if groups is not None and pos is not None:
+        twos = [sorted(jids, key=pos.__getitem__) for jids in groups.values() if len(jids) == 2]
+        if len(twos) > 1:
+            twos.sort(key=lambda ab: pos[ab[0]])
+        out: dict[int, int] = {}
+        for a, b in twos:
+            _orient_pair(state, a, b, host_memory, out)
+        return out
     running = state.running()
     # one pass over the running jobs' GPUs: each GPU's first holder; a GPU met again is shared, and
     # both its first holder and this job take part in sharing
@@ -628,15 +643,23 @@ def current_pairs(state: ClusterState, host_memory: dict[int, int] | None = None
         b = next(iter(ps))
         if len(partners.get(b, ())) != 1 or a in out or b in out:
             continue
-        ja, jb = state.jobs[a], state.jobs[b]
-        if host_memory and host_memory.get(a) == b and set(ja.placement) <= set(jb.placement):
-            out[a] = b
-        elif host_memory and host_memory.get(b) == a and set(jb.placement) <= set(ja.placement):
-            out[b] = a
-        else:
-            sa, sb = set(ja.placement), set(jb.placement)
-            if sa <= sb and (len(sa) < len(sb) or (ja.first_start_s, a) > (jb.first_start_s, b)):
-                out[a] = b
-            elif sb <= sa:
-                out[b] = a
+        _orient_pair(state, a, b, host_memory, out)
     return out
+
+
+def _orient_pair(state: ClusterState, a: int, b: int, host_memory: dict[int, int] | None,
+                 out: dict[int, int]) -> None:
+    """:func:`current_pairs`'s host of two jobs that share GPUs only with each other: sets
+    ``out[guest] = host`` when one's GPUs are a subset of the other's (symmetric in ``a``, ``b``:
+    distinct ids never tie)."""
+    ja, jb = state.jobs[a], state.jobs[b]
+    if host_memory and host_memory.get(a) == b and set(ja.placement) <= set(jb.placement):
+        out[a] = b
+    elif host_memory and host_memory.get(b) == a and set(jb.placement) <= set(ja.placement):
+        out[b] = a
+    else:
+        sa, sb = set(ja.placement), set(jb.placement)
+        if sa <= sb and (len(sa) < len(sb) or (ja.first_start_s, a) > (jb.first_start_s, b)):
+            out[a] = b
+        elif sb <= sa:
+            out[b] = a

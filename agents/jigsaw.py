@@ -83,8 +83,33 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}}
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}}
         return self._memo
+
+    def _solo_memo(self, state: ClusterState) -> dict:
+        """Rule 2's choice per job: ``{job id: (JobDecision, JobState, keeps, config)}``, the
+        (level, pattern) ``best_solo`` gives the job alone on that decision's GPUs, with its current
+        configuration kept under hysteresis when ``keeps`` (it runs on those GPUs now). The value
+        depends on nothing else (the job's model and size, the GPUs, the level and pattern, the
+        cost model), so an entry answers only for the very objects it was computed for: a running
+        job that keeps its ``job_decision`` object costs a lookup. Emptied when it outgrows the
+        jobs in the system."""
+        memo = self._memos(state)["solo"]
+        if len(memo) > 4 * max(64, len(state.active_ids)):
+            memo.clear()
+        return memo
+
+    def _solo_config(self, state: ClusterState, solo: dict, jd: JobDecision, job: JobState) -> tuple[int, Pattern]:
+        """Rule 2 for ``job`` alone on ``jd``'s GPUs: ``best_solo``'s (level, pattern), keeping
+        ``jd``'s under hysteresis when the job runs on those GPUs now; from ``solo``
+        (:meth:`_solo_memo`) when it holds this very decision and job in the same running state."""
+        keeps = job.status is JobStatus.RUNNING and jd.gpus == job.placement
+        e = solo.get(job.job_id)
+        if e is not None and e[0] is jd and e[1] is job and e[2] is keeps:
+            return e[3]
+        cfg, _ = best_solo(state, job, jd.gpus, (jd.level, jd.pattern) if keeps else None, self.hysteresis)
+        solo[job.job_id] = (jd, job, keeps, cfg)
+        return cfg
 
     def _current_jd(self, state: ClusterState, j: JobState) -> JobDecision:
         """``JobDecision(j.placement, j.level, j.pattern)``, the same (immutable) object while the
@@ -175,15 +200,14 @@ class Jigsaw(Scheduler):
                     hostable.discard(host_id)
                     paired.update((host_id, guest.job_id))
                     self._host_of[guest.job_id] = host_id
-                    hosts_by_priority = [h for h in hosts_by_priority if h.job_id != host_id]
+                    # (the host stays in hosts_by_priority: _find_host skips hosts no longer hostable)
         # 4. SPB level of every job alone on its GPUs
+        solo = self._solo_memo(state)
         for jid in list(ledger.decision):
             if jid in paired:
                 continue
             jd = ledger.decision[jid]
-            job = state.jobs[jid]
-            cur = (jd.level, jd.pattern) if job.status is JobStatus.RUNNING and jd.gpus == job.placement else None
-            cfg, _ = best_solo(state, job, jd.gpus, cur, self.hysteresis)
+            cfg = self._solo_config(state, solo, jd, state.jobs[jid])
             if cfg != (jd.level, jd.pattern):
                 new = job_decision(jd.gpus, cfg[0], cfg[1])
                 ledger.remove(jid)

@@ -424,6 +424,9 @@ class Simulator:
         self._components: dict[tuple, Component] = {}
         self._comp_of: dict[int, Component] = {}   # job -> the live component it is in
         self._gpu_comp: dict[int, Component] = {}  # GPU -> the live component using it
+        # the live components of two or more jobs (key -> their job ids): the jobs that share GPUs,
+        # grouped as the sharing connects them (ClusterState.shared_ref)
+        self._shared: dict[tuple, tuple[int, ...]] = {}
         self._n_live_gpus = 0                      # GPUs held by the live components
         self._cset = ComponentSet()             # the live components' step state, vectorised
         self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
@@ -460,6 +463,7 @@ class Simulator:
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
         self.state.running_ref = self._in_force.decision  # its keys are the running jobs (ClusterState.running)
+        self.state.shared_ref = self._shared
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
         self._wall0 = _time.perf_counter()
@@ -611,6 +615,8 @@ class Simulator:
         """Take a live component out: its step state and its jobs' counters go back to the
         objects, and its per-GPU busy seconds are added to the dissolved total."""
         del self._components[comp.key]
+        if len(comp.members) > 1:
+            del self._shared[comp.key]
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
         gpus = comp.gpu_list
@@ -631,6 +637,8 @@ class Simulator:
         """Put a new component in: a slot in the component set, a row per job, its GPUs."""
         comp.key = key
         self._components[key] = comp
+        if len(comp.members) > 1:
+            self._shared[key] = tuple([m.job_id for m in comp.members])
         slot = self._cset.add(comp)
         jobs = self.state.jobs
         rj = self._rjobs

@@ -307,8 +307,8 @@ class ClusterState:
     round: index of the next round.
     jobs: every job of the episode by id (any status).
     active_ids: ids of arrived, unfinished jobs, in arrival order.
-    running_ref, arrival_pos, in_force: kept by a simulator for speed (see below); None on a
-        state built by hand, where every method reads the jobs' statuses instead.
+    running_ref, arrival_pos, in_force, shared_ref: kept by a simulator for speed (see below);
+        None on a state built by hand, where every method reads the jobs' statuses instead.
     """
 
     cluster: ClusterSpec
@@ -329,6 +329,10 @@ class ClusterState:
     # scheduler's ledger starts as a copy: Scheduler.ledger); None otherwise, so that the state
     # and the ledger, which refers to the state, do not keep each other alive.
     in_force: Any = field(default=None, repr=False, compare=False)
+    # The simulator's co-location groups of two or more running jobs (any key -> their job ids):
+    # the connected components of "shares a GPU with" among the running jobs, kept as they form and
+    # dissolve (agents.common.current_pairs reads them instead of every running job's GPUs).
+    shared_ref: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def spb(self) -> SPBConfig:

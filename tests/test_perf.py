@@ -290,12 +290,14 @@ def test_step_tables_equal_the_numpy_formulas_bit_for_bit(barrier_s):
                 assert got == ref and type(got) is type(ref), (case, name)
 
 
-def test_jigsaw_memos_change_no_decision(synth):
-    # Jigsaw's memos (its spread-test and pairing-bound memos, the shared per-cost-model caches of
-    # agents.common: default pairings, pairing plans and their preparation, best_solo, configs,
-    # layouts, placement signatures; the JobDecision memo) and its bound-pruned host search,
-    # against a Jigsaw that forgets them all before every call and searches every host: the same
-    # logs, exactly
+@pytest.mark.parametrize("trace,gpus", [(None, 16), ("synthetic:jobs=200,load=4.0,seed=2", 32)])
+def test_jigsaw_memos_change_no_decision(synth, trace, gpus):
+    # Jigsaw's memos (its spread-test, pairing-bound and rule-2 memos, the shared per-cost-model
+    # caches of agents.common: default pairings, pairing plans and their preparation, best_solo,
+    # configs, layouts, placement signatures; the JobDecision memo) and its bound-pruned host
+    # search, against a Jigsaw that forgets them all before every call and
+    # searches every host: the same logs, exactly. The second scenario pairs jobs hundreds of
+    # times and runs them at SPB levels above 0, some changed under hysteresis
     from agents import common
     from agents.jigsaw import Jigsaw
     from jigsaw_env import state as state_mod
@@ -308,12 +310,13 @@ def test_jigsaw_memos_change_no_decision(synth):
             self.forgot += 1
             return super().schedule(state)
 
+    jobs = synth if trace is None else load_trace(trace, cluster_gpus=gpus).jobs
     plain = Forgetful()
     plain.forgot = 0
     plain.prune = False  # and searches every host
     frames = []
     for sched in (Jigsaw(), plain):
-        sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim = Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig())
         sim.run(sched)
         frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame()))
     assert plain.forgot > 10
@@ -403,6 +406,44 @@ def test_running_index_equals_a_scan_at_every_call(synth, agent):
     assert seen["calls"] > 50 and seen["running"] > 100
     assert seen["sorted"] > 10 and seen["scanned"] > 10, seen  # both ways of ClusterState.running()
     assert sim.state.running() == _running_by_scan(sim.state) == []
+
+
+@pytest.mark.parametrize("agent", ["jigsaw", "gandiva", "gandiva+spb"])
+def test_kept_sharing_groups_give_the_pairs_of_a_scan_at_every_call(agent):
+    # current_pairs reads the simulator's co-location groups (ClusterState.shared_ref) instead of
+    # every running job's GPUs: at every call of co-locating schedulers the same guest -> host
+    # pairs in the same order (Gandiva walks them in order), with and without the scheduler's
+    # own record of hosts; the groups are exactly the connected components of two or more
+    from agents.common import current_pairs
+    from jigsaw_env.placement import connected_groups
+
+    jobs = load_trace("synthetic:jobs=200,load=4.0,seed=2", cluster_gpus=32).jobs  # pairs form
+    sim = Simulator(ClusterSpec.from_gpus(32), jobs, SimConfig())
+    sched = make_scheduler(agent)
+    seen = {"calls": 0, "pairs": 0, "several": 0}
+
+    def policy(state):
+        groups = state.shared_ref
+        assert groups is sim._shared
+        running = state.running()
+        want = [g for g in connected_groups({j.job_id: j.placement for j in running}) if len(g) > 1]
+        assert sorted(sorted(g) for g in groups.values()) == want
+        memory = getattr(getattr(sched, "base", sched), "_host_of", None)
+        for host_memory in (memory, None):
+            fast = current_pairs(state, host_memory)
+            state.shared_ref = None
+            try:
+                slow = current_pairs(state, host_memory)
+            finally:
+                state.shared_ref = groups
+            assert list(fast.items()) == list(slow.items())
+        seen["calls"] += 1
+        seen["pairs"] += len(fast)
+        seen["several"] += len(fast) > 1
+        return sched(state)
+
+    sim.run(policy)
+    assert seen["calls"] > 500 and seen["pairs"] > 300 and seen["several"] > 100, seen
 
 
 def test_running_index_in_env_episodes_and_hand_built_states():

@@ -574,3 +574,34 @@ def test_jigsaw_exclusive_set_holds_its_gpus_alone(gpus, load, seed):
     jobs = load_trace(f"synthetic:jobs={n},load={load},seed={seed}", cluster_gpus=gpus).jobs
     Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(sched.schedule)
     assert seen[0] > 300 and seen[1] >= 4  # pairs were running when some of the calls came
+
+
+def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_state():
+    # Jigsaw keeps rule 2's choice per job (_solo_memo) for the JobDecision object, JobState and
+    # "runs on these GPUs now" it was computed for: a running job that keeps its configuration keeps
+    # it under hysteresis; the same decision object for a paused job, or another configuration,
+    # asks best_solo again. Every answer equals best_solo's, computed fresh.
+    cluster = ClusterSpec.from_gpus(16)
+    job = JobState(0, 0.0, 1, "resnet50", BATCH["resnet50"], 1e6)
+    st = _state(cluster, [job])
+    sched = Jigsaw(hysteresis=10.0)  # a running job keeps any configuration
+    solo = sched._solo_memo(st)
+    best = best_solo(st, job, (0,), None, 0.0)[0]
+    others = [c for c in spb_configs(st, job) if c != best]
+    assert len(others) >= 2
+
+    def check(jd, want):
+        keeps = job.status is JobStatus.RUNNING and jd.gpus == job.placement
+        fresh = best_solo(st, job, jd.gpus, (jd.level, jd.pattern) if keeps else None, 10.0)[0]
+        assert sched._solo_config(st, solo, jd, job) == fresh == want
+
+    first = job_decision((0,), *others[0])
+    job.status, job.placement, job.level, job.pattern = JobStatus.RUNNING, (0,), *others[0]
+    check(first, others[0])  # kept under hysteresis
+    check(first, others[0])  # from the memo
+    job.status, job.placement = JobStatus.PAUSED, ()
+    check(first, best)  # the same decision object, but the job no longer runs there
+    job.status, job.placement, job.level, job.pattern = JobStatus.RUNNING, (0,), *others[1]
+    check(job_decision((0,), *others[1]), others[1])  # another configuration, kept
+    check(job_decision((1,), *others[1]), best)  # other GPUs: it would move
+    check(first, others[0])  # the first decision again, the job running on its GPUs: kept
