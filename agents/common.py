@@ -324,33 +324,7 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
         host_gpus = tuple(int(g) for g in host_gpus)
     default = host_cfgs is None and guest_cfgs is None and orders is None and capacity is None
     if default:
-        # the default search is fixed by the models, the host's GPU layout (host_layout) and the
-        # phase difference: one lookup of a short key; the plan found names the guest's order by
-        # its index, mapped onto these GPUs here
-        sig, cap = host_layout(state, host_gpus)
-        rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
-        key = (host.model, host.batch_size, host.num_gpus, sig, guest.model, guest.batch_size, wb, rel)
-        cache = _cache(state.costs, "pair_default")
-        hit = cache.get(key, False)
-        if hit is False:
-            all_orders = guest_orders(wa, wb)
-            prep_key = key[:-1]
-            if not all_orders:
-                hit = cache[key] = None
-            elif wa > 1 and prep_key in _cache(state.costs, "pair_prep", limit=_MAX_PREP):
-                # a second phase difference of the same pair (its candidates are prepared: an
-                # earlier phase was searched): most pairs that are asked twice are asked about
-                # many phases, so search every phase at once (one pass over the candidates, the
-                # phases stacked in numpy) and keep them all
-                pm = phase_mod(state)
-                found = _search_pairing_phases(state, host, host_gpus, guest, spb_configs(state, host),
-                                               spb_configs(state, guest), all_orders, cap, range(pm), prep_key)
-                for r, res in enumerate(found):
-                    cache[prep_key + (r,)] = res
-                hit = found[rel]
-            else:
-                hit = cache[key] = _search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
-                                                   spb_configs(state, guest), all_orders, cap, 0, rel, prep_key)
+        hit = default_pairing(state, host, host_gpus, guest)
         if hit is None:
             return None
         hc, gc, oi, value, xh, xg, step = hit
@@ -388,6 +362,45 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     hc, gc, oi, value, xh, xg, step = plan
     cache[key] = plan
     return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
+
+
+def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, ...], guest: JobState,
+                    layout: tuple | None = None) -> tuple | None:
+    """:func:`best_pairing`'s default search (every configuration of both jobs, every order of
+    :func:`guest_orders`) as the raw tuple it caches: ``(host cfg, guest cfg, index of the
+    guest's order in guest_orders(len(host_gpus), guest.num_gpus), value, x_host, x_guest, mean
+    step s)``, or None when no candidate fits in memory. ``host_gpus``: a tuple of ints (a
+    JobDecision's); ``layout``: ``host_layout(state, host_gpus)`` when the caller has it.
+
+    The search is fixed by the models, the host's GPU layout (:func:`host_layout`) and the phase
+    difference: one lookup of a short key. A caller that only compares values (Jigsaw's host
+    search) reads them here and makes a :class:`PairPlan` for the one it keeps."""
+    wa, wb = len(host_gpus), guest.num_gpus
+    sig, cap = host_layout(state, host_gpus) if layout is None else layout
+    rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
+    key = (host.model, host.batch_size, host.num_gpus, sig, guest.model, guest.batch_size, wb, rel)
+    cache = _cache(state.costs, "pair_default")
+    hit = cache.get(key, False)
+    if hit is False:
+        all_orders = guest_orders(wa, wb)
+        prep_key = key[:-1]
+        if not all_orders:
+            hit = cache[key] = None
+        elif wa > 1 and prep_key in _cache(state.costs, "pair_prep", limit=_MAX_PREP):
+            # a second phase difference of the same pair (its candidates are prepared: an
+            # earlier phase was searched): most pairs that are asked twice are asked about
+            # many phases, so search every phase at once (one pass over the candidates, the
+            # phases stacked in numpy) and keep them all
+            pm = phase_mod(state)
+            found = _search_pairing_phases(state, host, host_gpus, guest, spb_configs(state, host),
+                                           spb_configs(state, guest), all_orders, cap, range(pm), prep_key)
+            for r, res in enumerate(found):
+                cache[prep_key + (r,)] = res
+            hit = found[rel]
+        else:
+            hit = cache[key] = _search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
+                                               spb_configs(state, guest), all_orders, cap, 0, rel, prep_key)
+    return hit
 
 
 def profile_summary(costs: CostModel, prof) -> tuple[float, float, float]:

@@ -30,8 +30,9 @@ from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, register_scheduler
-from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, guest_orders,
-                     host_layout, job_decision, parse_thresholds, placement_sig, profile_summary, select_by_budget, spb_configs)
+from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
+                     host_layout, job_decision, parse_thresholds, phase_mod, placement_sig, profile_summary,
+                     select_by_budget, spb_configs)
 
 
 @register_scheduler("jigsaw")
@@ -83,7 +84,7 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}}
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}}
         return self._memo
 
     def _solo_memo(self, state: ClusterState) -> dict:
@@ -116,6 +117,18 @@ class Jigsaw(Scheduler):
         job keeps that configuration."""
         return job_decision(j.placement, j.level, j.pattern)
 
+    def _bounds_of(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...]) -> dict:
+        """The memo of :meth:`_pairing_bound` for this host's kind and GPU layout: ``{(guest model,
+        batch size, width): bound}`` (a pure function of those: models, sizes, layout, width)."""
+        memo = self._memos(state)["bound"]
+        key = (host.model, host.batch_size, host.num_gpus, host_layout(state, hgpus)[0])
+        bounds = memo.get(key)
+        if bounds is None:
+            if len(memo) > 10_000:
+                memo.clear()
+            bounds = memo[key] = {}
+        return bounds
+
     def _pairing_bound(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
         """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
         candidate order): the bound its own branch and bound ranks candidates by, maximised over
@@ -124,32 +137,24 @@ class Jigsaw(Scheduler):
         mean sync)``, so no candidate's value exceeds it. It does not depend on the jobs' phases,
         so it is memoised by models, batch sizes, the host's GPU layout (``common.host_layout``: the
         profiles and guest placement signatures depend on nothing else in the GPUs) and the
-        guest's width."""
-        memo = self._memos(state)["bound"]
-        key = (host.model, host.batch_size, host.num_gpus, host_layout(state, hgpus)[0], guest.model,
-               guest.batch_size, guest.num_gpus)
-        ub = memo.get(key)
-        if ub is None:
-            if len(memo) > 100_000:
-                memo.clear()
-            costs = state.costs
-            wa, wb = len(hgpus), guest.num_gpus
-            reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
-            for o in guest_orders(wa, wb):
-                g = tuple(hgpus[c] for c in o)
-                reps.setdefault(placement_sig(state, g), g)
-            iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
-            ub = -float("inf")
-            for hc in spb_configs(state, host) if reps else ():
-                ph = costs.profile(host, hc[0], hc[1], hgpus)
-                th, mh, ch = profile_summary(costs, ph)
-                for gc in spb_configs(state, guest):
-                    for g in reps.values():
-                        pg = costs.profile(guest, gc[0], gc[1], g)
-                        tg, mg, cg = profile_summary(costs, pg)
-                        lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
-                        ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
-            memo[key] = ub
+        guest's width (:meth:`_bounds_of`; :meth:`_find_host` looks them up there)."""
+        costs = state.costs
+        wa, wb = len(hgpus), guest.num_gpus
+        reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
+        for o in guest_orders(wa, wb):
+            g = tuple(hgpus[c] for c in o)
+            reps.setdefault(placement_sig(state, g), g)
+        iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+        ub = -float("inf")
+        for hc in spb_configs(state, host) if reps else ():
+            ph = costs.profile(host, hc[0], hc[1], hgpus)
+            th, mh, ch = profile_summary(costs, ph)
+            for gc in spb_configs(state, guest):
+                for g in reps.values():
+                    pg = costs.profile(guest, gc[0], gc[1], g)
+                    tg, mg, cg = profile_summary(costs, pg)
+                    lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                    ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
         return ub
 
     def quiet_until(self, state: ClusterState) -> float:
@@ -380,30 +385,54 @@ class Jigsaw(Scheduler):
         jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
         return jd if ledger.fits(job.job_id, jd) else None
 
-    def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
-        """The host's useful work alone on its GPUs at its best configuration. Memoised for one
-        round's fitting (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not change
-        during fitting (a pairing re-chooses only its configuration)."""
+    def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
+        """``(alone, gpus, layout, bounds)`` of a host for this round's fitting: its useful work
+        alone on its GPUs at its best configuration, those GPUs (its decision's), their
+        ``common.host_layout`` and its :meth:`_pairing_bound` memo (:meth:`_bounds_of`). Kept for
+        one round's fitting (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not
+        change during fitting (a pairing re-chooses only its configuration)."""
         v = self._alone.get(host.job_id)
         if v is None:
-            jd = ledger.decision[host.job_id]
-            _, rate = best_solo(state, host, jd.gpus, None, 0.0)
-            v = self._alone[host.job_id] = host.num_gpus * rate
+            gpus = ledger.decision[host.job_id].gpus
+            _, rate = best_solo(state, host, gpus, None, 0.0)
+            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, host_layout(state, gpus),
+                                            self._bounds_of(state, host, gpus))
         return v
+
+    def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
+        """The host's useful work alone on its GPUs at its best configuration (:meth:`_host_info`)."""
+        return self._host_info(state, ledger, host)[0]
 
     def _keep_pair(self, state, ledger, host, guest) -> PairPlan | None:
         """A running pair stays where it is if it still beats the host alone by ``keep_margin``;
-        only the SPB configurations are re-chosen (that moves no one)."""
+        only the SPB configurations are re-chosen (that moves no one).
+
+        The plan is kept per guest (the ``keep`` memo) for the host and guest objects, the host's
+        GPUs, the guest's, both configurations and their phase difference it was found for: a
+        pair in lockstep keeps its phase difference, so a pair that stays asks once. The margin
+        test against the host alone is made every time."""
         hgpus = ledger.decision[host.job_id].gpus
         if hgpus != host.placement or not set(guest.placement) <= set(hgpus):
             return None
-        order = [tuple(hgpus.index(g) for g in guest.placement)]
-        plan = best_pairing(state, host, hgpus, guest, orders=order)
+        rel = (guest.iteration - host.iteration) % phase_mod(state) if len(hgpus) > 1 else 0
+        inputs = (hgpus, guest.placement, host.level, host.pattern, guest.level, guest.pattern, rel)
+        memo = self._memos(state)["keep"]
+        e = memo.get(guest.job_id)
+        if e is not None and e[0] is host and e[1] is guest and e[2] == inputs:
+            plan = e[3]
+        else:
+            if len(memo) > 4 * max(64, len(state.active_ids)):
+                memo.clear()
+            order = [tuple(hgpus.index(g) for g in guest.placement)]
+            plan = best_pairing(state, host, hgpus, guest, orders=order)
+            if plan is not None:
+                cur = best_pairing(state, host, hgpus, guest, [(host.level, host.pattern)],
+                                   [(guest.level, guest.pattern)], order)
+                if cur is not None and plan.value <= cur.value * (1.0 + self.hysteresis):
+                    plan = cur
+            memo[guest.job_id] = (host, guest, inputs, plan)
         if plan is None:
             return None
-        cur = best_pairing(state, host, hgpus, guest, [(host.level, host.pattern)], [(guest.level, guest.pattern)], order)
-        if cur is not None and plan.value <= cur.value * (1.0 + self.hysteresis):
-            plan = cur
         alone = self._host_alone(state, ledger, host)
         return plan if plan.value >= alone * (1.0 + self.keep_margin) else None
 
@@ -416,35 +445,52 @@ class Jigsaw(Scheduler):
         # restart discount below: the bound can prune with it (on Philly most paused guests'
         # pairings fail the margin only because of that discount; docs/simulator.md section 8)
         discount = 1.0 - self.restart_s / self.horizon_s if self.horizon_s > 0 else 1.0
-        scale = discount if guest.status is JobStatus.PAUSED and 0.0 <= discount <= 1.0 else 1.0
+        paused = guest.status is JobStatus.PAUSED
+        running = guest.status is JobStatus.RUNNING
+        scale = discount if paused and 0.0 <= discount <= 1.0 else 1.0
+        kind = (guest.model, guest.batch_size, guest.num_gpus)
+        width = guest.num_gpus
+        found = None  # (host, its GPUs, default_pairing's result, the guest's GPUs) of the best
         for host in hosts_by_priority:
-            if host.job_id not in hostable or host.num_gpus < guest.num_gpus:
+            if host.job_id not in hostable or host.num_gpus < width:
                 continue
             n += 1
             if n > self.max_hosts:
                 break
-            hgpus = ledger.decision[host.job_id].gpus
-            alone = self._host_alone(state, ledger, host)
-            if self.prune and self._pairing_bound(state, host, hgpus, guest) * scale * (1.0 + 1e-9) < max(
-                    alone * (1.0 + self.margin) - 1e-9, alone + best_gain + 1e-12):
-                # no pairing can clear the margin or beat the best host so far (the work below is
-                # at most the plan's value, times the discount when the guest is paused, and the
-                # value at most the bound): skip the search
+            alone, hgpus, layout, bounds = self._host_info(state, ledger, host)
+            if self.prune:
+                ub = bounds.get(kind)
+                if ub is None:
+                    ub = bounds[kind] = self._pairing_bound(state, host, hgpus, guest)
+                if ub * scale * (1.0 + 1e-9) < max(alone * (1.0 + self.margin) - 1e-9, alone + best_gain + 1e-12):
+                    # no pairing can clear the margin or beat the best host so far (the work
+                    # below is at most the plan's value, times the discount when the guest is
+                    # paused, and the value at most the bound): skip the search
+                    continue
+            # best_pairing(state, host, hgpus, guest), read as the values it is made of
+            hit = default_pairing(state, host, hgpus, guest, layout)
+            if hit is None:
                 continue
-            plan = best_pairing(state, host, hgpus, guest)
-            if plan is None:
-                continue
+            ggpus = None
             # a guest that resumes or moves restarts, and the lockstep pair waits for it (rule 5):
             # over the horizon the pair works horizon - restart seconds, the host alone horizon
-            restarts = guest.status is JobStatus.PAUSED or (
-                guest.status is JobStatus.RUNNING and guest.placement != plan.guest_gpus)
-            work = plan.value * (1.0 - self.restart_s / self.horizon_s) if restarts else plan.value
+            restarts = paused
+            if running:
+                ggpus = tuple([hgpus[i] for i in guest_orders(len(hgpus), width)[hit[2]]])
+                restarts = guest.placement != ggpus
+            value = hit[3]
+            work = value * (1.0 - self.restart_s / self.horizon_s) if restarts else value
             if work < alone * (1.0 + self.margin) - 1e-9:
                 continue
             gain = work - alone
             if gain > best_gain + 1e-12:
-                best_gain, best = gain, (host.job_id, plan)
-        return best
+                best_gain, found = gain, (host, hgpus, hit, ggpus)
+        if found is None:
+            return best
+        host, hgpus, (hc, gc, oi, value, xh, xg, step), ggpus = found
+        if ggpus is None:
+            ggpus = tuple([hgpus[i] for i in guest_orders(len(hgpus), width)[oi]])
+        return host.job_id, PairPlan(hc, gc, ggpus, value, xh, xg, step)
 
     @staticmethod
     def _apply_pair(state, ledger: GpuLedger, host: JobState, guest: JobState, plan: PairPlan) -> bool:

@@ -605,3 +605,43 @@ def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_st
     check(job_decision((0,), *others[1]), others[1])  # another configuration, kept
     check(job_decision((1,), *others[1]), best)  # other GPUs: it would move
     check(first, others[0])  # the first decision again, the job running on its GPUs: kept
+
+
+def test_jigsaw_kept_pair_memo_answers_only_for_the_same_pair_state():
+    # Jigsaw keeps a running pair's plan per guest (_keep_pair's "keep" memo) for the host and guest
+    # objects, GPUs, configurations and phase difference it was found for. A walk that changes one
+    # of the guest's GPUs, the host's level, the guest's level or the guest's phase at each step:
+    # every answer equals that of a Jigsaw with no memo
+    cluster = ClusterSpec.from_gpus(16)
+    host = JobState(0, 0.0, 4, "vgg16", BATCH["vgg16"], 1e6)
+    guest = JobState(1, 0.0, 1, "resnet50", BATCH["resnet50"], 1e6)
+    st = _state(cluster, [host, guest])
+    for j in (host, guest):
+        j.status = JobStatus.RUNNING
+    host.placement, guest.placement = (0, 1, 2, 3), (1,)
+    host.level, guest.level = 2, 2
+    # keep every pair (the plan itself is compared) at its current configurations (hysteresis):
+    # the levels and, at levels 2 and 3, the phases change its value
+    knobs = dict(keep_margin=-1.0, hysteresis=10.0)
+    sched = Jigsaw(**knobs)
+    rng = random.Random(5)
+    values, changed = set(), {"gpus": 0, "host level": 0, "guest level": 0, "phase": 0}
+    for _ in range(240):
+        what = rng.choice(sorted(changed))
+        if what == "gpus":
+            guest.placement = (rng.choice([g for g in host.placement if g != guest.placement[0]]),)
+        elif what == "host level":
+            host.level = rng.choice([lv for lv in (1, 2, 3) if lv != host.level])
+        elif what == "guest level":
+            guest.level = 3 - guest.level
+        else:
+            guest.iteration = rng.choice([i for i in range(12) if i != guest.iteration])
+        changed[what] += 1
+        ledger = GpuLedger(st)
+        ledger.add(0, JobDecision(host.placement, host.level, host.pattern), checked=True)
+        sched._alone = {}
+        got = sched._keep_pair(st, ledger, host, guest)
+        fresh = Jigsaw(**knobs)._keep_pair(st, ledger, host, guest)
+        assert got == fresh and got is not None, (what, host.level, guest.level, guest.iteration, guest.placement)
+        values.add(got.value)
+    assert min(changed.values()) > 40 and len(values) > 20, (changed, len(values))
