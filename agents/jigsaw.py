@@ -269,21 +269,21 @@ class Jigsaw(Scheduler):
         ledger = GpuLedger(state)
         wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
         # GPUs held by chosen running jobs not yet placed
-        reserved = [False] * cl.num_gpus
-        for j in chosen:
-            if j.status is JobStatus.RUNNING and j.placement:
-                for g in j.placement:
-                    reserved[g] = True
         # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not
         # reserved ("free"): kept as jobs are added and reservations lifted, so that a job needing
         # GPUs finds consolidated ones from per-node counts, not from masks of every GPU
         # (placement.consolidated_from_counts: the ledger's rule, the one common.consolidated_gpus
         # applies to masks)
+        RUNNING = JobStatus.RUNNING
+        reserved = [False] * cl.num_gpus
         unheld = [gpn] * cl.num_nodes
         free_n = unheld.copy()
-        for g, r in enumerate(reserved):
-            if r:
-                free_n[g // gpn] -= 1
+        for j in chosen:
+            if j.status is RUNNING and j.placement:
+                for g in j.placement:
+                    if not reserved[g]:  # (a pair's two jobs reserve their shared GPUs once)
+                        reserved[g] = True
+                        free_n[g // gpn] -= 1
 
         def add(jid: int, jd: JobDecision) -> None:
             for g in jd.gpus:
@@ -300,25 +300,45 @@ class Jigsaw(Scheduler):
         def unheld_on(k: int) -> list[int]:
             return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
 
+        spread_memo = self._memos(state)["spread"]
         deferred: list[JobState] = []
         for j in chosen:
-            own = j.status is JobStatus.RUNNING and bool(j.placement)
+            pl = j.placement
+            own = j.status is RUNNING and bool(pl)
             if own:
                 still_free = True  # none of its GPUs is in the ledger yet
-                for g in j.placement:  # its own reservation no longer blocks anyone
+                for g in pl:
                     if wl[g]:
                         still_free = False
+                        break
+                cur = None
+                if still_free:
+                    # a running job's own configuration on GPUs nobody else holds yet always fits:
+                    # the simulator validated it in force with at least these workers on them (so
+                    # the ledger's check is skipped here and below; it would return True)
+                    cur = self._current_jd(state, j)
+                    ok = spread_memo.get((j.model, j.batch_size, j.num_gpus, cur.gpus))
+                    if ok is None:
+                        ok = self._spread_ok(state, j, cur.gpus)
+                    if ok:
+                        # it stays: what lifting its reservation and add() do to the counts, in
+                        # one pass (a GPU still reserved goes from reserved to held, so free
+                        # GPUs do not change; one whose reservation a job sharing it lifted
+                        # was counted free)
+                        for g in pl:
+                            k = g // gpn
+                            unheld[k] -= 1
+                            if reserved[g]:
+                                reserved[g] = False
+                            else:
+                                free_n[k] -= 1
+                        ledger.add(j.job_id, cur, checked=True)
+                        continue
+                for g in pl:  # its own reservation no longer blocks anyone
                     if reserved[g]:
                         reserved[g] = False
                         if wl[g] == 0:
                             free_n[g // gpn] += 1
-                # a running job's own configuration on GPUs nobody else holds yet always fits: the
-                # simulator validated it in force with at least these workers on them (so the
-                # ledger's check is skipped here and below; it would return True)
-                cur = self._current_jd(state, j) if still_free else None
-                if cur is not None and self._spread_ok(state, j, cur.gpus):
-                    add(j.job_id, cur)
-                    continue
             jd = self._consolidated(ledger, j, consolidated_from_counts(free_n, free_on, j.num_gpus))
             if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
                 # displace lower-priority running jobs if that gives a good placement
@@ -349,7 +369,12 @@ class Jigsaw(Scheduler):
         no_fit: set[tuple] = set()
         # consolidated free GPUs per width, on the ledger as it is (they depend on nothing else)
         cons: dict[int, list[int] | None] = {}
-        for j in rest:
+        pending = iter(rest)
+        for j in pending:
+            if nfree <= 0:  # no free GPU left: every job needs one or more (the simulator checks)
+                left.append(j)
+                left.extend(pending)
+                break
             if j.num_gpus <= nfree:
                 jd = None
                 stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)

@@ -497,6 +497,37 @@ def test_jigsaw_exclusive_pass_with_node_counts_decides_as_with_masks(gpus, load
     assert any(len(a) != len(b) or a != b for a, b in zip(logs[0], logs[0][1:]))
 
 
+@pytest.mark.parametrize("seed", range(150))
+def test_jigsaw_exclusive_pass_on_random_states_equals_the_mask_pass(seed):
+    # hand-made states a replay rarely reaches: running jobs that share GPUs (in twos and more),
+    # spread over nodes they do not need, in a random priority order, beside waiting jobs. The
+    # exclusive pass (per-node counts, a running job that stays taking its GPUs in one pass)
+    # places the same jobs on the same GPUs, in the same order, and leaves the same jobs, as the
+    # pass on masks of every GPU
+    from agents.common import select_by_budget
+
+    rng = random.Random(seed)
+    cluster = ClusterSpec.from_gpus(32)  # 4 nodes of 8
+    jobs = []
+    for i in range(rng.randrange(8, 30)):
+        n = rng.choice([1, 1, 2, 4, 8])
+        model = rng.choice(MODELS)
+        gpus = tuple(rng.sample(range(32), n)) if rng.random() < 0.6 else ()
+        jobs.append(JobState(job_id=i, arrival_s=0.0, num_gpus=n, model=model, batch_size=BATCH[model],
+                             iterations=1e6, status=JobStatus.RUNNING if gpus else JobStatus.PAUSED,
+                             placement=gpus))
+    st = _state(cluster, jobs)
+    order = jobs[:]
+    rng.shuffle(order)
+    rank = {j.job_id: i for i, j in enumerate(order)}
+    out = []
+    for cls in (Jigsaw, _MaskJigsaw):
+        chosen, rest = select_by_budget(order, cluster.num_gpus)
+        ledger, left = cls()._exclusive(st, chosen, rest, {}, rank)
+        out.append((list(ledger.decision.items()), [j.job_id for j in left]))
+    assert out[0] == out[1]
+
+
 @pytest.mark.parametrize("gpus,load,seed", [(16, 3.0, 1), (8, 2.0, 8)])
 def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search(gpus, load, seed):
     # a paused guest's pairing work is at most the bound x (1 - restart_s / horizon_s): the
