@@ -364,21 +364,44 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
 
 
-def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, ...], guest: JobState,
-                    layout: tuple | None = None) -> tuple | None:
+def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> tuple[int, np.ndarray]:
+    """``(id, capacity)``: everything the default pairing search of a ``wb``-worker guest reads
+    in the host's GPUs, as a small integer that every GPU tuple agreeing on it shares, and the
+    GPUs' memories (bytes, read-only float64, as :func:`host_layout`'s). What it reads: the host's
+    profile, which depends on its GPUs only through their placement signature; the guest's
+    profile for each order of :func:`guest_orders` (through that order's placement signature: the
+    orders are grouped by it, in order of first appearance); and each GPU's memory. Two hosts on
+    different nodes, or spread over nodes in different patterns that give every order the same
+    signature (a one-worker guest never spans nodes), are searched once. Cached per (GPUs, wb)."""
+    cache = _cache(state.costs, "pair_layout")
+    key = (host_gpus, wb)
+    v = cache.get(key)
+    if v is None:
+        sig, cap = host_layout(state, host_gpus)
+        reads = (placement_sig(state, host_gpus),
+                 tuple([placement_sig(state, tuple([host_gpus[c] for c in o])) for o in guest_orders(len(host_gpus), wb)]),
+                 sig[2])
+        # never emptied (one entry per distinct reading): an id keeps its meaning for as long as
+        # the cached searches keyed by it live
+        ids = _caches_of(state.costs).setdefault("pair_layout_ids", {})
+        v = cache[key] = (ids.setdefault(reads, len(ids)), cap)
+    return v
+
+
+def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, ...], guest: JobState) -> tuple | None:
     """:func:`best_pairing`'s default search (every configuration of both jobs, every order of
     :func:`guest_orders`) as the raw tuple it caches: ``(host cfg, guest cfg, index of the
     guest's order in guest_orders(len(host_gpus), guest.num_gpus), value, x_host, x_guest, mean
     step s)``, or None when no candidate fits in memory. ``host_gpus``: a tuple of ints (a
-    JobDecision's); ``layout``: ``host_layout(state, host_gpus)`` when the caller has it.
+    JobDecision's).
 
-    The search is fixed by the models, the host's GPU layout (:func:`host_layout`) and the phase
-    difference: one lookup of a short key. A caller that only compares values (Jigsaw's host
-    search) reads them here and makes a :class:`PairPlan` for the one it keeps."""
+    The search is fixed by the models, what it reads in the host's GPUs (:func:`pairing_layout`)
+    and the phase difference: one lookup of a short key. A caller that only compares values
+    (Jigsaw's host search) reads them here and makes a :class:`PairPlan` for the one it keeps."""
     wa, wb = len(host_gpus), guest.num_gpus
-    sig, cap = host_layout(state, host_gpus) if layout is None else layout
+    lid, cap = pairing_layout(state, host_gpus, wb)
     rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
-    key = (host.model, host.batch_size, host.num_gpus, sig, guest.model, guest.batch_size, wb, rel)
+    key = (host.model, host.batch_size, host.num_gpus, lid, guest.model, guest.batch_size, wb, rel)
     cache = _cache(state.costs, "pair_default")
     hit = cache.get(key, False)
     if hit is False:

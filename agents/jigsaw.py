@@ -411,17 +411,16 @@ class Jigsaw(Scheduler):
         return jd if ledger.fits(job.job_id, jd) else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
-        """``(alone, gpus, layout, bounds)`` of a host for this round's fitting: its useful work
-        alone on its GPUs at its best configuration, those GPUs (its decision's), their
-        ``common.host_layout`` and its :meth:`_pairing_bound` memo (:meth:`_bounds_of`). Kept for
-        one round's fitting (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not
-        change during fitting (a pairing re-chooses only its configuration)."""
+        """``(alone, gpus, bounds)`` of a host for this round's fitting: its useful work alone on
+        its GPUs at its best configuration, those GPUs (its decision's) and its
+        :meth:`_pairing_bound` memo (:meth:`_bounds_of`). Kept for one round's fitting
+        (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not change during
+        fitting (a pairing re-chooses only its configuration)."""
         v = self._alone.get(host.job_id)
         if v is None:
             gpus = ledger.decision[host.job_id].gpus
             _, rate = best_solo(state, host, gpus, None, 0.0)
-            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, host_layout(state, gpus),
-                                            self._bounds_of(state, host, gpus))
+            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, self._bounds_of(state, host, gpus))
         return v
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
@@ -482,7 +481,7 @@ class Jigsaw(Scheduler):
             n += 1
             if n > self.max_hosts:
                 break
-            alone, hgpus, layout, bounds = self._host_info(state, ledger, host)
+            alone, hgpus, bounds = self._host_info(state, ledger, host)
             if self.prune:
                 ub = bounds.get(kind)
                 if ub is None:
@@ -493,7 +492,7 @@ class Jigsaw(Scheduler):
                     # paused, and the value at most the bound): skip the search
                     continue
             # best_pairing(state, host, hgpus, guest), read as the values it is made of
-            hit = default_pairing(state, host, hgpus, guest, layout)
+            hit = default_pairing(state, host, hgpus, guest)
             if hit is None:
                 continue
             ggpus = None

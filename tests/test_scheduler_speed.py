@@ -304,6 +304,58 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
     assert checked > 20 and joint[0] > 10
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_pairings_shared_across_host_gpus_that_read_the_same_equal_their_own_search(mixed, monkeypatch):
+    # common.pairing_layout gives host GPU tuples the same id when the default search reads the
+    # same in them (the host's placement signature, each guest order's, the memories): hosts on
+    # other nodes, or spread over nodes in other patterns, reuse one search. On one state (shared
+    # caches), every host placement's cached plan equals the plain search on its own GPUs
+    from agents import common
+
+    searches = [0]
+    search = common._search_pairing
+
+    def counted(*a, **k):
+        searches[0] += 1
+        return search(*a, **k)
+
+    monkeypatch.setattr(common, "_search_pairing", counted)
+    rng = random.Random(11 + mixed)
+    if mixed:
+        cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "v100"))
+    else:
+        cluster = ClusterSpec.from_gpus(32)
+    G = cluster.num_gpus
+    # (the guest of two workers syncs more than the host: whether its GPUs span nodes shows)
+    host = JobState(job_id=1, arrival_s=0.0, num_gpus=4, model="resnet18", batch_size=BATCH["resnet18"],
+                    iterations=1e6, status=JobStatus.RUNNING, iteration=3)
+    guests = [JobState(job_id=2 + w, arrival_s=0.0, num_gpus=w, model=m, batch_size=BATCH[m], iterations=1e6,
+                       status=JobStatus.QUEUED, iteration=0) for w, m in ((1, "resnet50"), (2, "vgg16"))]
+    st = _state(cluster, [host, *guests])
+    gpn = cluster.gpus_per_node
+    layouts, asked = set(), 0
+    for trial in range(80):
+        # each worker on one of one or two nodes: one node, halves, alternating, three and one
+        nodes = rng.sample(range(cluster.num_nodes), rng.choice([1, 2, 2]))
+        free = {k: rng.sample(range(k * gpn, (k + 1) * gpn), gpn) for k in nodes}
+        gpus = tuple(free[rng.choice(nodes)].pop() for _ in range(4))
+        layouts.add(common.host_layout(st, gpus)[0])
+        cap = np.array([cluster.memory_of(g) for g in gpus], dtype=np.float64)
+        for guest in guests:
+            want = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
+                                 guest_orders(4, guest.num_gpus), cap, 0, (guest.iteration - host.iteration) % 12)
+            got = best_pairing(st, host, gpus, guest)
+            asked += 1
+            if want is None:
+                assert got is None
+                continue
+            assert (got.host_cfg, got.guest_cfg, got.value, got.x_host, got.x_guest, got.step_s) == (
+                want[0], want[1], *want[3:])
+            assert got.guest_gpus == tuple(gpus[i] for i in guest_orders(4, guest.num_gpus)[want[2]])
+    # fewer searches than node layouts x guests: the ids shared them
+    assert len(layouts) >= 6 and searches[0] < 0.9 * 2 * len(layouts) and asked == 160
+
+
 def test_job_decision_memo_returns_equal_immutable_decisions():
     a = job_decision((3, 1), 2, Pattern.STATIC)
     assert a == JobDecision((3, 1), 2, Pattern.STATIC) and job_decision((3, 1), 2, Pattern.STATIC) is a
