@@ -23,6 +23,7 @@ every rule. Per round:
 """
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts
@@ -33,6 +34,9 @@ from .base import Scheduler, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
                      host_layout, job_decision, parse_thresholds, phase_mod, placement_sig, profile_summary,
                      select_by_budget, spb_configs)
+
+
+_JOB_ID = operator.attrgetter("job_id")
 
 
 @register_scheduler("jigsaw")
@@ -84,7 +88,7 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}}
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}, "stay": {}}
         return self._memo
 
     def _solo_memo(self, state: ClusterState) -> dict:
@@ -166,7 +170,7 @@ class Jigsaw(Scheduler):
     def schedule(self, state: ClusterState) -> Decision:
         self.las.observe(state)
         order = self.las.order_active(state)
-        rank = {j.job_id: i for i, j in enumerate(order)}
+        rank = dict(zip(map(_JOB_ID, order), range(len(order))))  # job id -> position in the order
         pairs = current_pairs(state, self._host_of)           # guest -> host, as running now
         chosen, rest = select_by_budget(order, state.cluster.num_gpus)
         # 2. exclusive set (rules 4 and 5)
@@ -300,7 +304,13 @@ class Jigsaw(Scheduler):
         def unheld_on(k: int) -> list[int]:
             return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
 
-        spread_memo = self._memos(state)["spread"]
+        memos = self._memos(state)
+        spread_memo = memos["spread"]
+        # per running job: its current JobDecision and spread test, for the placement object,
+        # job, level and pattern they were made for (both are pure functions of those)
+        stay_memo = memos["stay"]
+        if len(stay_memo) > 4 * max(64, len(state.active_ids)):
+            stay_memo.clear()
         deferred: list[JobState] = []
         for j in chosen:
             pl = j.placement
@@ -316,10 +326,15 @@ class Jigsaw(Scheduler):
                     # a running job's own configuration on GPUs nobody else holds yet always fits:
                     # the simulator validated it in force with at least these workers on them (so
                     # the ledger's check is skipped here and below; it would return True)
-                    cur = self._current_jd(state, j)
-                    ok = spread_memo.get((j.model, j.batch_size, j.num_gpus, cur.gpus))
-                    if ok is None:
-                        ok = self._spread_ok(state, j, cur.gpus)
+                    e = stay_memo.get(j.job_id)
+                    if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
+                        cur, ok = e[4], e[5]
+                    else:
+                        cur = self._current_jd(state, j)
+                        ok = spread_memo.get((j.model, j.batch_size, j.num_gpus, cur.gpus))
+                        if ok is None:
+                            ok = self._spread_ok(state, j, cur.gpus)
+                        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok)
                     if ok:
                         # it stays: what lifting its reservation and add() do to the counts, in
                         # one pass (a GPU still reserved goes from reserved to held, so free
