@@ -32,7 +32,7 @@ from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobS
 
 from .base import Scheduler, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
-                     host_layout, job_decision, parse_thresholds, phase_mod, placement_sig, profile_summary,
+                     job_decision, pairing_layout, parse_thresholds, phase_mod, placement_sig, profile_summary,
                      select_by_budget, spb_configs)
 
 
@@ -121,11 +121,13 @@ class Jigsaw(Scheduler):
         job keeps that configuration."""
         return job_decision(j.placement, j.level, j.pattern)
 
-    def _bounds_of(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...]) -> dict:
-        """The memo of :meth:`_pairing_bound` for this host's kind and GPU layout: ``{(guest model,
-        batch size, width): bound}`` (a pure function of those: models, sizes, layout, width)."""
+    def _bounds_of(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], width: int) -> dict:
+        """The memo of :meth:`_pairing_bound` for this host's kind and what a ``width``-worker
+        guest's pairing reads in its GPUs (``common.pairing_layout``'s id: the bound reads the
+        host's placement signature and its guest orders' signatures, which that id covers):
+        ``{(guest model, batch size): bound}``."""
         memo = self._memos(state)["bound"]
-        key = (host.model, host.batch_size, host.num_gpus, host_layout(state, hgpus)[0])
+        key = (host.model, host.batch_size, host.num_gpus, width, pairing_layout(state, hgpus, width)[0])
         bounds = memo.get(key)
         if bounds is None:
             if len(memo) > 10_000:
@@ -139,9 +141,10 @@ class Jigsaw(Scheduler):
         every (host config, guest config, guest placement group). The mean shared step is at least
         ``max(mean summed load / host GPUs, either job's mean slowest worker) + max(either job's
         mean sync)``, so no candidate's value exceeds it. It does not depend on the jobs' phases,
-        so it is memoised by models, batch sizes, the host's GPU layout (``common.host_layout``: the
-        profiles and guest placement signatures depend on nothing else in the GPUs) and the
-        guest's width (:meth:`_bounds_of`; :meth:`_find_host` looks them up there)."""
+        so it is memoised by models, batch sizes, the guest's width and what the pairing reads in
+        the host's GPUs (``common.pairing_layout``: the host's and the guest orders' placement
+        signatures; the profiles depend on nothing else in the GPUs) (:meth:`_bounds_of`;
+        :meth:`_find_host` looks them up there, per host and guest width once a round)."""
         costs = state.costs
         wa, wb = len(hgpus), guest.num_gpus
         reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
@@ -428,14 +431,15 @@ class Jigsaw(Scheduler):
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
         """``(alone, gpus, bounds)`` of a host for this round's fitting: its useful work alone on
         its GPUs at its best configuration, those GPUs (its decision's) and its
-        :meth:`_pairing_bound` memo (:meth:`_bounds_of`). Kept for one round's fitting
+        :meth:`_pairing_bound` memos by guest width (filled by :meth:`_find_host` from
+        :meth:`_bounds_of`). Kept for one round's fitting
         (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not change during
         fitting (a pairing re-chooses only its configuration)."""
         v = self._alone.get(host.job_id)
         if v is None:
             gpus = ledger.decision[host.job_id].gpus
             _, rate = best_solo(state, host, gpus, None, 0.0)
-            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, self._bounds_of(state, host, gpus))
+            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, {})
         return v
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
@@ -487,7 +491,7 @@ class Jigsaw(Scheduler):
         paused = guest.status is JobStatus.PAUSED
         running = guest.status is JobStatus.RUNNING
         scale = discount if paused and 0.0 <= discount <= 1.0 else 1.0
-        kind = (guest.model, guest.batch_size, guest.num_gpus)
+        kind = (guest.model, guest.batch_size)
         width = guest.num_gpus
         found = None  # (host, its GPUs, default_pairing's result, the guest's GPUs) of the best
         for host in hosts_by_priority:
@@ -496,8 +500,11 @@ class Jigsaw(Scheduler):
             n += 1
             if n > self.max_hosts:
                 break
-            alone, hgpus, bounds = self._host_info(state, ledger, host)
+            alone, hgpus, by_width = self._host_info(state, ledger, host)
             if self.prune:
+                bounds = by_width.get(width)
+                if bounds is None:
+                    bounds = by_width[width] = self._bounds_of(state, host, hgpus, width)
                 ub = bounds.get(kind)
                 if ub is None:
                     ub = bounds[kind] = self._pairing_bound(state, host, hgpus, guest)

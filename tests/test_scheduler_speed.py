@@ -356,6 +356,40 @@ def test_pairings_shared_across_host_gpus_that_read_the_same_equal_their_own_sea
     assert len(layouts) >= 6 and searches[0] < 0.9 * 2 * len(layouts) and asked == 160
 
 
+def test_jigsaw_pairing_bounds_shared_by_host_gpus_that_read_the_same_are_equal():
+    # Jigsaw memoises its pairing bound per host kind, guest width and common.pairing_layout id:
+    # every host placement that lands on one memo has the same bound for every guest (the bound
+    # reads nothing else in the GPUs), and placements spread over nodes in other patterns share
+    rng = random.Random(4)
+    cluster = ClusterSpec.from_gpus(32)
+    gpn = cluster.gpus_per_node
+    host = JobState(job_id=1, arrival_s=0.0, num_gpus=4, model="resnet18", batch_size=BATCH["resnet18"],
+                    iterations=1e6, status=JobStatus.RUNNING)
+    guests = [JobState(job_id=2 + i, arrival_s=0.0, num_gpus=w, model=m, batch_size=BATCH[m], iterations=1e6)
+              for i, (w, m) in enumerate(((1, "resnet50"), (2, "vgg16"), (2, "bert_base"), (4, "lstm_lm")))]
+    st = _state(cluster, [host, *guests])
+    sched = Jigsaw()
+    seen: dict[int, dict] = {}
+    layouts = set()
+    for trial in range(60):
+        nodes = rng.sample(range(cluster.num_nodes), rng.choice([1, 2, 2, 3]))
+        free = {k: rng.sample(range(k * gpn, (k + 1) * gpn), gpn) for k in nodes}
+        gpus = tuple(free[rng.choice(nodes)].pop() for _ in range(4))
+        layouts.add(node_layout(gpus, gpn))
+        for guest in guests:
+            memo = sched._bounds_of(st, host, gpus, guest.num_gpus)
+            bound = sched._pairing_bound(st, host, gpus, guest)
+            got = seen.setdefault(id(memo), {}).setdefault((guest.model, guest.batch_size), bound)
+            assert got == bound, (gpus, guest.model)
+    assert len(seen) < len(layouts) * len(guests) / 2 and len(layouts) > 10
+
+
+def node_layout(gpus, gpn):
+    """Each GPU's node, numbered in order of first appearance."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(g // gpn, len(first)) for g in gpus)
+
+
 def test_job_decision_memo_returns_equal_immutable_decisions():
     a = job_decision((3, 1), 2, Pattern.STATIC)
     assert a == JobDecision((3, 1), 2, Pattern.STATIC) and job_decision((3, 1), 2, Pattern.STATIC) is a
