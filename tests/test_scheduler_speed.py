@@ -325,7 +325,6 @@ def test_pairings_shared_across_host_gpus_that_read_the_same_equal_their_own_sea
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "v100"))
     else:
         cluster = ClusterSpec.from_gpus(32)
-    G = cluster.num_gpus
     # (the guest of two workers syncs more than the host: whether its GPUs span nodes shows)
     host = JobState(job_id=1, arrival_s=0.0, num_gpus=4, model="resnet18", batch_size=BATCH["resnet18"],
                     iterations=1e6, status=JobStatus.RUNNING, iteration=3)
