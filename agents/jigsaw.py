@@ -88,7 +88,7 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}, "stay": {}}
+            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}, "stay": {}, "peaks": {}}
         return self._memo
 
     def _solo_memo(self, state: ClusterState) -> dict:
@@ -273,7 +273,12 @@ class Jigsaw(Scheduler):
         """
         cl = state.cluster
         gpn = cl.gpus_per_node
-        ledger = GpuLedger(state)
+        # the ledger's memo of worker peaks is kept across calls (by job, for the very job and
+        # decision objects): a running job that stays finds its peaks without the cost model
+        peaks = self._memos(state)["peaks"]
+        if len(peaks) > 4 * max(64, len(state.active_ids)):
+            peaks.clear()
+        ledger = GpuLedger(state, peak_memo=peaks)
         wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
         # GPUs held by chosen running jobs not yet placed
         # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not

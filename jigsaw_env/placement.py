@@ -70,9 +70,12 @@ class GpuLedger:
     # such a ledger back); None for every other ledger, copies included
     _origin: object = None
 
-    def __init__(self, state: ClusterState, decision: Decision | None = None, checked: bool = False):
+    def __init__(self, state: ClusterState, decision: Decision | None = None, checked: bool = False,
+                 peak_memo: dict | None = None):
         """``decision``: start from it; ``checked=True`` trusts it (e.g. the allocation in force,
-        which the simulator validated when it was applied) and skips the feasibility checks."""
+        which the simulator validated when it was applied) and skips the feasibility checks.
+        ``peak_memo``: a dict kept by the caller across ledgers for :meth:`_peak_list`'s memo
+        (its entries answer only for the job and decision objects they were made for)."""
         self.state = state
         cl = state.cluster
         self.capacity = cl.memory_array()
@@ -84,7 +87,8 @@ class GpuLedger:
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
-        self._pk: dict = {}  # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
+        # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
+        self._pk: dict = {} if peak_memo is None else peak_memo
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
         self.decision = Decision()

@@ -761,3 +761,35 @@ def test_jigsaw_kept_pair_memo_answers_only_for_the_same_pair_state():
         assert got == fresh and got is not None, (what, host.level, guest.level, guest.iteration, guest.placement)
         values.add(got.value)
     assert min(changed.values()) > 40 and len(values) > 20, (changed, len(values))
+
+
+def test_ledgers_sharing_a_peak_memo_equal_fresh_ledgers(monkeypatch):
+    # GpuLedger(peak_memo=) keeps _peak_list's memo across ledgers (Jigsaw keeps one across calls):
+    # an entry answers only for the job and JobDecision objects it was made for, so another
+    # decision of the same job, or a new episode's job object, gets its own peaks
+    cluster = ClusterSpec.from_gpus(16)
+    job = JobState(0, 0.0, 2, "vgg16", BATCH["vgg16"], 1e6, status=JobStatus.QUEUED)
+    st = _state(cluster, [job])
+    memo: dict = {}
+    asked = [0]
+    peak_list = st.costs.peak_list
+
+    def counted(*a):
+        asked[0] += 1
+        return peak_list(*a)
+
+    monkeypatch.setattr(st.costs, "peak_list", counted)
+    decisions = [job_decision((0, 1), 0, Pattern.ROTATING), job_decision((0, 1), 3, Pattern.STATIC),
+                 job_decision((2, 9), 3, Pattern.STATIC)]
+    for jd in decisions + decisions:
+        shared, fresh = GpuLedger(st, peak_memo=memo), GpuLedger(st)
+        shared.add(0, jd)
+        fresh.add(0, jd)
+        assert shared._ml == fresh._ml and shared._wl == fresh._wl
+        np.testing.assert_array_equal(shared.mem, fresh.mem)
+    assert len({tuple(GpuLedger(st, {0: jd}).mem.tolist()) for jd in decisions}) == 3  # peaks differ
+    twin = dataclasses.replace(job)  # a new episode's object for the same job
+    st.jobs[0] = twin
+    n = asked[0]
+    GpuLedger(st, peak_memo=memo).add(0, decisions[-1])
+    assert asked[0] > n  # asked afresh for the new object
