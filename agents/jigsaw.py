@@ -88,7 +88,8 @@ class Jigsaw(Scheduler):
     def _memos(self, state: ClusterState) -> dict:
         """This scheduler's memo tables, valid for one cost model (its eta knobs, SPB config)."""
         if self._memo_costs is not state.costs:
-            self._memo_costs, self._memo = state.costs, {"spread": {}, "bound": {}, "solo": {}, "keep": {}, "stay": {}, "peaks": {}}
+            self._memo_costs = state.costs
+            self._memo = {name: {} for name in ("spread", "bound", "solo", "keep", "stay", "peaks", "hosts")}
         return self._memo
 
     def _solo_memo(self, state: ClusterState) -> dict:
@@ -180,7 +181,9 @@ class Jigsaw(Scheduler):
         ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
         # 3. fitting
         self._host_of = {}
-        self._alone = {}
+        self._alone = self._memos(state)["hosts"]
+        if len(self._alone) > 4 * max(64, len(state.active_ids)):
+            self._alone.clear()
         # every job of the exclusive set holds its GPUs alone (the pass adds a job only on GPUs
         # with no worker), so each may host a guest
         hostable = set(ledger.decision)
@@ -434,17 +437,18 @@ class Jigsaw(Scheduler):
         return jd if ledger.fits(job.job_id, jd) else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
-        """``(alone, gpus, bounds)`` of a host for this round's fitting: its useful work alone on
-        its GPUs at its best configuration, those GPUs (its decision's) and its
+        """``(alone, gpus, bounds, host)`` of a host in this round's fitting: its useful work
+        alone on its GPUs at its best configuration, those GPUs (its decision's) and its
         :meth:`_pairing_bound` memos by guest width (filled by :meth:`_find_host` from
-        :meth:`_bounds_of`). Kept for one round's fitting
-        (``self._alone``, emptied by :meth:`schedule`): a host's GPUs do not change during
-        fitting (a pairing re-chooses only its configuration)."""
+        :meth:`_bounds_of`). All three are functions of the host's kind and GPUs, so they are
+        kept (``self._alone``, the ``hosts`` memo) for the very JobState and GPU tuple they were
+        made for: a host that keeps its placement from round to round, whose decision object is
+        kept with it, asks once. (A pairing re-chooses only a host's configuration.)"""
+        gpus = ledger.decision[host.job_id].gpus
         v = self._alone.get(host.job_id)
-        if v is None:
-            gpus = ledger.decision[host.job_id].gpus
+        if v is None or v[1] is not gpus or v[3] is not host:
             _, rate = best_solo(state, host, gpus, None, 0.0)
-            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, {})
+            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, {}, host)
         return v
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
@@ -505,7 +509,7 @@ class Jigsaw(Scheduler):
             n += 1
             if n > self.max_hosts:
                 break
-            alone, hgpus, by_width = self._host_info(state, ledger, host)
+            alone, hgpus, by_width, _ = self._host_info(state, ledger, host)
             if self.prune:
                 bounds = by_width.get(width)
                 if bounds is None:
