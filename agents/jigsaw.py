@@ -69,7 +69,7 @@ class Jigsaw(Scheduler):
         self.horizon_s = float(horizon_s)
         self.displace = bool(displace)
         self._host_of: dict[int, int] = {}
-        self._alone: dict[int, float] = {}
+        self._hosts: dict[int, tuple] = {}
         self._memo_costs = None
         self._memo: dict = {}
         # skip pairing searches that a bound shows cannot matter (speed only; valid while the
@@ -79,7 +79,7 @@ class Jigsaw(Scheduler):
     def reset(self) -> None:
         self.las.reset()
         self._host_of = {}
-        self._alone = {}
+        self._hosts = {}
         self._memo_costs = None
         self._memo = {}
 
@@ -92,23 +92,23 @@ class Jigsaw(Scheduler):
             self._memo = {name: {} for name in ("spread", "bound", "solo", "keep", "stay", "peaks", "hosts")}
         return self._memo
 
-    def _solo_memo(self, state: ClusterState) -> dict:
-        """Rule 2's choice per job: ``{job id: (JobDecision, JobState, keeps, config)}``, the
-        (level, pattern) ``best_solo`` gives the job alone on that decision's GPUs, with its current
-        configuration kept under hysteresis when ``keeps`` (it runs on those GPUs now). The value
-        depends on nothing else (the job's model and size, the GPUs, the level and pattern, the
-        cost model), so an entry answers only for the very objects it was computed for: a running
-        job that keeps its ``job_decision`` object costs a lookup. Emptied when it outgrows the
-        jobs in the system."""
-        memo = self._memos(state)["solo"]
+    def _job_memo(self, state: ClusterState, name: str) -> dict:
+        """One of :meth:`_memos`' per-job tables (``solo``, ``keep``, ``stay``, ``peaks``,
+        ``hosts``: job id -> an entry that names the objects it was made for), emptied when it
+        outgrows the jobs in the system (finished jobs' entries are never asked again)."""
+        memo = self._memos(state)[name]
         if len(memo) > 4 * max(64, len(state.active_ids)):
             memo.clear()
         return memo
 
     def _solo_config(self, state: ClusterState, solo: dict, jd: JobDecision, job: JobState) -> tuple[int, Pattern]:
         """Rule 2 for ``job`` alone on ``jd``'s GPUs: ``best_solo``'s (level, pattern), keeping
-        ``jd``'s under hysteresis when the job runs on those GPUs now; from ``solo``
-        (:meth:`_solo_memo`) when it holds this very decision and job in the same running state."""
+        ``jd``'s under hysteresis when the job runs on those GPUs now. ``solo`` (the ``solo``
+        :meth:`_job_memo`) keeps ``(JobDecision, JobState, keeps, config)`` per job: the value
+        depends on nothing else (the job's model and size, the GPUs, the level and pattern, the
+        cost model), so an entry answers only for the very decision and job objects and the
+        running state it was made for; a running job that keeps its ``job_decision`` object costs
+        a lookup."""
         keeps = job.status is JobStatus.RUNNING and jd.gpus == job.placement
         e = solo.get(job.job_id)
         if e is not None and e[0] is jd and e[1] is job and e[2] is keeps:
@@ -181,9 +181,7 @@ class Jigsaw(Scheduler):
         ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
         # 3. fitting
         self._host_of = {}
-        self._alone = self._memos(state)["hosts"]
-        if len(self._alone) > 4 * max(64, len(state.active_ids)):
-            self._alone.clear()
+        self._hosts = self._job_memo(state, "hosts")
         # every job of the exclusive set holds its GPUs alone (the pass adds a job only on GPUs
         # with no worker), so each may host a guest
         hostable = set(ledger.decision)
@@ -217,7 +215,7 @@ class Jigsaw(Scheduler):
                     self._host_of[guest.job_id] = host_id
                     # (the host stays in hosts_by_priority: _find_host skips hosts no longer hostable)
         # 4. SPB level of every job alone on its GPUs
-        solo = self._solo_memo(state)
+        solo = self._job_memo(state, "solo")
         for jid in list(ledger.decision):
             if jid in paired:
                 continue
@@ -278,15 +276,12 @@ class Jigsaw(Scheduler):
         gpn = cl.gpus_per_node
         # the ledger's memo of worker peaks is kept across calls (by job, for the very job and
         # decision objects): a running job that stays finds its peaks without the cost model
-        peaks = self._memos(state)["peaks"]
-        if len(peaks) > 4 * max(64, len(state.active_ids)):
-            peaks.clear()
-        ledger = GpuLedger(state, peak_memo=peaks)
+        ledger = GpuLedger(state, peak_memo=self._job_memo(state, "peaks"))
         wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
-        # GPUs held by chosen running jobs not yet placed
-        # per node, the GPUs with no worker in the ledger ("unheld") and, of those, the ones not
-        # reserved ("free"): kept as jobs are added and reservations lifted, so that a job needing
-        # GPUs finds consolidated ones from per-node counts, not from masks of every GPU
+        # "reserved": GPUs held by chosen running jobs not yet placed; per node, the GPUs with no
+        # worker in the ledger ("unheld") and, of those, the ones not reserved ("free"): kept as
+        # jobs are added and reservations lifted, so that a job needing GPUs finds consolidated
+        # ones from per-node counts, not from masks of every GPU
         # (placement.consolidated_from_counts: the ledger's rule, the one common.consolidated_gpus
         # applies to masks)
         RUNNING = JobStatus.RUNNING
@@ -315,13 +310,9 @@ class Jigsaw(Scheduler):
         def unheld_on(k: int) -> list[int]:
             return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
 
-        memos = self._memos(state)
-        spread_memo = memos["spread"]
         # per running job: its current JobDecision and spread test, for the placement object,
         # job, level and pattern they were made for (both are pure functions of those)
-        stay_memo = memos["stay"]
-        if len(stay_memo) > 4 * max(64, len(state.active_ids)):
-            stay_memo.clear()
+        stay_memo = self._job_memo(state, "stay")
         deferred: list[JobState] = []
         for j in chosen:
             pl = j.placement
@@ -342,9 +333,7 @@ class Jigsaw(Scheduler):
                         cur, ok = e[4], e[5]
                     else:
                         cur = self._current_jd(state, j)
-                        ok = spread_memo.get((j.model, j.batch_size, j.num_gpus, cur.gpus))
-                        if ok is None:
-                            ok = self._spread_ok(state, j, cur.gpus)
+                        ok = self._spread_ok(state, j, cur.gpus)
                         stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok)
                     if ok:
                         # it stays: what lifting its reservation and add() do to the counts, in
@@ -441,14 +430,14 @@ class Jigsaw(Scheduler):
         alone on its GPUs at its best configuration, those GPUs (its decision's) and its
         :meth:`_pairing_bound` memos by guest width (filled by :meth:`_find_host` from
         :meth:`_bounds_of`). All three are functions of the host's kind and GPUs, so they are
-        kept (``self._alone``, the ``hosts`` memo) for the very JobState and GPU tuple they were
+        kept (``self._hosts``, the ``hosts`` :meth:`_job_memo`) for the very JobState and GPU tuple they were
         made for: a host that keeps its placement from round to round, whose decision object is
         kept with it, asks once. (A pairing re-chooses only a host's configuration.)"""
         gpus = ledger.decision[host.job_id].gpus
-        v = self._alone.get(host.job_id)
+        v = self._hosts.get(host.job_id)
         if v is None or v[1] is not gpus or v[3] is not host:
             _, rate = best_solo(state, host, gpus, None, 0.0)
-            v = self._alone[host.job_id] = (host.num_gpus * rate, gpus, {}, host)
+            v = self._hosts[host.job_id] = (host.num_gpus * rate, gpus, {}, host)
         return v
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
@@ -459,7 +448,7 @@ class Jigsaw(Scheduler):
         """A running pair stays where it is if it still beats the host alone by ``keep_margin``;
         only the SPB configurations are re-chosen (that moves no one).
 
-        The plan is kept per guest (the ``keep`` memo) for the host and guest objects, the host's
+        The plan is kept per guest (the ``keep`` :meth:`_job_memo`) for the host and guest objects, the host's
         GPUs, the guest's, both configurations and their phase difference it was found for: a
         pair in lockstep keeps its phase difference, so a pair that stays asks once. The margin
         test against the host alone is made every time."""
@@ -468,13 +457,11 @@ class Jigsaw(Scheduler):
             return None
         rel = (guest.iteration - host.iteration) % phase_mod(state) if len(hgpus) > 1 else 0
         inputs = (hgpus, guest.placement, host.level, host.pattern, guest.level, guest.pattern, rel)
-        memo = self._memos(state)["keep"]
+        memo = self._job_memo(state, "keep")
         e = memo.get(guest.job_id)
         if e is not None and e[0] is host and e[1] is guest and e[2] == inputs:
             plan = e[3]
         else:
-            if len(memo) > 4 * max(64, len(state.active_ids)):
-                memo.clear()
             order = [tuple(hgpus.index(g) for g in guest.placement)]
             plan = best_pairing(state, host, hgpus, guest, orders=order)
             if plan is not None:

@@ -693,7 +693,7 @@ def test_jigsaw_exclusive_set_holds_its_gpus_alone(gpus, load, seed):
 
 
 def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_state():
-    # Jigsaw keeps rule 2's choice per job (_solo_memo) for the JobDecision object, JobState and
+    # Jigsaw keeps rule 2's choice per job (its "solo" memo) for the JobDecision object, JobState and
     # "runs on these GPUs now" it was computed for: a running job that keeps its configuration keeps
     # it under hysteresis; the same decision object for a paused job, or another configuration,
     # asks best_solo again. Every answer equals best_solo's, computed fresh.
@@ -701,7 +701,7 @@ def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_st
     job = JobState(0, 0.0, 1, "resnet50", BATCH["resnet50"], 1e6)
     st = _state(cluster, [job])
     sched = Jigsaw(hysteresis=10.0)  # a running job keeps any configuration
-    solo = sched._solo_memo(st)
+    solo = sched._job_memo(st, "solo")
     best = best_solo(st, job, (0,), None, 0.0)[0]
     others = [c for c in spb_configs(st, job) if c != best]
     assert len(others) >= 2
@@ -755,7 +755,7 @@ def test_jigsaw_kept_pair_memo_answers_only_for_the_same_pair_state():
         changed[what] += 1
         ledger = GpuLedger(st)
         ledger.add(0, JobDecision(host.placement, host.level, host.pattern), checked=True)
-        sched._alone = {}
+        sched._hosts = {}
         got = sched._keep_pair(st, ledger, host, guest)
         fresh = Jigsaw(**knobs)._keep_pair(st, ledger, host, guest)
         assert got == fresh and got is not None, (what, host.level, guest.level, guest.iteration, guest.placement)
