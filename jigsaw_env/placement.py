@@ -64,7 +64,15 @@ class InfeasibleDecision(ValueError):
 
 
 class GpuLedger:
-    """Per-GPU memory (bytes), worker count and owners under a (partial) decision."""
+    """Per-GPU memory (bytes), worker count and owners under a (partial) decision.
+
+    The per-GPU state lives in Python lists (``_ml``: bytes in use, ``_wl``: workers, ``_cl``:
+    capacity), which every update writes and every scalar check reads. :attr:`mem` and
+    :attr:`workers` are numpy arrays of the same values, made when first read and from then on
+    written by every update as well: a ledger nobody reads as arrays (a heuristic's decision,
+    the simulator's validation: hundreds of adds and checks a round) writes no numpy scalar,
+    and one that is read (the environment's placement menu at many nodes) is not rebuilt.
+    """
 
     # the simulator round whose in_force_ledger() handed this ledger out (Simulator.step may take
     # such a ledger back); None for every other ledger, copies included
@@ -80,10 +88,7 @@ class GpuLedger:
         cl = state.cluster
         self.capacity = cl.memory_array()
         G = self.capacity.shape[0]
-        self.mem = np.zeros(G)
-        self.workers = np.zeros(G, dtype=np.int64)
-        # Python-list mirrors of mem / workers / capacity for scalar reads and writes (numpy
-        # scalar indexing is slow); every update writes both, so they always hold equal values
+        # per GPU: bytes in use, workers, capacity (Python lists: numpy scalar indexing is slow)
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
@@ -91,6 +96,8 @@ class GpuLedger:
         self._pk: dict = {} if peak_memo is None else peak_memo
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
+        # mem and workers as numpy arrays once read (None before), and their read-only views
+        self._mem = self._workers = self._views_ro = None
         self.decision = Decision()
         if decision:
             for jid, jd in decision.items():
@@ -102,8 +109,11 @@ class GpuLedger:
         new = GpuLedger.__new__(GpuLedger)
         new.state = self.state
         new.capacity = self.capacity
-        new.mem = self.mem.copy()
-        new.workers = self.workers.copy()
+        new._views_ro = None
+        if self._mem is None:
+            new._mem = new._workers = None
+        else:
+            new._mem, new._workers = self._mem.copy(), self._workers.copy()
         new._ml = self._ml.copy()
         new._wl = self._wl.copy()
         new._cl = self._cl
@@ -113,6 +123,33 @@ class GpuLedger:
         return new
 
     # ----- queries -----
+    def _views(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only views of ``_mem`` and ``_workers``, the arrays every update writes once
+        they exist (made here on the first read)."""
+        if self._views_ro is None:
+            if self._mem is None:
+                self._mem, self._workers = np.array(self._ml, dtype=np.float64), np.array(self._wl, dtype=np.int64)
+            mv, wv = self._mem.view(), self._workers.view()
+            mv.flags.writeable = wv.flags.writeable = False
+            self._views_ro = (mv, wv)
+        return self._views_ro
+
+    @property
+    def mem(self) -> np.ndarray:
+        """Memory in use on each GPU (bytes, float64; each worker at its process's peak); a
+        read-only view that follows the ledger's updates."""
+        return self._views()[0]
+
+    @property
+    def workers(self) -> np.ndarray:
+        """Workers on each GPU (int64); a read-only view that follows the ledger's updates."""
+        return self._views()[1]
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the cluster (the length of every per-GPU list and array)."""
+        return len(self._wl)
+
     @property
     def owners(self) -> list[list[int]]:
         """Job ids on each GPU, in the order they were added (derived from the decision)."""
@@ -185,14 +222,16 @@ class GpuLedger:
         if why:
             raise InfeasibleDecision(why)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
+        wl, ml, wc = self._wl, self._ml, self._wc
+        mem, workers = self._mem, self._workers
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
             m = ml[g] + p
             ml[g] = m
-            mem[g] = m
             w = wl[g] + 1
             wl[g] = w
-            workers[g] = w
+            if mem is not None:
+                mem[g] = m
+                workers[g] = w
             wc[w - 1] -= 1
             if w < len(wc):
                 wc[w] += 1
@@ -203,16 +242,18 @@ class GpuLedger:
     def remove(self, job_id: int) -> None:
         jd = self.decision.pop(job_id)
         job = self.state.jobs[job_id]
-        mem, workers, wl, ml, wc = self.mem, self.workers, self._wl, self._ml, self._wc
+        wl, ml, wc = self._wl, self._ml, self._wc
+        mem, workers = self._mem, self._workers
         for g, p in zip(jd.gpus, self._peak_list(job, jd)):
             w = wl[g] - 1
             wl[g] = w
-            workers[g] = w
             wc[w + 1] -= 1
             wc[w] += 1
             m = 0.0 if w == 0 else max(ml[g] - p, 0.0)
             ml[g] = m
-            mem[g] = m
+            if mem is not None:
+                mem[g] = m
+                workers[g] = w
 
     def num_with_workers(self, w: int) -> int:
         """How many GPUs hold exactly ``w`` workers (``_wl.count(w)``, kept as the ledger changes)."""
@@ -232,12 +273,16 @@ class GpuLedger:
         dec[job_id] = jd
         for x in order[order.index(job_id) + 1:]:  # back to its position in the dict
             dec[x] = dec.pop(x)
-        wl, wc = self._wl, self._wc
+        wl, ml, wc = self._wl, self._ml, self._wc
+        mem, workers = self._mem, self._workers
         for g, m, w in gpus:
             wc[wl[g]] -= 1
             wc[w] += 1
-            self._ml[g] = self.mem[g] = m
-            wl[g] = self.workers[g] = w
+            ml[g] = m
+            wl[g] = w
+            if mem is not None:
+                mem[g] = m
+                workers[g] = w
 
     # ----- placement menu -----
     def free_gpus(self) -> np.ndarray:

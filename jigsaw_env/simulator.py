@@ -1013,12 +1013,12 @@ class Simulator:
         st.running_ref = ledger.decision
         n_dec = len(ledger.decision)
         levels = list(self._levels)
-        G = ledger.workers.size
+        G = ledger.num_gpus
         n_free = ledger.num_with_workers(0)
         n_alloc_gpus = G - n_free
         n_shared_gpus = G - n_free - ledger.num_with_workers(1)
         if ref:
-            n_alloc_gpus = ledger.workers.size - ledger._wl.count(0)
+            n_alloc_gpus = G - ledger._wl.count(0)
             n_shared_gpus = int(np.count_nonzero(ledger.workers > 1))
         dec_of = ledger.decision if decision is None else decision  # JobDecisions for the round log
         left: dict[int, JobDecision] = {}  # entries of jobs that finish in the round

@@ -793,3 +793,51 @@ def test_ledgers_sharing_a_peak_memo_equal_fresh_ledgers(monkeypatch):
     n = asked[0]
     GpuLedger(st, peak_memo=memo).add(0, decisions[-1])
     assert asked[0] > n  # asked afresh for the new object
+
+
+def test_ledger_arrays_follow_every_update_once_read_and_are_made_only_when_read():
+    # GpuLedger keeps its per-GPU values in lists; mem / workers are numpy arrays made on the
+    # first read and written by every update after it. Whichever way it is read (never, early,
+    # late, through a copy), the arrays equal the lists after each add, remove and restore, and
+    # they are read-only to their readers
+    cluster = ClusterSpec.from_gpus(16)
+    jobs = [JobState(i, 0.0, w, m, BATCH[m], 1e6, status=JobStatus.QUEUED)
+            for i, (w, m) in enumerate([(2, "vgg16"), (4, "resnet50"), (1, "bert_base"), (2, "lstm_lm")])]
+    st = _state(cluster, jobs)
+    st.max_workers_per_gpu = 2
+    steps = [("add", 0, job_decision((0, 1), 0, Pattern.ROTATING)), ("add", 1, job_decision((1, 2, 3, 8), 2, Pattern.STATIC)),
+             ("add", 2, job_decision((8,), 0, Pattern.ROTATING)), ("remove", 1, None),
+             ("add", 3, job_decision((0, 15), 1, Pattern.ROTATING)), ("restore", 0, None), ("remove", 2, None)]
+
+    def run(read_at: set[int], copy_at: int | None):
+        led = GpuLedger(st)
+        for i, (what, jid, jd) in enumerate(steps):
+            if i == copy_at:
+                led = led.copy()
+            if what == "add":
+                led.add(jid, jd)
+            elif what == "remove":
+                led.remove(jid)
+            else:  # a remove undone
+                snap = led._snapshot(jid)
+                led.remove(jid)
+                led._restore(jid, snap)
+            if i in read_at:
+                assert led.mem.tolist() == led._ml and led.workers.tolist() == led._wl, (read_at, copy_at, i)
+        assert (led._mem is None) == (not read_at)  # arrays exist only once read
+        return led._ml, led._wl, led.mem.tolist(), led.workers.tolist()
+
+    plain = run(set(range(len(steps))), None)
+    assert plain[0] == plain[2] and plain[1] == plain[3] and sum(plain[1]) == 2 + 2  # jobs 0 and 3 remain
+    for read_at in (set(), {0}, {3}, {6}, {1, 5}):
+        for copy_at in (None, 2, 4):
+            assert run(read_at, copy_at) == plain, (read_at, copy_at)
+    led = GpuLedger(st, {0: steps[0][2]})
+    assert led.workers.tolist()[:2] == [1, 1]  # read before the copy: both then hold arrays
+    twin = led.copy()
+    twin.add(2, job_decision((0,), 0, Pattern.ROTATING))
+    assert led.workers.tolist()[:2] == [1, 1] and twin.workers.tolist()[:2] == [2, 1]  # independent copies
+    for arr in (led.mem, led.workers):
+        with pytest.raises(ValueError):
+            arr[0] = 5
+    assert led._wl[0] == 1
