@@ -24,6 +24,7 @@ import pandas as pd
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, ComponentSet, Member
+from .gc_tuning import fewer_collections
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
 from .spb import SPBConfig
 from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
@@ -1176,45 +1177,47 @@ class Simulator:
         quiet_until = -float("inf")
         st = self.state
         stalled = 0
-        try:
-            while not self.done:
-                waiting_at_start = len(st.active_ids)
-                if st.time_s < quiet_until - 1e-9:
-                    self.quiet_rounds += 1
-                    pos = self._pending_pos
-                    # nobody reads the job objects before the next policy call: they are brought
-                    # up to date then (the arrays stay the truth in between; the same numbers)
-                    self._defer_round_end = not self._reference
-                    try:
-                        r = self.step(None)
-                    finally:
-                        self._defer_round_end = False
-                else:
-                    self._end_round()  # the policy reads the job objects
-                    st.in_force = self._in_force  # for the policy's call only (ClusterState.in_force)
-                    try:
-                        d = policy(st)
-                    finally:
-                        st.in_force = None
-                    if quiet_fn is not None and _same_decision(d, self._in_force.decision):
-                        quiet_until = quiet_fn(st)
+        # young collections in larger batches while the loop runs (jigsaw_env.gc_tuning)
+        with fewer_collections():
+            try:
+                while not self.done:
+                    waiting_at_start = len(st.active_ids)
+                    if st.time_s < quiet_until - 1e-9:
+                        self.quiet_rounds += 1
+                        pos = self._pending_pos
+                        # nobody reads the job objects before the next policy call: they are brought
+                        # up to date then (the arrays stay the truth in between; the same numbers)
+                        self._defer_round_end = not self._reference
+                        try:
+                            r = self.step(None)
+                        finally:
+                            self._defer_round_end = False
                     else:
-                        quiet_until = -float("inf")
-                    pos = self._pending_pos
-                    r = self.step(d)
-                if r.finished or self._pending_pos != pos:
-                    quiet_until = -float("inf")  # an event: ask the policy next round
-                if max_stalled_rounds is not None:
-                    stalled = stalled + 1 if (r.allocated_gpu_s == 0.0 and waiting_at_start) else 0
-                    if stalled >= max_stalled_rounds:
-                        raise PolicyStalled(
-                            f"the policy ran nothing for {stalled} rounds in a row while {waiting_at_start} jobs "
-                            f"waited (simulated time {st.time_s:,.0f} s); it never starts them (an undertrained "
-                            f"policy?). Raise max_stalled_rounds or train longer")
-                if bar is not None and r.finished:
-                    bar.update(len(r.finished))
-        finally:
-            self._end_round()
+                        self._end_round()  # the policy reads the job objects
+                        st.in_force = self._in_force  # for the policy's call only (ClusterState.in_force)
+                        try:
+                            d = policy(st)
+                        finally:
+                            st.in_force = None
+                        if quiet_fn is not None and _same_decision(d, self._in_force.decision):
+                            quiet_until = quiet_fn(st)
+                        else:
+                            quiet_until = -float("inf")
+                        pos = self._pending_pos
+                        r = self.step(d)
+                    if r.finished or self._pending_pos != pos:
+                        quiet_until = -float("inf")  # an event: ask the policy next round
+                    if max_stalled_rounds is not None:
+                        stalled = stalled + 1 if (r.allocated_gpu_s == 0.0 and waiting_at_start) else 0
+                        if stalled >= max_stalled_rounds:
+                            raise PolicyStalled(
+                                f"the policy ran nothing for {stalled} rounds in a row while {waiting_at_start} jobs "
+                                f"waited (simulated time {st.time_s:,.0f} s); it never starts them (an undertrained "
+                                f"policy?). Raise max_stalled_rounds or train longer")
+                    if bar is not None and r.finished:
+                        bar.update(len(r.finished))
+            finally:
+                self._end_round()
         if bar is not None:
             bar.close()
         return self.metrics()
