@@ -399,10 +399,7 @@ class Jigsaw(Scheduler):
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
                     gpus = cons[n] if n in cons else cons.setdefault(n, consolidated_from_counts(unheld, unheld_on, n))
-                    if gpus is not None:
-                        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
-                        if not ledger.fits(j.job_id, jd):
-                            jd = None
+                    jd = self._consolidated(ledger, j, gpus)
                     if jd is None or not self._spread_ok(state, j, jd.gpus):
                         no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
@@ -419,11 +416,13 @@ class Jigsaw(Scheduler):
 
     @staticmethod
     def _consolidated(ledger: GpuLedger, job: JobState, gpus: list[int] | None) -> JobDecision | None:
-        """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger."""
+        """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger.
+        (``placement.consolidated_from_counts`` returns distinct GPUs of the cluster: the
+        ledger's check skips those two tests, as for its own placements.)"""
         if gpus is None:
             return None
         jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
-        return jd if ledger.fits(job.job_id, jd) else None
+        return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
         """``(alone, gpus, bounds, host)`` of a host in this round's fitting: its useful work
