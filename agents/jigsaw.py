@@ -296,13 +296,14 @@ class Jigsaw(Scheduler):
                         free_n[g // gpn] -= 1
 
         def add(jid: int, jd: JobDecision) -> None:
+            # every job of the pass lands on GPUs with no worker (free or unheld ones, or a
+            # running job's own when none of them is held yet)
             for g in jd.gpus:
-                if wl[g] == 0:
-                    k = g // gpn
-                    unheld[k] -= 1
-                    if not reserved[g]:
-                        free_n[k] -= 1
-            ledger.add(jid, jd, checked=True)
+                k = g // gpn
+                unheld[k] -= 1
+                if not reserved[g]:
+                    free_n[k] -= 1
+            ledger.add_alone(jid, jd)
 
         def free_on(k: int) -> list[int]:
             return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0 and not reserved[g]]
@@ -318,13 +319,8 @@ class Jigsaw(Scheduler):
             pl = j.placement
             own = j.status is RUNNING and bool(pl)
             if own:
-                still_free = True  # none of its GPUs is in the ledger yet
-                for g in pl:
-                    if wl[g]:
-                        still_free = False
-                        break
                 cur = None
-                if still_free:
+                if not any(map(wl.__getitem__, pl)):  # none of its GPUs is in the ledger yet
                     # a running job's own configuration on GPUs nobody else holds yet always fits:
                     # the simulator validated it in force with at least these workers on them (so
                     # the ledger's check is skipped here and below; it would return True)
@@ -336,18 +332,10 @@ class Jigsaw(Scheduler):
                         ok = self._spread_ok(state, j, cur.gpus)
                         stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok)
                     if ok:
-                        # it stays: what lifting its reservation and add() do to the counts, in
-                        # one pass (a GPU still reserved goes from reserved to held, so free
-                        # GPUs do not change; one whose reservation a job sharing it lifted
-                        # was counted free)
-                        for g in pl:
-                            k = g // gpn
-                            unheld[k] -= 1
-                            if reserved[g]:
-                                reserved[g] = False
-                            else:
-                                free_n[k] -= 1
-                        ledger.add(j.job_id, cur, checked=True)
+                        # it stays: add() (a GPU still reserved goes from reserved to held, so
+                        # the free GPUs do not change; one whose reservation a job sharing it
+                        # lifted was counted free)
+                        add(j.job_id, cur)
                         continue
                 for g in pl:  # its own reservation no longer blocks anyone
                     if reserved[g]:

@@ -642,8 +642,9 @@ def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch)
     that hold no worker without the ledger's check (the simulator validated it in force with at
     least these workers on them). Over whole replays -- SPB levels chosen by the +spb wrappers
     and by Jigsaw, co-located pairs, preemptions -- that check returns None for every add made
-    with ``checked=True``, wherever it comes from."""
-    orig = GpuLedger.add
+    with ``checked=True`` or through ``add_alone`` (Jigsaw's pass, which adds every job there),
+    wherever it comes from; and ``add_alone`` leaves the ledger ``add`` would."""
+    orig, orig_alone = GpuLedger.add, GpuLedger.add_alone
     n = [0]
 
     def add(self, job_id, jd, checked=False):
@@ -652,7 +653,17 @@ def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch)
             n[0] += 1
         return orig(self, job_id, jd, checked)
 
+    def add_alone(self, job_id, jd):
+        assert self.check(job_id, jd) is None, (agent, job_id, jd)
+        twin = self.copy()
+        orig(twin, job_id, jd, True)
+        orig_alone(self, job_id, jd)
+        assert (self._ml, self._wl, self._wc, list(self.decision.items())) == \
+            (twin._ml, twin._wl, twin._wc, list(twin.decision.items())), (agent, job_id, jd)
+        n[0] += 1
+
     monkeypatch.setattr(GpuLedger, "add", add)
+    monkeypatch.setattr(GpuLedger, "add_alone", add_alone)
     levels = 0
     for gpus, load, seed in ((16, 2.5, 5), (32, 3.0, 2)):
         jobs = load_trace(f"synthetic:jobs=70,load={load},seed={seed}", cluster_gpus=gpus).jobs
@@ -841,3 +852,28 @@ def test_ledger_arrays_follow_every_update_once_read_and_are_made_only_when_read
         with pytest.raises(ValueError):
             arr[0] = 5
     assert led._wl[0] == 1
+
+
+def test_add_alone_equals_a_checked_add_and_refuses_gpus_with_workers():
+    cluster = ClusterSpec.from_gpus(16)
+    jobs = [JobState(i, 0.0, w, m, BATCH[m], 1e6, status=JobStatus.QUEUED)
+            for i, (w, m) in enumerate([(2, "vgg16"), (4, "resnet50"), (1, "bert_base")])]
+    st = _state(cluster, jobs)
+    st.max_workers_per_gpu = 2
+    decisions = [job_decision((3, 1), 2, Pattern.STATIC), job_decision((8, 9, 10, 12), 0, Pattern.ROTATING),
+                 job_decision((0,), 1, Pattern.ROTATING)]
+    for read_arrays in (False, True):
+        a, b = GpuLedger(st), GpuLedger(st)
+        if read_arrays:  # arrays exist: both paths write them too
+            a.mem, b.mem
+        for jid, jd in enumerate(decisions):
+            a.add(jid, jd, checked=True)
+            b.add_alone(jid, jd)
+            assert (a._ml, a._wl, a._wc, list(a.decision.items())) == (b._ml, b._wl, b._wc, list(b.decision.items()))
+            assert a.mem.tolist() == b.mem.tolist() == b._ml and b.workers.tolist() == b._wl
+    before = (b._ml.copy(), b._wl.copy(), b._wc.copy(), dict(b.decision))
+    st.jobs[3] = JobState(3, 0.0, 2, "resnet18", BATCH["resnet18"], 1e6, status=JobStatus.QUEUED)
+    st.active_ids.append(3)
+    with pytest.raises(ValueError, match=r"job 3: add_alone needs GPUs without workers, \[1\] hold some"):
+        b.add_alone(3, job_decision((1, 2), 0, Pattern.ROTATING))
+    assert (b._ml, b._wl, b._wc, dict(b.decision)) == before
