@@ -364,6 +364,25 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
 
 
+def order_signatures(state: ClusterState, node_sig: tuple[int, ...], types_sig: tuple | None, wb: int) -> tuple:
+    """:func:`placement_sig` of a ``wb``-worker guest on each order of :func:`guest_orders` over a
+    host whose workers sit on nodes ``node_sig`` (as :func:`host_layout` numbers them: by first
+    appearance) with GPU types ``types_sig`` (None on one type): ``placement_sig(state,
+    tuple(host_gpus[c] for c in order))`` for each order, read from the layout alone (the nodes'
+    numbering does not change whether an order spans nodes). Cached per layout and width: a few
+    hundred layouts stand for the hundreds of thousands of GPU tuples a replay meets."""
+    cache = _cache(state.costs, "order_sigs")
+    key = (node_sig, types_sig, wb)
+    v = cache.get(key)
+    if v is None:
+        out = []
+        for o in guest_orders(len(node_sig), wb):
+            cross = len({node_sig[c] for c in o}) > 1
+            out.append((len(o), cross) if types_sig is None else (len(o), cross, tuple([types_sig[c] for c in o])))
+        v = cache[key] = tuple(out)
+    return v
+
+
 def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> tuple[int, np.ndarray]:
     """``(id, capacity)``: everything the default pairing search of a ``wb``-worker guest reads
     in the host's GPUs, as a small integer that every GPU tuple agreeing on it shares, and the
@@ -378,9 +397,7 @@ def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> 
     v = cache.get(key)
     if v is None:
         sig, cap = host_layout(state, host_gpus)
-        reads = (placement_sig(state, host_gpus),
-                 tuple([placement_sig(state, tuple([host_gpus[c] for c in o])) for o in guest_orders(len(host_gpus), wb)]),
-                 sig[2])
+        reads = (placement_sig(state, host_gpus), order_signatures(state, sig[0], sig[1], wb), sig[2])
         # never emptied (one entry per distinct reading): an id keeps its meaning for as long as
         # the cached searches keyed by it live
         ids = _caches_of(state.costs).setdefault("pair_layout_ids", {})

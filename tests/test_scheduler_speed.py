@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as hst
 
 from agents import make_scheduler
 from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_gpus, current_pairs,
-                           guest_orders, job_decision,
+                           guest_orders, host_layout, job_decision, order_signatures,
                            placement_sig, profile_summary, spb_configs)
 from agents.jigsaw import Jigsaw
 from jigsaw_env.cluster import ClusterSpec
@@ -877,3 +877,26 @@ def test_add_alone_equals_a_checked_add_and_refuses_gpus_with_workers():
     with pytest.raises(ValueError, match=r"job 3: add_alone needs GPUs without workers, \[1\] hold some"):
         b.add_alone(3, job_decision((1, 2), 0, Pattern.ROTATING))
     assert (b._ml, b._wl, b._wc, dict(b.decision)) == before
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_order_signatures_from_the_layout_equal_each_orders_own_signature(mixed):
+    # pairing_layout reads each guest order's placement signature from the host's node layout
+    # (common.order_signatures, cached per layout): on hosts over one to four nodes, in any worker
+    # order, it must equal placement_sig of the order's own GPU tuple
+    if mixed:
+        cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))
+    else:
+        cluster = ClusterSpec.from_gpus(16, gpus_per_node=4)
+    st = _state(cluster, [])
+    rng = random.Random(11 + mixed)
+    crossing = set()
+    for _ in range(300):
+        host = tuple(rng.sample(range(16), rng.choice([1, 2, 4, 6, 8])))
+        wb = rng.randint(1, len(host))
+        sig, _ = host_layout(st, host)
+        got = order_signatures(st, sig[0], sig[1], wb)
+        want = tuple(placement_sig(st, tuple(host[c] for c in o)) for o in guest_orders(len(host), wb))
+        assert got == want, (host, wb)
+        crossing.update(x[1] for x in got)
+    assert crossing == {False, True}
