@@ -117,6 +117,32 @@ class Jigsaw(Scheduler):
         solo[job.job_id] = (jd, job, keeps, cfg)
         return cfg
 
+    def _solo_levels(self, state: ClusterState, ledger: GpuLedger, paired: set[int]) -> None:
+        """Rule 2 for every job of ``ledger`` not in ``paired``: its (level, pattern) alone on its
+        GPUs (:meth:`_solo_config`, whose memo is looked up inline here: most jobs hit it), set
+        in the ledger when it changes and still fits."""
+        solo = self._job_memo(state, "solo")
+        jobs = state.jobs
+        RUNNING = JobStatus.RUNNING
+        # (each step changes only its own job's entry: the snapshot's later entries stay current)
+        for jid, jd in list(ledger.decision.items()):
+            if jid in paired:
+                continue
+            job = jobs[jid]
+            e = solo.get(jid)  # _solo_config's memo, looked up inline (most jobs hit it)
+            if (e is not None and e[0] is jd and e[1] is job
+                    and e[2] is (job.status is RUNNING and jd.gpus == job.placement)):
+                cfg = e[3]
+            else:
+                cfg = self._solo_config(state, solo, jd, job)
+            if cfg[0] != jd.level or cfg[1] is not jd.pattern:
+                new = job_decision(jd.gpus, cfg[0], cfg[1])
+                ledger.remove(jid)
+                if ledger.fits(jid, new):
+                    ledger.add(jid, new, checked=True)
+                else:
+                    ledger.add(jid, jd)
+
     def _current_jd(self, state: ClusterState, j: JobState) -> JobDecision:
         """``JobDecision(j.placement, j.level, j.pattern)``, the same (immutable) object while the
         job keeps that configuration."""
@@ -215,19 +241,7 @@ class Jigsaw(Scheduler):
                     self._host_of[guest.job_id] = host_id
                     # (the host stays in hosts_by_priority: _find_host skips hosts no longer hostable)
         # 4. SPB level of every job alone on its GPUs
-        solo = self._job_memo(state, "solo")
-        for jid in list(ledger.decision):
-            if jid in paired:
-                continue
-            jd = ledger.decision[jid]
-            cfg = self._solo_config(state, solo, jd, state.jobs[jid])
-            if cfg != (jd.level, jd.pattern):
-                new = job_decision(jd.gpus, cfg[0], cfg[1])
-                ledger.remove(jid)
-                if ledger.fits(jid, new):
-                    ledger.add(jid, new, checked=True)
-                else:
-                    ledger.add(jid, jd)
+        self._solo_levels(state, ledger, paired)
         return ledger.decision
 
     # ----------------------------------------------------------------------------------------

@@ -720,7 +720,16 @@ def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_st
     def check(jd, want):
         keeps = job.status is JobStatus.RUNNING and jd.gpus == job.placement
         fresh = best_solo(st, job, jd.gpus, (jd.level, jd.pattern) if keeps else None, 10.0)[0]
-        assert sched._solo_config(st, solo, jd, job) == fresh == want
+        # the scheduler's own pass over its ledger (the memo looked up inline), then the memo's
+        # function, each finding the memo as the last call left it
+        ledger = GpuLedger(st)
+        ledger.add(0, jd)
+        sched._solo_levels(st, ledger, {0})  # a paired job is left as it is
+        assert ledger.decision[0] is jd
+        sched._solo_levels(st, ledger, set())
+        got = ledger.decision[0]
+        assert (got.level, got.pattern) == fresh == want and got.gpus == jd.gpus
+        assert sched._solo_config(st, solo, jd, job) == fresh
 
     first = job_decision((0,), *others[0])
     job.status, job.placement, job.level, job.pattern = JobStatus.RUNNING, (0,), *others[0]
@@ -732,6 +741,15 @@ def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_st
     check(job_decision((0,), *others[1]), others[1])  # another configuration, kept
     check(job_decision((1,), *others[1]), best)  # other GPUs: it would move
     check(first, others[0])  # the first decision again, the job running on its GPUs: kept
+    check(job_decision((0,), *others[1]), others[1])  # another decision, same running state: its own
+    # a new episode's job 0 (another model) under the very decision object, neither running
+    job.status, job.placement = JobStatus.PAUSED, ()
+    check(first, best)
+    job = dataclasses.replace(job, model="lstm_lm", batch_size=BATCH["lstm_lm"])
+    st.jobs[0] = job
+    best_lstm = best_solo(st, job, (0,), None, 0.0)[0]
+    assert best_lstm != best
+    check(first, best_lstm)
 
 
 def test_jigsaw_kept_pair_memo_answers_only_for_the_same_pair_state():
