@@ -363,6 +363,34 @@ def test_vectorised_rounds_equal_scalar_rounds(synth, agent, monkeypatch):
         np.testing.assert_array_equal(frames[0][3], other[3])
 
 
+def test_load_pool_rewrites_change_nothing(synth, monkeypatch):
+    # ComponentSet keeps every live component's loads in one flat pool and rewrites it (live
+    # components only) when it fills; the slack it leaves sets how often. A pool rewritten at
+    # nearly every new component and one rewritten rarely give the same logs, exactly
+    from jigsaw_env.engine import ComponentSet
+    monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", 1)  # every round through the pool
+    compact = ComponentSet._compact
+    rewrites = []
+
+    def counted(self, extra):
+        rewrites[-1] += 1
+        return compact(self, extra)
+
+    monkeypatch.setattr(ComponentSet, "_compact", counted)
+    monkeypatch.setattr(ComponentSet, "POOL_MIN", 16)
+    frames = []
+    for slack in (1, ComponentSet.POOL_SLACK):
+        monkeypatch.setattr(ComponentSet, "POOL_SLACK", slack)
+        rewrites.append(0)
+        sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim.run(make_scheduler("jigsaw"))
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
+    assert rewrites[0] > 5 * max(rewrites[1], 1), rewrites
+    for a, b in zip(frames[0][:3], frames[1][:3]):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    np.testing.assert_array_equal(frames[0][3], frames[1][3])
+
+
 def _running_by_scan(state):
     """ClusterState.running() without the simulator's index: every active job's status read."""
     from jigsaw_env.state import JobStatus
