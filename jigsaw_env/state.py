@@ -26,6 +26,9 @@ class JobStatus(str, Enum):
     DONE = "done"
 
 
+_ACTIVE_STATUSES = (JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.PAUSED)  # JobState.active
+
+
 @dataclass(frozen=True)
 class JobDecision:
     """Run one job in the next round.
@@ -146,7 +149,8 @@ class JobState:
 
     @property
     def active(self) -> bool:
-        return self.status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED)
+        """Arrived and not finished (queued, running or paused)."""
+        return self.status in _ACTIVE_STATUSES
 
 
 class CostModel:

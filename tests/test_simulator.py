@@ -724,3 +724,10 @@ def test_a_completion_mid_round_advances_only_its_component(vector_min, monkeypa
     # a second round continues every clock from the round's start: B and C 1000 s more each
     sim.step(None)
     assert st.jobs[2].iteration == 85 + 91 and st.jobs[3].iteration == 181
+
+
+@pytest.mark.parametrize("status", list(JobStatus))
+def test_a_job_is_active_exactly_when_arrived_and_unfinished(status):
+    job = JobState(0, 0.0, 1, "resnet18", 64, 100.0, status=status)
+    assert job.active is (status in {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.PAUSED})
+    assert JobState(0, 0.0, 1, "resnet18", 64, 100.0, status=status.value).active is job.active  # from its text
