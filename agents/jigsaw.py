@@ -37,6 +37,7 @@ from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs
 
 
 _JOB_ID = operator.attrgetter("job_id")
+_ROTATING = Pattern.ROTATING  # (an enum member read from its class costs a descriptor call)
 
 
 @register_scheduler("jigsaw")
@@ -394,7 +395,7 @@ class Jigsaw(Scheduler):
                 break
             if j.num_gpus <= nfree:
                 jd = None
-                stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
+                stays = j.status is RUNNING and j.placement and not any(map(wl.__getitem__, j.placement))
                 if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
                     jd = self._current_jd(state, j)
                 kind = (j.model, j.batch_size, j.num_gpus)
@@ -423,7 +424,7 @@ class Jigsaw(Scheduler):
         ledger's check skips those two tests, as for its own placements.)"""
         if gpus is None:
             return None
-        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
+        jd = job_decision(tuple(gpus), 0, _ROTATING)
         return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
