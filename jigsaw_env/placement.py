@@ -122,6 +122,13 @@ class GpuLedger:
         new.decision = Decision(self.decision) if decision is None else decision
         return new
 
+    def __getstate__(self) -> dict:
+        # a deep copy or a pickle copies the views apart from the arrays they view: drop them,
+        # and the copy makes its own from its own arrays on its first read
+        d = dict(self.__dict__)
+        d["_views_ro"] = None
+        return d
+
     # ----- queries -----
     def _views(self) -> tuple[np.ndarray, np.ndarray]:
         """Read-only views of ``_mem`` and ``_workers``, the arrays every update writes once

@@ -870,6 +870,13 @@ def test_ledger_arrays_follow_every_update_once_read_and_are_made_only_when_read
         with pytest.raises(ValueError):
             arr[0] = 5
     assert led._wl[0] == 1
+    # deep copies and pickles (Simulator.copy, worker processes) follow their own updates too
+    import copy
+    import pickle
+    for twin in (copy.deepcopy(led), pickle.loads(pickle.dumps(led))):
+        twin.add(2, job_decision((5,), 0, Pattern.ROTATING))
+        assert twin.workers.tolist() == twin._wl and twin.mem.tolist() == twin._ml and twin._wl[5] == 1
+    assert led._wl[5] == 0 and led.workers.tolist() == led._wl
 
 
 def test_add_alone_equals_a_checked_add_and_refuses_gpus_with_workers():
