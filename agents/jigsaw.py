@@ -293,10 +293,12 @@ class Jigsaw(Scheduler):
         # decision objects): a running job that stays finds its peaks without the cost model
         ledger = GpuLedger(state, peak_memo=self._job_memo(state, "peaks"))
         wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
-        # "reserved": GPUs held by chosen running jobs not yet placed; per node, the GPUs with no
-        # worker in the ledger ("unheld") and, of those, the ones not reserved ("free"): kept as
-        # jobs are added and reservations lifted, so that a job needing GPUs finds consolidated
-        # ones from per-node counts, not from masks of every GPU
+        # "reserved": GPUs held by chosen running jobs not yet placed (a reservation is read only
+        # while its GPU has no worker in the ledger, and the pass never removes one, so a GPU that
+        # gets a worker keeps whatever flag it had); per node, the GPUs with no worker in the
+        # ledger ("unheld") and, of those, the ones not reserved ("free"): kept as jobs are added
+        # and reservations lifted, so that a job needing GPUs finds consolidated ones from
+        # per-node counts, not from masks of every GPU
         # (placement.consolidated_from_counts: the ledger's rule, the one common.consolidated_gpus
         # applies to masks)
         RUNNING = JobStatus.RUNNING
