@@ -196,14 +196,17 @@ def placement_sig(state: ClusterState, gpus: Sequence[int]) -> tuple:
     sig = cache.get(key)
     if sig is None:
         cl = state.cluster
-        nodes = [g // cl.gpus_per_node for g in key]
-        cross = len(set(nodes)) > 1
-        if state.costs.homogeneous:
-            sig = (len(key), cross)
-        else:
-            sig = (len(key), cross, tuple(cl.gpu_type(g) for g in key))
-        cache[key] = sig
+        sig = cache[key] = _signature([g // cl.gpus_per_node for g in key],
+                                      None if state.costs.homogeneous else [cl.gpu_type(g) for g in key])
     return sig
+
+
+def _signature(nodes: Sequence, types: Sequence | None) -> tuple:
+    """The placement signature of workers on ``nodes`` (node numbers in any numbering) with GPU
+    ``types`` (None on a cluster of one type): :func:`placement_sig`'s value, also read from a
+    host's layout by :func:`order_signatures`."""
+    cross = len(set(nodes)) > 1
+    return (len(nodes), cross) if types is None else (len(nodes), cross, tuple(types))
 
 
 def host_layout(state: ClusterState, gpus: tuple[int, ...]) -> tuple[tuple, np.ndarray]:
@@ -375,11 +378,9 @@ def order_signatures(state: ClusterState, node_sig: tuple[int, ...], types_sig: 
     key = (node_sig, types_sig, wb)
     v = cache.get(key)
     if v is None:
-        out = []
-        for o in guest_orders(len(node_sig), wb):
-            cross = len({node_sig[c] for c in o}) > 1
-            out.append((len(o), cross) if types_sig is None else (len(o), cross, tuple([types_sig[c] for c in o])))
-        v = cache[key] = tuple(out)
+        v = cache[key] = tuple([_signature([node_sig[c] for c in o],
+                                           None if types_sig is None else [types_sig[c] for c in o])
+                                for o in guest_orders(len(node_sig), wb)])
     return v
 
 
