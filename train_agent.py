@@ -985,6 +985,8 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
                             verbose=getattr(args, "verbose", 0), **kw)
             except (ValueError, AssertionError) as e:  # SB3 / torch refusing an option value
                 raise ValueError(f"cannot build the {cfg['algo']} model from these options: {_one_line(e)}") from None
+        if tb is None:
+            model.set_logger(_logger_without_folder(getattr(args, "verbose", 0)))
         # everything is built: from here on the run folder is written
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume_from is not None:
@@ -1020,6 +1022,15 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         if eval_raw is not None:
             eval_raw.close()
     return cfg
+
+
+def _logger_without_folder(verbose: int):
+    """SB3's logger for a run without TensorBoard: the progress table on stdout when ``verbose >= 1``,
+    nothing otherwise. Left to itself, ``learn()`` makes one for this case by calling
+    ``stable_baselines3.common.logger.configure(None, ...)``, which creates an empty
+    ``$TMPDIR/SB3-<timestamp>`` folder on every run that nobody ever removes."""
+    from stable_baselines3.common.logger import HumanOutputFormat, Logger
+    return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if int(verbose) >= 1 else [])
 
 
 def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> None:

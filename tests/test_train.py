@@ -279,6 +279,28 @@ def test_warm_started_run_selects_best_on_the_validation_split(tables_dir, tmp_p
     assert seen and all(SYNTHETIC_VAL_BASE <= x < SYNTHETIC_VAL_BASE + 2**30 for x in seen)
 
 
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_a_run_without_tensorboard_leaves_nothing_in_the_temp_folder(verbose, tables_dir, tmp_path, monkeypatch,
+                                                                      capsys):
+    """SB3 left to itself makes an empty $TMPDIR/SB3-<timestamp> folder on each learn() without
+    TensorBoard; the run's own logger makes none and still prints SB3's table when verbose."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    run = tmp_path / "run"
+    rc = main(tiny_args(tables_dir, run, "--vec", "dummy", "--n-envs", "1", "--timesteps", "64", "--n-steps", "32",
+                        "--batch-size", "32", "--n-epochs", "1", "--eval-freq", "100000", "--no-tensorboard",
+                        "--verbose", str(verbose)))
+    assert rc == 0
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("SB3-")] == []  # (torch may cache there)
+    assert not (run / "tb").exists()
+    out = capsys.readouterr().out
+    assert ("total_timesteps" in out) == bool(verbose)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "a2c"])
 def test_plain_ppo_and_a2c_train_and_act(algo, tables_dir, tmp_path):
