@@ -87,10 +87,15 @@ def select_by_budget(order: Sequence[JobState], num_gpus: int) -> tuple[list[Job
     """
     budget = num_gpus
     chosen, rest = [], []
-    for j in order:
-        if j.num_gpus <= budget:
+    jobs = iter(order)
+    for j in jobs:
+        n = j.num_gpus
+        if n <= budget:
             chosen.append(j)
-            budget -= j.num_gpus
+            budget -= n
+            if budget <= 0 < n:  # no GPU left: every later job (each needs one or more) is rest
+                rest.extend(jobs)
+                break
         else:
             rest.append(j)
     return chosen, rest

@@ -23,6 +23,7 @@ every rule. Per round:
 """
 from __future__ import annotations
 
+import bisect
 import operator
 from typing import Sequence
 
@@ -118,16 +119,18 @@ class Jigsaw(Scheduler):
         solo[job.job_id] = (jd, job, keeps, cfg)
         return cfg
 
-    def _solo_levels(self, state: ClusterState, ledger: GpuLedger, paired: set[int]) -> None:
+    def _solo_levels(self, state: ClusterState, ledger: GpuLedger, paired: set[int],
+                     settled: set[int] | frozenset = frozenset()) -> None:
         """Rule 2 for every job of ``ledger`` not in ``paired``: its (level, pattern) alone on its
         GPUs (:meth:`_solo_config`, whose memo is looked up inline here: most jobs hit it), set
-        in the ledger when it changes and still fits."""
+        in the ledger when it changes and still fits. ``settled``: jobs known to be at that
+        configuration already (:meth:`_exclusive`'s), skipped."""
         solo = self._job_memo(state, "solo")
         jobs = state.jobs
         RUNNING = JobStatus.RUNNING
         # (each step changes only its own job's entry: the snapshot's later entries stay current)
         for jid, jd in list(ledger.decision.items()):
-            if jid in paired:
+            if jid in paired or jid in settled:
                 continue
             job = jobs[jid]
             e = solo.get(jid)  # _solo_config's memo, looked up inline (most jobs hit it)
@@ -205,7 +208,8 @@ class Jigsaw(Scheduler):
         pairs = current_pairs(state, self._host_of)           # guest -> host, as running now
         chosen, rest = select_by_budget(order, state.cluster.num_gpus)
         # 2. exclusive set (rules 4 and 5)
-        ledger, rest = self._exclusive(state, chosen, rest, pairs, rank)
+        settled: set[int] = set()
+        ledger, rest = self._exclusive(state, chosen, rest, pairs, rank, settled)
         # 3. fitting
         self._host_of = {}
         self._hosts = self._job_memo(state, "hosts")
@@ -226,7 +230,8 @@ class Jigsaw(Scheduler):
         guests.sort(key=lambda j: rank[j.job_id])
         paired: set[int] = set()
         if state.max_workers_per_gpu >= 2 and hostable:
-            hosts_by_priority = sorted((state.jobs[h] for h in hostable), key=lambda j: -rank[j.job_id])
+            # lowest priority first (ranks are distinct: reversed ascending order is descending order)
+            hosts_by_priority = list(map(state.jobs.__getitem__, sorted(hostable, key=rank.__getitem__, reverse=True)))
             for guest in guests:
                 plan = None
                 host_id = pairs.get(guest.job_id)
@@ -241,8 +246,10 @@ class Jigsaw(Scheduler):
                     paired.update((host_id, guest.job_id))
                     self._host_of[guest.job_id] = host_id
                     # (the host stays in hosts_by_priority: _find_host skips hosts no longer hostable)
-        # 4. SPB level of every job alone on its GPUs
-        self._solo_levels(state, ledger, paired)
+        # 4. SPB level of every job alone on its GPUs (a settled job is alone on the GPUs and in
+        # the configuration the exclusive pass gave it: a pairing attempt that fails puts the
+        # host's decision object back, and one that succeeds puts it in ``paired``)
+        self._solo_levels(state, ledger, paired, settled)
         return ledger.decision
 
     # ----------------------------------------------------------------------------------------
@@ -273,8 +280,12 @@ class Jigsaw(Scheduler):
         _, x_ref = best_solo(state, job, tuple(range(job.num_gpus)), None, 0.0)  # fewest nodes
         return x >= self.spread_tolerance * x_ref
 
-    def _exclusive(self, state, chosen, rest, pairs, rank) -> tuple[GpuLedger, list[JobState]]:
+    def _exclusive(self, state, chosen, rest, pairs, rank,
+                   settled: set[int] | None = None) -> tuple[GpuLedger, list[JobState]]:
         """Place the exclusive set; returns the ledger and the jobs left for fitting (priority order).
+        ``settled``: if given, the ids of the running jobs that stay on their GPUs in a
+        configuration rule 2 keeps there (:meth:`_solo_levels` has nothing to do for them while
+        their decision in the ledger is the one this pass added) are added to it.
 
         Jobs are placed from the highest priority down, so the best placements go to the jobs that
         matter most under LAS, and the top job always gets the fewest nodes (the cluster is empty
@@ -328,9 +339,12 @@ class Jigsaw(Scheduler):
         def unheld_on(k: int) -> list[int]:
             return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
 
-        # per running job: its current JobDecision and spread test, for the placement object,
-        # job, level and pattern they were made for (both are pure functions of those)
+        # per running job: its current JobDecision, its spread test and whether rule 2 keeps
+        # that configuration on those GPUs (:meth:`_solo_config` with the job running there),
+        # for the placement object, job, level and pattern they were made for (all three are
+        # pure functions of those)
         stay_memo = self._job_memo(state, "stay")
+        solo = self._job_memo(state, "solo")
         deferred: list[JobState] = []
         for j in chosen:
             pl = j.placement
@@ -343,16 +357,23 @@ class Jigsaw(Scheduler):
                     # the ledger's check is skipped here and below; it would return True)
                     e = stay_memo.get(j.job_id)
                     if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
-                        cur, ok = e[4], e[5]
+                        cur, ok, same = e[4], e[5], e[6]
                     else:
                         cur = self._current_jd(state, j)
                         ok = self._spread_ok(state, j, cur.gpus)
-                        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok)
+                        if ok:
+                            cfg = self._solo_config(state, solo, cur, j)
+                            same = cfg[0] == cur.level and cfg[1] is cur.pattern
+                        else:
+                            same = False
+                        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok, same)
                     if ok:
                         # it stays: add() (a GPU still reserved goes from reserved to held, so
                         # the free GPUs do not change; one whose reservation a job sharing it
                         # lifted was counted free)
                         add(j.job_id, cur)
+                        if same and settled is not None:
+                            settled.add(j.job_id)
                         continue
                 for g in pl:  # its own reservation no longer blocks anyone
                     if reserved[g]:
@@ -414,9 +435,10 @@ class Jigsaw(Scheduler):
                     cons.clear()
                     continue
             left.append(j)
-        if deferred:  # both lists are in priority order already
-            left = deferred + left
-            left.sort(key=lambda j: rank[j.job_id])
+        if deferred:  # both lists are in priority order already: insert the (few) deferred jobs
+            key = lambda x: rank[x.job_id]  # noqa: E731
+            for j in deferred:
+                bisect.insort(left, j, key=key)
         return ledger, left
 
     @staticmethod

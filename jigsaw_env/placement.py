@@ -45,12 +45,11 @@ def consolidated_from_counts(counts: list[int], free_on, n: int) -> list[int] | 
     mask of every GPU."""
     if sum(counts) < n:
         return None
-    node, best = -1, 0
-    for k, c in enumerate(counts):
-        if c >= n and (node < 0 or c < best):
-            node, best = k, c
-    if node >= 0:
-        return free_on(node)[:n]
+    # the best fit is the first node holding the smallest count >= n: try n, n + 1, ... up to
+    # the largest count, each a scan in C (a node holds at most its GPUs: a few values to try)
+    for c in range(n, max(counts, default=-1) + 1):
+        if c in counts:
+            return free_on(counts.index(c))[:n]
     out: list[int] = []
     for k in sorted(range(len(counts)), key=counts.__getitem__, reverse=True):
         out.extend(free_on(k)[:n - len(out)])

@@ -438,6 +438,23 @@ def test_replay_with_and_without_quiet_skipping_is_identical(agent):
 # ------------------------------------------------------------------------------------------------
 # Jigsaw's exclusive pass: per-node free counts against the masks of every GPU it used before
 # ------------------------------------------------------------------------------------------------
+@given(hst.lists(hst.integers(1, 8), max_size=40), hst.integers(1, 64))
+@settings(max_examples=300, deadline=None)
+def test_select_by_budget_stops_at_an_empty_budget_as_the_plain_walk_would(widths, gpus):
+    from agents.common import select_by_budget
+
+    jobs = [JobState(i, 0.0, n, "resnet50", 32, 1.0) for i, n in enumerate(widths)]
+    chosen, rest, budget = [], [], gpus
+    for j in jobs:  # the definition: every job whose GPUs still fit, in order
+        if j.num_gpus <= budget:
+            chosen.append(j)
+            budget -= j.num_gpus
+        else:
+            rest.append(j)
+    assert select_by_budget(jobs, gpus) == (chosen, rest)
+    assert select_by_budget(iter(jobs), gpus) == (chosen, rest)
+
+
 @pytest.mark.parametrize("gpn", [1, 2, 4, 8])
 def test_consolidated_from_counts_equals_the_mask_rule(gpn):
     rng = random.Random(gpn)
@@ -462,9 +479,10 @@ def _mask_consolidated(state, ledger, job, free):
 
 
 class _MaskJigsaw(Jigsaw):
-    """Jigsaw with the exclusive pass of commit 8337649 (kept verbatim but for the docstring)."""
+    """Jigsaw with the exclusive pass of commit 8337649 (kept verbatim but for the docstring and
+    the ``settled`` argument, which it leaves empty: rule 2 then visits every job)."""
 
-    def _exclusive(self, state, chosen, rest, pairs, rank) -> tuple[GpuLedger, list[JobState]]:
+    def _exclusive(self, state, chosen, rest, pairs, rank, settled=None) -> tuple[GpuLedger, list[JobState]]:
         """The exclusive pass as it was before the per-node counts (numpy masks of every GPU)."""
         cl = state.cluster
         ledger = GpuLedger(state)
@@ -688,8 +706,8 @@ def test_jigsaw_exclusive_set_holds_its_gpus_alone(gpus, load, seed):
     exclusive = sched._exclusive
     seen = [0, 0]
 
-    def checked(state, chosen, rest, pairs, rank):
-        ledger, left = exclusive(state, chosen, rest, pairs, rank)
+    def checked(state, chosen, rest, pairs, rank, settled=None):
+        ledger, left = exclusive(state, chosen, rest, pairs, rank, settled)
         for jid, jd in ledger.decision.items():
             assert all(ledger._wl[g] == 1 for g in jd.gpus), (jid, jd)
         seen[0] += len(ledger.decision)
@@ -701,6 +719,30 @@ def test_jigsaw_exclusive_set_holds_its_gpus_alone(gpus, load, seed):
     jobs = load_trace(f"synthetic:jobs={n},load={load},seed={seed}", cluster_gpus=gpus).jobs
     Simulator(ClusterSpec.from_gpus(gpus), jobs, SimConfig()).run(sched.schedule)
     assert seen[0] > 300 and seen[1] >= 4  # pairs were running when some of the calls came
+
+
+@pytest.mark.parametrize("width,hysteresis", [(1, 0.0), (2, 0.0), (4, 0.01)])
+def test_jigsaw_staying_job_is_skipped_by_rule_2_only_when_rule_2_keeps_its_configuration(width, hysteresis):
+    # the exclusive pass marks a running job that stays "settled" (rule 2 then skips it) only
+    # when rule 2 keeps its configuration there: a job left at another one (a dissolved pair's,
+    # say) gets rule 2's, in the round the configuration is first met and again from the memo;
+    # a job at rule 2's keeps its decision object
+    cluster = ClusterSpec.from_gpus(16)
+    job = JobState(0, 0.0, width, "resnet50", BATCH["resnet50"], 1e6)
+    st = _state(cluster, [job])
+    gpus = tuple(range(width))
+    sched = Jigsaw(hysteresis=hysteresis)
+    changed = 0
+    for cfg in spb_configs(st, job):
+        want = best_solo(st, job, gpus, cfg, hysteresis)[0]
+        changed += want != cfg
+        job.status, job.placement, job.level, job.pattern = JobStatus.RUNNING, gpus, *cfg
+        for _ in range(2):
+            got = sched.schedule(st)[0]
+            assert got.gpus == gpus and (got.level, got.pattern) == want, (cfg, want, got)
+            if want == cfg:
+                assert got is job_decision(gpus, *cfg)
+    assert changed >= 2
 
 
 def test_jigsaw_rule2_memo_answers_only_for_the_same_decision_job_and_running_state():
