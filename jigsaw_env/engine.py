@@ -445,22 +445,33 @@ class ComponentSet:
             self._widen(width)
         slots = list(pend)
         comps = list(pend.values())
-        self.H[slots] = [c.H for c in comps]
-        self.k[slots] = [c.k for c in comps]
-        self.partial[slots] = [c.partial for c in comps]
-        self.cycle[slots] = [c.cycle for c in comps]
-        self.eps[slots] = [c._eps for c in comps]
-        self.ready[slots] = [c.ready_s for c in comps]
-        self.ctH[slots] = [c._cum_tot[-1] for c in comps]
-        self.ncol[slots] = [c.loads.shape[1] for c in comps]
+        idx = np.array(slots, dtype=np.intp)  # (converted once for the writes below)
+        self.H[idx] = [c.H for c in comps]
+        self.k[idx] = [c.k for c in comps]
+        self.partial[idx] = [c.partial for c in comps]
+        self.cycle[idx] = [c.cycle for c in comps]
+        self.eps[idx] = [c._eps for c in comps]
+        self.ready[idx] = [c.ready_s for c in comps]
+        self.ctH[idx] = [c._cum_tot[-1] for c in comps]
+        self.ncol[idx] = [c.loads.shape[1] for c in comps]
         # the computed part of the step in flight, already counted (nothing before the first step)
-        self.prev[slots] = [_computed(c._loads_l[c.k % c.H], c.partial) for c in comps]
+        self.prev[idx] = [_computed(c._loads_l[c.k % c.H], c.partial) for c in comps]
+        # each slot's first H + 1 entries of cum and ct, and inf in the rest of cum: two scatters
+        # of the concatenated rows instead of three writes per slot
         cum, ct = self.cum, self.ct
+        cum[idx] = np.inf
+        rr: list[int] = []
+        cc: list[int] = []
+        vc: list[float] = []
+        vt: list[float] = []
         for slot, c in zip(slots, comps):
-            H = c.H
-            cum[slot, : H + 1] = c._cum_l
-            cum[slot, H + 1:] = np.inf
-            ct[slot, : H + 1] = c._cum_tot
+            n = c.H + 1
+            rr += [slot] * n
+            cc += range(n)
+            vc += c._cum_l
+            vt += c._cum_tot
+        cum[rr, cc] = vc
+        ct[rr, cc] = vt
         pend.clear()  # before the pool puts: a compaction rewrites only filled slots
         for slot, c in zip(slots, comps):
             self.off[slot] = self._pool_put(c.loads)

@@ -279,7 +279,7 @@ class RunningJobs:
         """Fill the rows added since the last call from their jobs (the jobs are their truth)."""
         if not self._pending:
             return
-        rows = list(self._pending)
+        rows = np.array(list(self._pending), dtype=np.intp)  # (converted once for the nine writes)
         vals = list(self._pending.values())
         self.progress[rows] = [j.progress for j, _, _ in vals]
         self.iterations[rows] = [j.iterations for j, _, _ in vals]
@@ -304,10 +304,9 @@ class RunningJobs:
             rows = list(rows)
         if not rows:
             return
-        jobs = self.jobs
-        for row, p, it, r, a in zip(rows, self.progress[rows].tolist(), self.iteration[rows].tolist(),
-                                    self.run_s[rows].tolist(), self.attained[rows].tolist()):
-            j = jobs[row]
+        idx = np.array(rows, dtype=np.intp)  # (converted once for the four gathers)
+        for j, p, it, r, a in zip(map(self.jobs.__getitem__, rows), self.progress[idx].tolist(),
+                                  self.iteration[idx].tolist(), self.run_s[idx].tolist(), self.attained[idx].tolist()):
             j.progress, j.iteration, j.run_s, j.attained_gpu_s = p, it, r, a
 
     def load(self, rows=None) -> None:
