@@ -216,7 +216,10 @@ class Jigsaw(Scheduler):
         # every job of the exclusive set holds its GPUs alone (the pass adds a job only on GPUs
         # with no worker), so each may host a guest
         hostable = set(ledger.decision)
-        guests = [j for j in rest if j.job_id in pairs] if pairs else []
+        # the guests of running pairs that are left over (every active job is in the ledger or in
+        # ``rest``; current_pairs names running jobs): sorted by rank with the others below
+        dec = ledger.decision
+        guests = [state.jobs[g] for g in pairs if g not in dec]
         if self.max_waiting >= 0:
             waiting = 0
             for j in rest:  # the first max_waiting others
@@ -227,7 +230,8 @@ class Jigsaw(Scheduler):
                     waiting += 1
         else:  # a negative bound slices from the end
             guests += [j for j in rest if j.job_id not in pairs][: self.max_waiting]
-        guests.sort(key=lambda j: rank[j.job_id])
+        if len(guests) > 1:
+            guests.sort(key=lambda j: rank[j.job_id])
         paired: set[int] = set()
         if state.max_workers_per_gpu >= 2 and hostable:
             # lowest priority first (ranks are distinct: reversed ascending order is descending order)
@@ -516,13 +520,19 @@ class Jigsaw(Scheduler):
         kind = (guest.model, guest.batch_size)
         width = guest.num_gpus
         found = None  # (host, its GPUs, default_pairing's result, the guest's GPUs) of the best
+        hosts_memo, dec = self._hosts, ledger.decision
         for host in hosts_by_priority:
-            if host.job_id not in hostable or host.num_gpus < width:
+            hid = host.job_id
+            if hid not in hostable or host.num_gpus < width:
                 continue
             n += 1
             if n > self.max_hosts:
                 break
-            alone, hgpus, by_width, _ = self._host_info(state, ledger, host)
+            # _host_info's memo, looked up inline (most hosts hit it)
+            v = hosts_memo.get(hid)
+            if v is None or v[1] is not dec[hid].gpus or v[3] is not host:
+                v = self._host_info(state, ledger, host)
+            alone, hgpus, by_width, _ = v
             if self.prune:
                 bounds = by_width.get(width)
                 if bounds is None:

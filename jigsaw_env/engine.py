@@ -132,6 +132,9 @@ def _running_sum(xs: list[float]) -> list[float]:
 class Component:
     """A lockstep group of jobs. Times are seconds relative to ``origin_s`` (when stepping began)."""
 
+    # the simulator numbers the components it forms (their order in its dict of live ones)
+    seq: int = -1
+
     # the step tables a component reads, the same values for components with the same profiles,
     # phases and layout (the tuples and ``loads`` shared; step, cum, cum_loads, phase_bytes and
     # cum_bytes made per component when first read); arrays are read-only
@@ -352,6 +355,8 @@ class ComponentSet:
     After :meth:`advance` the set's ``k`` and ``partial`` are ahead of the objects; :meth:`sync`
     writes them back (the simulator does it at the end of each round), and :meth:`load` refreshes a
     slot from its object after the object was advanced on its own (the simulator's scalar path).
+    ``fin`` holds what the simulator writes there (the absolute time the slot's component next
+    sees a job finish); a free slot's is +inf, so a scan of every slot finds only live ones.
     """
 
     #: the pool, when rewritten, holds this many times the live loads: the space a replay's new
@@ -379,7 +384,8 @@ class ComponentSet:
         """Room for ``cap`` slots (the old ones keep their values)."""
         old = self._cap
         for name in self._INT + self._FLOAT:
-            new = np.zeros(cap, dtype=np.int64 if name in self._INT else np.float64)
+            new = (np.full(cap, np.inf) if name == "fin"  # (a free slot's: see remove())
+                   else np.zeros(cap, dtype=np.int64 if name in self._INT else np.float64))
             if old:
                 new[:old] = getattr(self, name)
             setattr(self, name, new)
@@ -493,6 +499,7 @@ class ComponentSet:
             comp.k = int(self.k[slot])
             comp.partial = float(self.partial[slot])
         del self.comps[slot]
+        self.fin[slot] = np.inf  # a free slot is never a next completion (the simulator scans fin)
         self._free.append(slot)
         comp.slot = -1
 

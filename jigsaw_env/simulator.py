@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 import re
 import time as _time
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ CLUSTER_COLUMNS = ["round", "start_s", "end_s", "active", "queued", "running", "
 
 #: the job-table columns the simulator reads; they are validated with the trace loaders' rules
 #: (traces.schema.validate_jobs). Other columns of a job table are ignored.
+_SEQ = operator.attrgetter("seq")
 _TABLE_COLUMNS = ("job_id", "arrival_s", "num_gpus", "duration_s", "iterations", "model", "batch_size", "gpu_type")
 #: what an integer column must hold (checked before validate_jobs, which cannot see huge values)
 _INTEGER_COLUMNS = {"job_id": "must be an integer", "num_gpus": "must be an integer >= 1",
@@ -438,6 +440,7 @@ class Simulator:
         # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
         self._current = "both"
         self._need_finish: list[Component] = []  # built, next completion not computed yet
+        self._formed = 0  # components formed so far: each one's ``seq`` (the components' dict order)
         # run() sets it for rounds that keep the allocation without asking the policy: the
         # objects are then brought up to date only before someone reads them (_end_round)
         self._defer_round_end = False
@@ -636,6 +639,8 @@ class Simulator:
     def _form(self, key: tuple, comp: Component) -> None:
         """Put a new component in: a slot in the component set, a row per job, its GPUs."""
         comp.key = key
+        comp.seq = self._formed  # (a dict appends: increasing seq is the components' order)
+        self._formed += 1
         self._components[key] = comp
         if len(comp.members) > 1:
             self._shared[key] = tuple([m.job_id for m in comp.members])
@@ -764,9 +769,14 @@ class Simulator:
                     elif abs(t_fin - t_next) <= 1e-9:
                         who_all.extend(who)
             return t_next, who_all
-        slots = self._live_slots()
-        for i in np.flatnonzero(cset.fin[slots] <= t_end + 2e-9).tolist():
-            t_fin, who = comps[i].finish
+        # every slot's cached finish (a free slot's is +inf): the few components near or before
+        # t_end, put back in the components' order
+        near = np.flatnonzero(cset.fin <= t_end + 2e-9).tolist()
+        near = list(map(cset.comps.__getitem__, near))
+        if len(near) > 1:
+            near.sort(key=_SEQ)
+        for comp in near:
+            t_fin, who = comp.finish
             if t_fin < t_next - 1e-9:
                 t_next, who_all = t_fin, list(who)
             elif abs(t_fin - t_next) <= 1e-9:

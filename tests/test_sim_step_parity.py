@@ -280,3 +280,25 @@ def test_run_with_quiet_rounds_equals_the_reference(agent, round_s):
     assert calls_inc == calls_ref
     assert_frames_equal(inc, ref)
     assert job_fields(inc) == job_fields(ref)
+
+
+@pytest.mark.parametrize("vector", [True, False])
+def test_simultaneous_completions_come_in_the_components_order_whatever_their_slots(vector):
+    # two identical jobs started together finish at the same instant; their components took the
+    # slots two dissolved ones freed, in the other order. The scan for the next completion (the
+    # vectorised one over every slot, or the scalar one) reports them in the components' order
+    from jigsaw_env.state import JobState
+
+    probe = JobState(9, 0.0, 1, "resnet50", 32, 1.0)
+    sim = Simulator(ClusterSpec.from_gpus(8), [probe], SimConfig())
+    n = math.ceil(450.0 / sim.costs.isolated_iteration_s(probe))  # they finish in their second round
+    jobs = [JobState(0, 0.0, 1, "resnet50", 32, 1e7), JobState(1, 0.0, 1, "resnet50", 32, 1e7),
+            JobState(2, 0.0, 1, "resnet50", 32, float(n)), JobState(3, 0.0, 1, "resnet50", 32, float(n))]
+    sim = Simulator(ClusterSpec.from_gpus(8), jobs, SimConfig())
+    sim.VECTOR_MIN_FINISH = 1 if vector else 10**9
+    sim.step(Decision({0: JobDecision((0,)), 1: JobDecision((1,))}))
+    sim.step(Decision({2: JobDecision((2,)), 3: JobDecision((3,))}))
+    a, b = sim._comp_of[2], sim._comp_of[3]
+    assert list(sim._components.values()) == [a, b] and a.slot > b.slot  # the case this test is about
+    r = sim.step(None)
+    assert r.finished == [2, 3] and r.end_s > sim.state.jobs[2].finish_s == sim.state.jobs[3].finish_s
