@@ -7,7 +7,7 @@ STAMP := $(VENV)/.jigsaw-installed
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv accel bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,16 +16,29 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[all,dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# The optional compiled build of the hot modules (jigsaw_env/accel.py: the same sources compiled by
+# Cython, used only while each source is the one compiled). Rebuilt when one of them changes; without
+# Cython or a C compiler it says why and the Python sources are used.
+ACCEL_SRC := jigsaw_env/placement.py jigsaw_env/las.py jigsaw_env/engine.py jigsaw_env/state.py \
+	jigsaw_env/simulator.py agents/common.py agents/jigsaw.py
+ACCEL_STAMP := $(VENV)/.jigsaw-accel
+
+$(ACCEL_STAMP): $(STAMP) $(ACCEL_SRC)
+	$(VENV)/bin/jigsaw accel build --optional
+	touch $(ACCEL_STAMP)
+
+venv: $(ACCEL_STAMP)
+
+accel: $(ACCEL_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/jigsaw simulate --trace synthetic --agent fifo --gpus 64 --max-jobs 200 --seed 0 --json
 
-test: $(STAMP)
+test: $(ACCEL_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(ACCEL_STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .accel

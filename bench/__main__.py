@@ -85,7 +85,19 @@ def machine() -> dict:
         load = float("nan")
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1), "python": platform.python_version(),
             "numpy": np.__version__, "commit": commit, "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-            "load_avg_at_start": round(load, 2)}
+            "load_avg_at_start": round(load, 2), "compiled": compiled_summary()}
+
+
+def compiled_summary() -> str:
+    """Which hot modules the runs import compiled (jigsaw_env/accel.py), in words."""
+    from jigsaw_env import accel
+
+    st = accel.status()
+    n = sum(v == "compiled" for v in st.values())
+    if n == len(st):
+        return f"all {n} hot modules compiled (jigsaw accel build)"
+    reasons = sorted({v.removeprefix("python: ") for v in st.values() if v != "compiled"})
+    return f"{n} of {len(st)} hot modules compiled; the others from their sources ({'; '.join(reasons)})"
 
 
 # --------------------------------------------------------------------------------------------- parts
@@ -303,7 +315,8 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
                                        if res.get("merged") else ""),
          f"Machine of this run: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, numpy {m['numpy']}; "
          f"load average at start {m['load_avg_at_start']}. One thread per process. Timings on a shared machine are "
-         f"noisy: compare ratios taken in one run.", ""]
+         f"noisy: compare ratios taken in one run."
+         + (f" Compiled build: {m['compiled']}." if m.get("compiled") else ""), ""]
     if "env" in res:
         L += ["## Env steps per second (K=16, random masked policy, masks included, whole episodes)", "",
               "| GPUs | jobs/episode | steps/s | decisions/s | rounds/s | simulated s per wall s | repeats | command |",

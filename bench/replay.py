@@ -87,6 +87,7 @@ class GcTimer:
 def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load: float | None = None,
            progress: bool = False) -> dict:
     from agents import make_scheduler
+    from jigsaw_env import accel
 
     t0 = time.perf_counter()
     cluster, jobs = load_replay_jobs(trace, gpus, max_jobs, load)
@@ -106,6 +107,7 @@ def replay(trace: str, gpus: int, agent: str, max_jobs: int | None = None, load:
             "load_s": round(t_load, 3), "build_s": round(t_build, 3), "run_s": round(t_run, 3),
             "wall_s": round(time.perf_counter() - t0, 3), "peak_rss_mib": round(peak_rss_mib(), 1),
             "gc_s": round(sum(gct.seconds), 3), "gc_full_collections": gct.collections[2],
+            "compiled": sum(v == "compiled" for v in accel.status().values()),
             "avg_jct_s": m["avg_jct_s"], "makespan_s": m["makespan_s"],
             "cluster_efficiency": m["cluster_efficiency"], "jobs_completed": m["jobs_completed"]}
 

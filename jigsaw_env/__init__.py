@@ -5,7 +5,11 @@ Importing the package registers ``JigsawCluster-v0`` (idempotently), so
 """
 from __future__ import annotations
 
-from gymnasium.envs.registration import register, registry
+from . import accel as _accel
+
+_accel.install()  # the compiled build of the hot modules, when there is a current one (accel.py)
+
+from gymnasium.envs.registration import register, registry  # noqa: E402
 
 ENV_ID = "JigsawCluster-v0"
 

@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = (
     "jigsaw_env.evaluate",       # evaluate
     "jigsaw_executor.export",    # export
     "jigsaw_executor.deploy",    # deploy
+    "jigsaw_env.accel",          # accel build, accel status
 )
 
 

@@ -1,0 +1,143 @@
+"""The optional compiled build (jigsaw_env/accel.py): it gives the same results as the Python
+sources, is used only while each source is the one compiled, and can be switched off."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from jigsaw_env import accel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# a replay that reaches Jigsaw's pairing, its exclusive pass and the simulator's completions
+REPLAY = """
+import json, sys
+from agents import make_scheduler
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.simulator import SimConfig, Simulator
+from jigsaw_env import accel
+from traces import load_trace
+jobs = load_trace("synthetic:jobs=160,load=2.5,seed=4", cluster_gpus=32).jobs
+sim = Simulator(ClusterSpec.from_gpus(32), jobs, SimConfig())
+m = sim.run(make_scheduler("jigsaw"))
+print(json.dumps({"status": accel.status(), "metrics": {k: repr(v) for k, v in m.items() if "wall" not in k},
+                  "jobs": sim.jobs_frame().to_csv(), "rounds": sim.rounds_frame().to_csv(),
+                  "n_rounds": sim.state.round}))
+"""
+
+
+def _run(code: str, **env) -> dict:
+    e = {k: v for k, v in os.environ.items() if k != accel.ENV_OFF}  # (the caller's switch only)
+    e.update(OMP_NUM_THREADS="1", **env)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=e, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _require_build() -> dict:
+    m = accel.read_manifest()
+    if m is None or any(s != "compiled" for s in accel.status().values()):
+        why = f"no current compiled build at {accel.build_dir()} (make accel)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why}: CI builds it (make test depends on it)")
+        pytest.skip(why)
+    return m
+
+
+def test_compiled_and_python_replays_give_the_same_frames_and_metrics():
+    _require_build()
+    compiled = _run(REPLAY)
+    python = _run(REPLAY, **{accel.ENV_OFF: "1"})
+    assert set(compiled["status"].values()) == {"compiled"}
+    assert all(s.startswith("python:") for s in python["status"].values())
+    assert compiled["n_rounds"] > 100
+    for part in ("metrics", "jobs", "rounds", "n_rounds"):
+        assert compiled[part] == python[part], part
+
+
+def test_a_changed_source_is_imported_from_python_with_a_warning(tmp_path):
+    m = {"modules": {"jigsaw_env.las": {"file": "jigsaw_env/las.so", "sha256": "0" * 64}}}
+    (tmp_path / "jigsaw_env").mkdir()
+    (tmp_path / "jigsaw_env" / "las.so").write_bytes(b"")
+    finder = accel._CompiledFinder(tmp_path, m)
+    with pytest.warns(RuntimeWarning, match=r"jigsaw_env\.las: its source changed since the compiled build"):
+        assert finder.find_spec("jigsaw_env.las") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert finder.find_spec("jigsaw_env.las") is None
+    assert finder.find_spec("jigsaw_env.env") is None  # not compiled: the usual finders
+    assert finder.skipped == {"jigsaw_env.las": "its source changed since the compiled build"}
+
+
+def test_a_current_source_loads_its_compiled_file_and_a_missing_file_the_source(tmp_path):
+    sha = accel._sha256(accel.source_of("jigsaw_env.las"))
+    m = {"modules": {"jigsaw_env.las": {"file": "jigsaw_env/las.cpython-311-x86_64-linux-gnu.so", "sha256": sha}}}
+    finder = accel._CompiledFinder(tmp_path, m)
+    assert finder.find_spec("jigsaw_env.las") is None
+    assert finder.skipped == {"jigsaw_env.las": "the compiled file is missing"}
+    so = tmp_path / "jigsaw_env" / "las.cpython-311-x86_64-linux-gnu.so"
+    so.parent.mkdir()
+    so.write_bytes(b"")
+    spec = accel._CompiledFinder(tmp_path, m).find_spec("jigsaw_env.las")
+    assert spec.name == "jigsaw_env.las" and Path(spec.origin) == so
+
+
+def test_switched_off_or_without_a_build_every_module_comes_from_python(tmp_path):
+    code = "import json; from jigsaw_env import accel; import agents.jigsaw; print(json.dumps({'status': accel.status()}))"
+    off = _run(code, **{accel.ENV_OFF: "1"})["status"]
+    assert set(off) == set(accel.MODULES)
+    assert all(s == f"python: {accel.ENV_OFF} is set" for s in off.values())
+    # an empty project copy of the manifest's place: no build found
+    assert accel.read_manifest(tmp_path) is None
+    (tmp_path / "manifest.json").write_text("not json")
+    assert accel.read_manifest(tmp_path) is None
+    (tmp_path / "manifest.json").write_text(json.dumps({"modules": []}))
+    assert accel.read_manifest(tmp_path) is None
+
+
+def test_build_failures_are_one_line_and_optional_ones_exit_0(monkeypatch, capsys):
+    from jigsaw_env.cli import main
+
+    def no_cython(jobs=2, quiet=True):
+        raise ImportError("No module named 'Cython'")
+
+    monkeypatch.setattr(accel, "build", no_cython)
+    assert main(["accel", "build", "--optional"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == ("jigsaw accel: compiled build not made (ImportError: No module named 'Cython'); "
+                           "the Python sources will be used")
+    assert main(["accel", "build"]) == 1
+    assert "error: compiled build not made (ImportError" in capsys.readouterr().err
+
+
+def test_the_makefile_rebuilds_on_a_change_of_each_compiled_module():
+    text = (ROOT / "Makefile").read_text()
+    block = re.search(r"ACCEL_SRC := (.*?)\n(?!\t)", text, re.S).group(1)
+    listed = block.replace("\\\n", " ").split()
+    assert listed == [str(accel.source_of(m).relative_to(ROOT)) for m in accel.MODULES]
+
+
+def test_status_names_every_compiled_module():
+    s = accel.status()
+    assert list(s) == list(accel.MODULES)
+    assert all(v == "compiled" or v.startswith("python: ") for v in s.values())
+
+
+@pytest.mark.slow
+def test_golden_metrics_and_jigsaw_equivalences_hold_with_the_python_sources():
+    # the rest of the suite runs the compiled build when there is one: these run the sources
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env.update({accel.ENV_OFF: "1", "OMP_NUM_THREADS": "1"})
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_golden.py",
+                          "tests/test_scheduler_speed.py", "tests/test_sim_step_parity.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert re.search(r"\d+ passed", out.stdout)
