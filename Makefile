@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 # Cython, used only while each source is the one compiled). Rebuilt when one of them changes; without
 # Cython or a C compiler it says why and the Python sources are used.
 ACCEL_SRC := jigsaw_env/placement.py jigsaw_env/las.py jigsaw_env/engine.py jigsaw_env/state.py \
-	jigsaw_env/simulator.py agents/common.py agents/jigsaw.py
+	jigsaw_env/simulator.py agents/common.py agents/jigsaw.py \
+	jigsaw_env/encoder.py jigsaw_env/actions.py jigsaw_env/env.py
 ACCEL_STAMP := $(VENV)/.jigsaw-accel
 
 $(ACCEL_STAMP): $(STAMP) $(ACCEL_SRC)

@@ -27,9 +27,25 @@ from traces import load_trace
 jobs = load_trace("synthetic:jobs=160,load=2.5,seed=4", cluster_gpus=32).jobs
 sim = Simulator(ClusterSpec.from_gpus(32), jobs, SimConfig())
 m = sim.run(make_scheduler("jigsaw"))
+# and an env episode under a random masked policy: every observation, reward and mask
+import hashlib
+import numpy as np
+from jigsaw_env.env import JigsawClusterEnv
+env = JigsawClusterEnv(gpus=16, window_k=8, max_jobs=40, load=2.0, trace="synthetic")
+rng = np.random.default_rng(1)
+obs, _ = env.reset(seed=1)
+h, steps = hashlib.sha256(), 0
+while True:
+    mask = env.action_masks()
+    a = int(mask.nonzero()[0][rng.integers(mask.sum())])
+    obs, r, term, trunc, info = env.step(a)
+    h.update(obs.tobytes()); h.update(mask.tobytes()); h.update(repr(r).encode())
+    steps += 1
+    if term or trunc:
+        break
 print(json.dumps({"status": accel.status(), "metrics": {k: repr(v) for k, v in m.items() if "wall" not in k},
                   "jobs": sim.jobs_frame().to_csv(), "rounds": sim.rounds_frame().to_csv(),
-                  "n_rounds": sim.state.round}))
+                  "n_rounds": sim.state.round, "env": h.hexdigest(), "env_steps": steps}))
 """
 
 
@@ -52,14 +68,14 @@ def _require_build() -> dict:
     return m
 
 
-def test_compiled_and_python_replays_give_the_same_frames_and_metrics():
+def test_compiled_and_python_runs_give_the_same_frames_metrics_and_env_episode():
     _require_build()
     compiled = _run(REPLAY)
     python = _run(REPLAY, **{accel.ENV_OFF: "1"})
     assert set(compiled["status"].values()) == {"compiled"}
     assert all(s.startswith("python:") for s in python["status"].values())
-    assert compiled["n_rounds"] > 100
-    for part in ("metrics", "jobs", "rounds", "n_rounds"):
+    assert compiled["n_rounds"] > 100 and compiled["env_steps"] > 100
+    for part in ("metrics", "jobs", "rounds", "n_rounds", "env", "env_steps"):
         assert compiled[part] == python[part], part
 
 

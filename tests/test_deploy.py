@@ -200,7 +200,8 @@ def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
         deploy("fifo", jobs, slots=SLOTS, out=tmp_path / "out", round_s=1.0, pool=pool, hub=hub, pin=False,
                max_workers_per_gpu=MWPG, allow_oversubscribe=True, fail_at={0: (1, 30, "raise", True)},
                timeout_s=20.0, replay=False, max_restarts=1)
-    assert time.time() - t0 < 60
+    # a guard against waiting for ever, not a speed target: it took 66 s once on 2 busy cores
+    assert time.time() - t0 < 150
     assert e.value.job_id == 0 and e.value.rank == 1
     assert "failed 2 times, more than max_restarts=1: giving up" in str(e.value)
     assert "RuntimeError: injected failure on rank 1 at iteration 30" in str(e.value)
