@@ -1,14 +1,15 @@
-"""An optional compiled build of the simulator's and Jigsaw's hot modules.
+"""An optional compiled build of the hot modules: the simulator's, Jigsaw's and the env's.
 
 Cython compiles the modules of :data:`MODULES` *as they are* (no type declarations, no second
-source) into ``.accel/<python tag>/`` beside the package; an import hook then loads each compiled
-module instead of its source, but only while the source is the one it was compiled from (its
-SHA-256 is in the build's manifest): an edited module, a missing build or ``JIGSAW_PURE_PYTHON=1``
-imports the Python source, so results never depend on a stale build. The compiled code runs the
-same Python operations in the same order (the whole-trace replays give the same rounds and
-metrics; ``tests/test_accel.py`` compares a replay's frames in both modes); it only saves the
-interpreter's dispatch, 1.13-1.16x on the whole Philly replay with Jigsaw (docs/simulator.md
-section 8, "Fourteenth round").
+source) into ``.accel/<python tag>-<platform>/`` beside the packages; an import hook then loads
+each compiled module instead of its source, but only while the source is the one it was compiled
+from (its SHA-256 is in the build's manifest): an edited module, a missing build or
+``JIGSAW_PURE_PYTHON=1`` imports the Python source, so results never depend on a stale build.
+The compiled code runs the same Python operations in the same order (the whole-trace replays
+give the same rounds and metrics; ``tests/test_accel.py`` compares a replay's frames and an env
+episode in both modes); it saves the interpreter's dispatch: 0.87-0.91 of the time of the whole
+Philly replay with Jigsaw, 0.81 of the env's instructions (docs/simulator.md section 8,
+"Fourteenth round").
 
 ``make venv`` builds it when Cython and a C compiler are there (``jigsaw accel build``) and goes
 on without it otherwise. ``jigsaw accel status`` says which modules load compiled, and why not.
