@@ -77,8 +77,11 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
+    import shutil
+
     out = build_dir()
     staging = out.with_name(out.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)  # (what a failed build left: every module is built anew)
     t0 = time.perf_counter()
     hashes = {m: _sha256(source_of(m)) for m in MODULES}  # what is compiled is what is hashed
     exts = [Extension(m, [str(source_of(m))]) for m in MODULES]
@@ -90,6 +93,9 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     cmd.parallel = max(1, jobs)
     cmd.ensure_finalized()
     cmd.run()
+    changed = [m for m in MODULES if _sha256(source_of(m)) != hashes[m]]
+    if changed:  # the manifest would vouch for a file compiled from other text
+        raise RuntimeError(f"{', '.join(changed)} changed during the build; build again")
     files = {}
     for m in MODULES:
         name = cmd.get_ext_filename(m)  # e.g. jigsaw_env/state.cpython-311-x86_64-linux-gnu.so
@@ -99,7 +105,6 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     manifest = {"modules": files, "cython": cython_version, "python": sys.version.split()[0],
                 "build_s": round(time.perf_counter() - t0, 1)}
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    import shutil
     for scratch in ("c", "tmp"):  # the generated C (a few MB a module) and the object files
         shutil.rmtree(staging / scratch, ignore_errors=True)
     if out.exists():
