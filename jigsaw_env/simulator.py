@@ -434,7 +434,6 @@ class Simulator:
         self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
         self._order = None                      # index arrays over the live components (cached)
         self._comps_list = None                 # the live components in their order (cached)
-        self._slots = None                      # their component-set slots, an array (cached)
         self._gathered = None                   # the component set's constants in that order (cached)
         # which copy of the step counters and job counters is current: "both" (at a round's end),
         # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
@@ -633,7 +632,7 @@ class Simulator:
             if gc.get(g) is comp:
                 del gc[g]
         self._n_live_gpus -= len(gpus)
-        self._order = self._gathered = self._comps_list = self._slots = None
+        self._order = self._gathered = self._comps_list = None
         return comp
 
     def _form(self, key: tuple, comp: Component) -> None:
@@ -658,7 +657,7 @@ class Simulator:
             gc[g] = comp
         self._n_live_gpus += len(gpus)
         self._need_finish.append(comp)
-        self._order = self._gathered = self._comps_list = self._slots = None
+        self._order = self._gathered = self._comps_list = None
         if self._reference:
             self._cset.materialize()
             self._rjobs.materialize()
@@ -789,7 +788,7 @@ class Simulator:
         components, each component's GPU count and its formation time (s)."""
         if self._order is None:
             comps = self._live_comps()
-            slots = self._live_slots()
+            slots = np.array([c.slot for c in comps], dtype=np.int64)
             rows: list[int] = []
             ext = rows.extend
             for c in comps:
@@ -799,13 +798,6 @@ class Simulator:
                            np.array([len(c.gpu_list) for c in comps], dtype=np.float64),
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
-
-    def _live_slots(self) -> np.ndarray:
-        """The live components' slots in their dict order (cached until one forms or dissolves;
-        the completion search needs only these, once per completion)."""
-        if self._slots is None:
-            self._slots = np.array([c.slot for c in self._live_comps()], dtype=np.int64)
-        return self._slots
 
     def _live_comps(self) -> list:
         """The live components in their dict order (cached until one forms or dissolves)."""
