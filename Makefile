@@ -17,14 +17,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The optional compiled build of the hot modules (jigsaw_env/accel.py: the same sources compiled by
-# Cython, used only while each source is the one compiled). Rebuilt when one of them changes; without
-# Cython or a C compiler it says why and the Python sources are used.
+# Cython, used only while each source is the one compiled). Rebuilt when one of them or one of the
+# .pxd files beside them (Cython's declarations) changes; without Cython or a C compiler it says
+# why and the Python sources are used.
 ACCEL_SRC := jigsaw_env/placement.py jigsaw_env/las.py jigsaw_env/engine.py jigsaw_env/state.py \
 	jigsaw_env/simulator.py agents/common.py agents/jigsaw.py \
 	jigsaw_env/encoder.py jigsaw_env/actions.py jigsaw_env/env.py
+ACCEL_PXD := $(wildcard $(ACCEL_SRC:.py=.pxd))
 ACCEL_STAMP := $(VENV)/.jigsaw-accel
 
-$(ACCEL_STAMP): $(STAMP) $(ACCEL_SRC)
+$(ACCEL_STAMP): $(STAMP) $(ACCEL_SRC) $(ACCEL_PXD)
 	$(VENV)/bin/jigsaw accel build --optional
 	touch $(ACCEL_STAMP)
 

@@ -1,15 +1,21 @@
 """An optional compiled build of the hot modules: the simulator's, Jigsaw's and the env's.
 
-Cython compiles the modules of :data:`MODULES` *as they are* (no type declarations, no second
-source) into ``.accel/<python tag>-<platform>/`` beside the packages; an import hook then loads
-each compiled module instead of its source, but only while the source is the one it was compiled
-from (its SHA-256 is in the build's manifest): an edited module, a missing build or
+Cython compiles the modules of :data:`MODULES` as they are into ``.accel/<python tag>-<platform>/``
+beside the packages; an import hook then loads each compiled module instead of its source, but only
+while the source is the one it was compiled from (the SHA-256 of the ``.py`` and of its ``.pxd``,
+when it has one, is in the build's manifest): an edited module, a missing build or
 ``JIGSAW_PURE_PYTHON=1`` imports the Python source, so results never depend on a stale build.
-The compiled code runs the same Python operations in the same order (the whole-trace replays
-give the same rounds and metrics; ``tests/test_accel.py`` compares a replay's frames and an env
-episode in both modes); it saves the interpreter's dispatch: 0.87-0.91 of the time of the whole
-Philly replay with Jigsaw, 0.81 of the env's instructions (docs/simulator.md section 8,
-"Fourteenth round").
+
+The only declarations are in ``.pxd`` files beside five of the modules (Cython's "augmenting
+.pxd"; the interpreter never reads them): they make the simulator's hot classes extension types
+whose attributes are C fields, so compiled code reads them without a dictionary lookup. No
+variable is typed, so the compiled code runs the same Python operations in the same order (the
+whole-trace replays give the same rounds and metrics; ``tests/test_accel.py`` compares a replay's
+frames and an env episode in both modes). Two differences a user can meet: :class:`JobState`,
+:class:`ClusterState` and ``engine.Member`` hold their fields only (setting another attribute
+raises AttributeError, as on a slotted dataclass), and the other declared classes' listed
+attributes are not in their ``__dict__``. The build saves the interpreter's dispatch and those
+lookups (docs/simulator.md section 8, "Fourteenth round" and "Fifteenth round").
 
 ``make venv`` builds it when Cython and a C compiler are there (``jigsaw accel build``) and goes
 on without it otherwise. ``jigsaw accel status`` says which modules load compiled, and why not.
@@ -49,8 +55,20 @@ def source_of(module: str) -> Path:
     return ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def declarations_of(module: str) -> Path:
+    """The ``.pxd`` beside a module's source (Cython's declarations for it; it may not exist)."""
+    return source_of(module).with_suffix(".pxd")
+
+
+def source_hash(module: str) -> str:
+    """SHA-256 of what a module's compiled build is made from: its ``.py``, then its ``.pxd``
+    when it has one (a build whose ``.pxd`` changed, appeared or went is as stale as one whose
+    ``.py`` changed)."""
+    h = hashlib.sha256(source_of(module).read_bytes())
+    pxd = declarations_of(module)
+    if pxd.is_file():
+        h.update(b"\0pxd\0" + pxd.read_bytes())
+    return h.hexdigest()
 
 
 def _off() -> bool:
@@ -83,7 +101,7 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     staging = out.with_name(out.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)  # (what a failed build left: every module is built anew)
     t0 = time.perf_counter()
-    hashes = {m: _sha256(source_of(m)) for m in MODULES}  # what is compiled is what is hashed
+    hashes = {m: source_hash(m) for m in MODULES}  # what is compiled is what is hashed
     exts = [Extension(m, [str(source_of(m))]) for m in MODULES]
     exts = cythonize(exts, compiler_directives=_COMPILER_DIRECTIVES, build_dir=str(staging / "c"),
                      nthreads=max(1, jobs), quiet=quiet)
@@ -93,7 +111,7 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     cmd.parallel = max(1, jobs)
     cmd.ensure_finalized()
     cmd.run()
-    changed = [m for m in MODULES if _sha256(source_of(m)) != hashes[m]]
+    changed = [m for m in MODULES if source_hash(m) != hashes[m]]
     if changed:  # the manifest would vouch for a file compiled from other text
         raise RuntimeError(f"{', '.join(changed)} changed during the build; build again")
     files = {}
@@ -139,7 +157,7 @@ class _CompiledFinder(importlib.abc.MetaPathFinder):
 def _why_not(module: str, entry: dict, where: Path) -> str | None:
     """Why ``module`` would not load compiled (None: it would)."""
     try:
-        if _sha256(source_of(module)) != entry.get("sha256"):
+        if source_hash(module) != entry.get("sha256"):
             return "its source changed since the compiled build"
     except OSError as e:
         return f"its source cannot be read ({e})"

@@ -54,12 +54,21 @@ class LASQueues:
         self._kept = None  # order_active's queues (see there)
         self._changes = None  # _observe_changes's running set and starvation heap (see there)
 
+    #: what a copy or a pickle keeps (every attribute but the caches; tests/test_accel.py checks
+    #: that a LASQueues has no other): listed, since the compiled build keeps them out of __dict__
+    _STATE = ("thresholds", "starve_factor", "_run_since", "_last_run", "_wait_since", "_base", "promotions",
+              "_promoted")
+
     def __getstate__(self) -> dict:
         # order_active's queues are a cache of one state: a copy or a pickle (the live
         # executor's snapshot of its scheduler) leaves them out and builds them anew
-        d = dict(self.__dict__)
+        d = {name: getattr(self, name) for name in self._STATE}
         d["_kept"] = d["_changes"] = None
         return d
+
+    def __setstate__(self, d: dict) -> None:
+        for name, value in d.items():
+            setattr(self, name, value)
 
     def observe(self, state: ClusterState) -> None:
         """Update run/wait bookkeeping from the state at the start of a round; promote starved jobs.

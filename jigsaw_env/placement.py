@@ -104,8 +104,9 @@ class GpuLedger:
 
     def copy(self, decision: Decision | None = None) -> "GpuLedger":
         """An independent copy; ``decision``: the same jobs in another order (default: a copy of
-        this ledger's decision, in its order)."""
-        new = GpuLedger.__new__(GpuLedger)
+        this ledger's decision, in its order). A subclass's ledger copies to its class."""
+        cls = self.__class__
+        new = cls.__new__(cls)
         new.state = self.state
         new.capacity = self.capacity
         new._views_ro = None
@@ -121,12 +122,20 @@ class GpuLedger:
         new.decision = Decision(self.decision) if decision is None else decision
         return new
 
+    #: what a copy or a pickle keeps (every attribute but the views; tests/test_accel.py checks
+    #: that a ledger has no other): listed, since the compiled build keeps them out of __dict__
+    _STATE = ("state", "capacity", "decision", "_ml", "_wl", "_cl", "_wc", "_pk", "_mem", "_workers", "_origin")
+
     def __getstate__(self) -> dict:
         # a deep copy or a pickle copies the views apart from the arrays they view: drop them,
         # and the copy makes its own from its own arrays on its first read
-        d = dict(self.__dict__)
+        d = {name: getattr(self, name) for name in self._STATE}
         d["_views_ro"] = None
         return d
+
+    def __setstate__(self, d: dict) -> None:
+        for name, value in d.items():
+            setattr(self, name, value)
 
     # ----- queries -----
     def _views(self) -> tuple[np.ndarray, np.ndarray]:

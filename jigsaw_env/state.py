@@ -7,7 +7,8 @@ preempted if it was running). Heuristics must treat the state as read-only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Iterable
 
@@ -131,6 +132,15 @@ class JobState:
     status_since_s: float = float("nan")
     last_run_s: float = 0.0
 
+    # The dataclass's comparison, written out (the same: a tuple of the fields, so a field equals
+    # itself, NaN included): the compiled build's generated one would compare NaN fields unequal.
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return _JOB_FIELDS(self) == _JOB_FIELDS(other)
+        return NotImplemented
+
+    __hash__ = None  # (as the dataclass's: mutable, compared by value)
+
     @property
     def status_start_s(self) -> float:
         """When the job's current status began (s): ``status_since_s``; for a state built without
@@ -151,6 +161,9 @@ class JobState:
     def active(self) -> bool:
         """Arrived and not finished (queued, running or paused)."""
         return self.status in _ACTIVE_STATUSES
+
+
+_JOB_FIELDS = operator.attrgetter(*(f.name for f in fields(JobState)))  # (JobState.__eq__)
 
 
 class CostModel:
@@ -338,6 +351,13 @@ class ClusterState:
     # dissolve (agents.common.current_pairs reads them instead of every running job's GPUs).
     shared_ref: dict | None = field(default=None, repr=False, compare=False)
 
+    def __eq__(self, other):  # the dataclass's comparison, written out (see JobState.__eq__)
+        if other.__class__ is self.__class__:
+            return _STATE_FIELDS(self) == _STATE_FIELDS(other)
+        return NotImplemented
+
+    __hash__ = None
+
     @property
     def spb(self) -> SPBConfig:
         return self.costs.spb
@@ -370,6 +390,9 @@ class ClusterState:
         """The allocation in force: every running job keeps its placement, level and pattern
         (:func:`job_decision` objects: the same one while a job keeps its configuration)."""
         return Decision({j.job_id: job_decision(j.placement, j.level, j.pattern) for j in self.running()})
+
+
+_STATE_FIELDS = operator.attrgetter(*(f.name for f in fields(ClusterState) if f.compare))  # (ClusterState.__eq__)
 
 
 def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: float,

@@ -94,7 +94,7 @@ def test_a_changed_source_is_imported_from_python_with_a_warning(tmp_path):
 
 
 def test_a_current_source_loads_its_compiled_file_and_a_missing_file_the_source(tmp_path):
-    sha = accel._sha256(accel.source_of("jigsaw_env.las"))
+    sha = accel.source_hash("jigsaw_env.las")
     m = {"modules": {"jigsaw_env.las": {"file": "jigsaw_env/las.cpython-311-x86_64-linux-gnu.so", "sha256": sha}}}
     finder = accel._CompiledFinder(tmp_path, m)
     assert finder.find_spec("jigsaw_env.las") is None
@@ -139,6 +139,98 @@ def test_the_makefile_rebuilds_on_a_change_of_each_compiled_module():
     block = re.search(r"ACCEL_SRC := (.*?)\n(?!\t)", text, re.S).group(1)
     listed = block.replace("\\\n", " ").split()
     assert listed == [str(accel.source_of(m).relative_to(ROOT)) for m in accel.MODULES]
+    # and of each module's declarations: the stamp depends on the .pxd files beside those sources
+    assert "ACCEL_PXD := $(wildcard $(ACCEL_SRC:.py=.pxd))" in text
+    assert re.search(r"^\$\(ACCEL_STAMP\): .*\$\(ACCEL_SRC\) \$\(ACCEL_PXD\)$", text, re.M)
+    # every .pxd in the packages declares one of the compiled modules (a stray one would be ignored)
+    pxds = sorted(str(p.relative_to(ROOT)) for d in ("jigsaw_env", "agents") for p in (ROOT / d).glob("*.pxd"))
+    assert pxds and pxds == sorted(str(accel.declarations_of(m).relative_to(ROOT)) for m in accel.MODULES
+                                   if accel.declarations_of(m).is_file())
+
+
+def test_a_module_hash_covers_its_declarations(tmp_path, monkeypatch):
+    (tmp_path / "jigsaw_env").mkdir()
+    src = tmp_path / "jigsaw_env" / "las.py"
+    src.write_text("x = 1\n")
+    monkeypatch.setattr(accel, "ROOT", tmp_path)
+    alone = accel.source_hash("jigsaw_env.las")
+    pxd = tmp_path / "jigsaw_env" / "las.pxd"
+    pxd.write_text("cdef class A:\n    cdef public object a\n")
+    declared = accel.source_hash("jigsaw_env.las")
+    pxd.write_text("cdef class A:\n    cdef public object b\n")
+    assert len({alone, declared, accel.source_hash("jigsaw_env.las")}) == 3
+    pxd.unlink()
+    assert accel.source_hash("jigsaw_env.las") == alone
+    # a build whose declarations changed is stale like one whose source changed
+    m = {"modules": {"jigsaw_env.las": {"file": "jigsaw_env/las.so", "sha256": declared}}}
+    (tmp_path / "jigsaw_env" / "las.so").write_bytes(b"")
+    with pytest.warns(RuntimeWarning, match="its source changed"):
+        assert accel._CompiledFinder(tmp_path, m).find_spec("jigsaw_env.las") is None
+
+
+# what differs least visibly between the modes: comparisons, copies and pickles of the declared classes
+OBJECTS = """
+import copy, json, pickle, dataclasses
+from jigsaw_env import accel
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.las import LASQueues
+from jigsaw_env.placement import GpuLedger
+from jigsaw_env.simulator import SimConfig, Simulator
+from jigsaw_env.state import JobState, JobDecision, Decision
+from agents import make_scheduler
+from traces import load_trace
+out = {"status": accel.status()}
+j = JobState(1, 0.0, 2, "resnet50", 32, 100.0)  # NaN fields
+k = JobState(1, 0.0, 2, "resnet50", 32, 100.0)
+out["job"] = [j == j, j == copy.deepcopy(j), j == k, j != k, j == pickle.loads(pickle.dumps(j)),
+              (j == 1), repr(j), [f.name for f in dataclasses.fields(j)], dataclasses.replace(j, progress=2.0).progress]
+try:
+    hash(j)
+    out["job_hash"] = "hashable"
+except TypeError:
+    out["job_hash"] = "unhashable"
+sim = Simulator(ClusterSpec.from_gpus(16), load_trace("synthetic:jobs=30,load=2,seed=1", cluster_gpus=16).jobs, SimConfig())
+sched = make_scheduler("jigsaw")
+for _ in range(6):
+    sim.step(sched.schedule(sim.state))
+st = sim.state
+out["state"] = [st == st, st == copy.copy(st), st == copy.deepcopy(st)]
+led = GpuLedger(st, st.current_decision())
+_ = led.mem  # the views exist
+c = copy.deepcopy(led)
+p = pickle.loads(pickle.dumps(led))
+out["ledger"] = [c._views_ro is None, list(c.mem) == list(led.mem), c.decision == led.decision,
+                 p._wl == led._wl, p._ml == led._ml, list(p.workers) == list(led.workers), c._origin is None]
+# every attribute a ledger has is kept by its copies (GpuLedger._STATE), in either mode
+own = set(vars(led)) | {n for n in GpuLedger._STATE if hasattr(led, n)}
+out["ledger_extra"] = sorted(own - set(GpuLedger._STATE) - {"_views_ro"})
+las = LASQueues()
+las.observe(st)
+las.order_active(st)
+q = pickle.loads(pickle.dumps(las))
+out["las"] = [q._kept is None and q._changes is None, q.thresholds == las.thresholds, q._run_since == las._run_since,
+              [x.job_id for x in q.order_active(st)] == [x.job_id for x in las.order_active(st)]]
+out["las_extra"] = sorted(set(vars(las)) - set(LASQueues._STATE) - {"_kept", "_changes"})
+d = copy.deepcopy(sim)
+out["sim_copy"] = [d.state.round == sim.state.round, d.state is not sim.state,
+                   d.jobs_frame().to_csv() == sim.jobs_frame().to_csv()]
+print(json.dumps(out))
+"""
+
+
+def test_declared_classes_compare_copy_and_pickle_alike_in_both_modes():
+    _require_build()
+    compiled = _run(OBJECTS)
+    python = _run(OBJECTS, **{accel.ENV_OFF: "1"})
+    assert set(compiled["status"].values()) == {"compiled"}
+    for part in ("job", "job_hash", "state", "ledger", "ledger_extra", "las", "las_extra", "sim_copy"):
+        assert compiled[part] == python[part], part
+    # the known answers (those of the Python dataclasses and of the copies' rules)
+    assert python["job"][:6] == [True, True, True, False, False, False]
+    assert python["job_hash"] == "unhashable"
+    assert python["state"] == [True, True, False]  # (a deep copy's CostModel is another object: compared by identity)
+    assert all(python["ledger"]) and all(python["las"]) and all(python["sim_copy"])
+    assert python["ledger_extra"] == [] and python["las_extra"] == []
 
 
 def test_status_names_every_compiled_module():

@@ -353,8 +353,8 @@ def test_vectorised_rounds_equal_scalar_rounds(synth, agent, monkeypatch):
     # vectorised, always scalar and the mix (threshold 3) give the same logs, exactly
     frames = []
     for threshold in (1, 3, 10**9):
-        monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", threshold)
         sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim.VECTOR_MIN_COMPONENTS = threshold  # (on the instance: a compiled Simulator's class is immutable)
         sim.run(make_scheduler(agent))
         frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
     for other in frames[1:]:
@@ -367,22 +367,23 @@ def test_load_pool_rewrites_change_nothing(synth, monkeypatch):
     # ComponentSet keeps every live component's loads in one flat pool and rewrites it (live
     # components only) when it fills; the slack it leaves sets how often. A pool rewritten at
     # nearly every new component and one rewritten rarely give the same logs, exactly
+    import jigsaw_env.simulator as simulator_module
     from jigsaw_env.engine import ComponentSet
-    monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", 1)  # every round through the pool
-    compact = ComponentSet._compact
     rewrites = []
 
     def counted(self, extra):
         rewrites[-1] += 1
-        return compact(self, extra)
+        return ComponentSet._compact(self, extra)
 
-    monkeypatch.setattr(ComponentSet, "_compact", counted)
-    monkeypatch.setattr(ComponentSet, "POOL_MIN", 16)
     frames = []
     for slack in (1, ComponentSet.POOL_SLACK):
-        monkeypatch.setattr(ComponentSet, "POOL_SLACK", slack)
+        # a subclass in the simulator's module (a compiled ComponentSet's class is immutable)
+        small = type("SmallPool", (ComponentSet,), {"_compact": counted, "POOL_MIN": 16, "POOL_SLACK": slack})
+        monkeypatch.setattr(simulator_module, "ComponentSet", small)
         rewrites.append(0)
         sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
+        sim.VECTOR_MIN_COMPONENTS = 1  # every round through the pool
+        assert type(sim._cset) is small
         sim.run(make_scheduler("jigsaw"))
         frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
     assert rewrites[0] > 5 * max(rewrites[1], 1), rewrites

@@ -654,6 +654,17 @@ def test_host_search_pruned_with_the_restart_discount_decides_as_the_full_search
     assert searched[0] == searched[1] > 100  # paused guests were looked at, many times
 
 
+def _every_ledger_is(cls, monkeypatch) -> None:
+    """Make every GpuLedger (the simulator's, the schedulers', copies) a ``cls``: the name is
+    replaced in each module that holds it (the class itself cannot be patched where the compiled
+    build makes it an extension type; jigsaw_env/accel.py)."""
+    import sys
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "GpuLedger", None) is GpuLedger:
+            monkeypatch.setattr(mod, "GpuLedger", cls)
+
+
 @pytest.mark.parametrize("agent", ["tiresias", "srtf+spb", "tiresias+spb", "jigsaw"])
 def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch):
     """place_exclusive and Jigsaw's exclusive pass add a running job's own configuration on GPUs
@@ -680,8 +691,7 @@ def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch)
             (twin._ml, twin._wl, twin._wc, list(twin.decision.items())), (agent, job_id, jd)
         n[0] += 1
 
-    monkeypatch.setattr(GpuLedger, "add", add)
-    monkeypatch.setattr(GpuLedger, "add_alone", add_alone)
+    _every_ledger_is(type("CheckedLedger", (GpuLedger,), {"add": add, "add_alone": add_alone}), monkeypatch)
     levels = 0
     for gpus, load, seed in ((16, 2.5, 5), (32, 3.0, 2)):
         jobs = load_trace(f"synthetic:jobs=70,load={load},seed={seed}", cluster_gpus=gpus).jobs
@@ -694,6 +704,7 @@ def test_every_add_that_skips_the_ledger_check_would_pass_it(agent, monkeypatch)
             return sched.schedule(st)
 
         assert sim.run(policy)["jobs_completed"] == 70
+        assert type(sim.in_force_ledger()).__name__ == "CheckedLedger"
     assert n[0] > 200
     assert (levels > 0) == (agent != "tiresias")  # kept configurations include SPB levels
 

@@ -707,10 +707,10 @@ def test_a_completion_mid_round_advances_only_its_component(vector_min, monkeypa
     # vectorised path (vector_min 1) and the scalar one (1000) give these numbers.
     from conftest import TOY4C
 
-    monkeypatch.setattr(Simulator, "VECTOR_MIN_COMPONENTS", vector_min)
     jobs = [JobState(1, 0.0, 1, TOY4C, BS, 5), JobState(2, 0.0, 1, TOY4C, BS, 200),
             JobState(3, 0.0, 1, TOY4C, BS, 200)]
     sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0))
+    sim.VECTOR_MIN_COMPONENTS = vector_min
     d = Decision({1: JobDecision((0,), 0, Pattern.ROTATING), 2: JobDecision((0,), 0, Pattern.ROTATING),
                   3: JobDecision((1,), 0, Pattern.ROTATING)})
     r = sim.step(d)

@@ -1,0 +1,11 @@
+# Declarations for the optional compiled build only (jigsaw_env/accel.py; Cython reads this file
+# beside the .py of the same name, the interpreter never does). Each class below becomes an extension
+# type whose listed attributes are C fields: compiled code reads them without a dictionary lookup.
+# Every name is an attribute the class sets (untyped: `object`); attributes not listed still work
+# through the instance dict (`__dict__`), as do class-level defaults. The Python source is unchanged
+# and stays the reference: tests/test_accel.py holds both modes to the same results.
+
+cdef class GpuLedger:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef public object state, capacity, decision, _mem, _workers, _views_ro, _ml, _wl, _cl, _wc, _pk
