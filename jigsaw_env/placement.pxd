@@ -5,7 +5,27 @@
 # through the instance dict (`__dict__`), as do class-level defaults. The Python source is unchanged
 # and stays the reference: tests/test_accel.py holds both modes to the same results.
 
+cimport cython
+
 cdef class GpuLedger:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object state, capacity, decision, _mem, _workers, _views_ro, _ml, _wl, _cl, _wc, _pk
+    cdef public object state, capacity, decision, _mem, _workers, _views_ro
+    cdef public list _ml, _wl, _cl, _wc
+    cdef public dict _pk
+
+    @cython.locals(e=tuple)
+    cpdef list _peak_list(self, job, jd)
+
+    @cython.locals(gpus=tuple, n=cython.Py_ssize_t, workers=list, mem=list, capacity=list, g=cython.Py_ssize_t,
+                   cap_w=cython.Py_ssize_t)
+    cpdef check(self, job_id, jd, _chosen=*)
+
+    @cython.locals(wl=list, ml=list, wc=list, g=cython.Py_ssize_t, w=cython.Py_ssize_t)
+    cpdef add(self, job_id, jd, checked=*)
+
+    @cython.locals(gpus=tuple, wl=list, ml=list, wc=list, n=cython.Py_ssize_t, g=cython.Py_ssize_t)
+    cpdef add_alone(self, job_id, jd)
+
+    @cython.locals(wl=list, ml=list, wc=list, g=cython.Py_ssize_t, w=cython.Py_ssize_t)
+    cpdef remove(self, job_id)
