@@ -7,6 +7,10 @@
 
 cimport cython
 
+# GpuLedger is also typed where its scalar loops run: its per-GPU lists are lists (a ledger made
+# from Python holds lists there: copies share _cl, the others are its own), and check/add/
+# add_alone/remove/_peak_list are cpdef methods (still overridable by a Python subclass) whose
+# GPU indices are C integers; memory stays Python floats, added in the same order.
 cdef class GpuLedger:
     cdef dict __dict__
     cdef object __weakref__
