@@ -18,7 +18,7 @@ Normalised useful throughput of a job ``j`` (the unit every rule compares in) is
 ``x_j = eta_j * T_iso_j / step_j``: full-backprop-equivalent iterations per second relative to the
 job alone at level 0 on dedicated consolidated GPUs (``CostModel.isolated_iteration_s``).
 ``n_j * x_j`` is the useful work it turns out, in dedicated-GPU equivalents -- the quantity
-``cluster_efficiency`` sums (DESIGN.md section 5).
+``cluster_efficiency`` sums (docs/design.md section 5).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
         --configs 2/rotating,2/static,3/rotating,3/static --out bench/results/eta/w2   # W = 2 (not in tables)
 
 eta(model, level, pattern) is the progress of one SPB iteration relative to one full-backprop
-iteration (DESIGN.md section 2, docs/spb_model.md eq. E1). Measured here as
+iteration (docs/design.md section 2, docs/spb_model.md eq. E1). Measured here as
 
     eta = iterations_full / iterations_spb
 

@@ -373,7 +373,7 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
              f"<b>{html.escape(meta['efficiency_form']['form'])}</b>. Load: <b>{html.escape(', '.join('trace' if v is None else f'{v:g}' for v in meta['load']['values']))}</b>. "
              f"eta: <b>{html.escape(', '.join(str(v) for v in meta['eta']['values']))}</b>.</p>",
              "<h2>Summary</h2>", "<p class=note>mean ± half-width of the 95% confidence interval over seeds: "
-             "mean ± t<sub>0.975, n−1</sub> · sd / √n. Metrics as defined in DESIGN.md section 5 "
+             "mean ± t<sub>0.975, n−1</sub> · sd / √n. Metrics as defined in docs/design.md section 5 "
              "(docs/evaluation.md).</p>",
              _summary_html(summary, len(loads) > 1, len(etas) > 1 or etas[0] != "table"),
              f"<h2>Figures</h2><p class=note>Figures 1–5 show the condition {html.escape(cond)}.</p>"]

@@ -2,7 +2,7 @@
 
 Every model is an :class:`ZooModel`: an ``nn.Module`` whose ``groups`` (an ``nn.ModuleList``) are
 its SPB layer groups, ordered from the input (index 0) to the output (index ``B-1``), cut at natural
-block boundaries (DESIGN.md section 2). ``forward(x)`` applies the groups in sequence; each group
+block boundaries (docs/design.md section 2). ``forward(x)`` applies the groups in sequence; each group
 takes one tensor and returns one tensor, so a worker that starts backprop at group ``s`` can run
 groups ``0..s-1`` under ``torch.no_grad()`` and the rest with gradients.
 
@@ -541,7 +541,8 @@ class TinyCNN(_TinyDigits):
 
 class TinyMLP(_TinyDigits):
     """Tiny MLP 64 -> 128 -> 64 -> 64 -> 32 -> 10 (ReLU) for sklearn digits, for tests and the
-    live executor (the shape of the 6-block loopback test in DESIGN.md, with 5 blocks here).
+    live executor (the shape of the 6-block loopback case in docs/design.md section 2, with 5
+    blocks here).
     No paper or Gavel job; GPU tables are extrapolated.
 
     Input: float ``[B, 64]``; targets: int64 ``[B]`` in ``0..9``.

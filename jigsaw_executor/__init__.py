@@ -1,6 +1,6 @@
 """jigsaw_executor.
 
-The live PyTorch executor (DESIGN.md section 3). Part 1, real SPB data-parallel training
+The live PyTorch executor (docs/design.md section 3). Part 1, real SPB data-parallel training
 (docs/executor.md):
 
 * :mod:`jigsaw_executor.spb_worker`: ``SPBTrainer`` (one worker: no-grad forward below its start

@@ -1,4 +1,4 @@
-"""The live executor's decision log, and its replay through the simulator (DESIGN.md section 3).
+"""The live executor's decision log, and its replay through the simulator (docs/design.md section 3).
 
 ``decision_log.jsonl``: one JSON object per line.
 

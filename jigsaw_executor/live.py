@@ -1,5 +1,5 @@
 """The live executor: real SPB jobs on Ray slots, driven round by round by a scheduler that reads
-the simulator's own state type (DESIGN.md section 3; docs/deploy.md).
+the simulator's own state type (docs/design.md section 3; docs/deploy.md).
 
 :class:`LiveExecutor` keeps the cluster in a :class:`~jigsaw_env.state.ClusterState` (slots are
 the cluster's "GPUs": ``ClusterSpec.from_gpus(slots, gpus_per_node=slots, gpu_type="cpu")``,

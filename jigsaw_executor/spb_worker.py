@@ -1,4 +1,4 @@
-"""Real Structured Partial Backpropagation (SPB) for one data-parallel worker (DESIGN.md section 2).
+"""Real Structured Partial Backpropagation (SPB) for one data-parallel worker (docs/design.md section 2).
 
 :class:`SPBTrainer` wraps a model whose ``groups`` (an ``nn.ModuleList``, input first) are its SPB
 layer groups, and an optimizer. One :meth:`SPBTrainer.step` is one SPB iteration of this worker:

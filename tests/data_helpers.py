@@ -1,4 +1,4 @@
-"""Finding the reference data folder in tests (DESIGN.md section 6).
+"""Finding the reference data folder in tests (docs/design.md section 6).
 
     from data_helpers import require_data
     path = require_data("philly/philly.csv")
@@ -28,7 +28,7 @@ def require_data(relpath: str) -> Path:
     if path.exists():
         return path
     reason = (f"reference data {relpath!r} not found in {base} "
-              "(set JIGSAW_DATA to the data folder; DESIGN.md section 6)")
+              "(set JIGSAW_DATA to the data folder; docs/design.md section 6)")
     if os.environ.get("CI", "").strip().lower() == "true":
         pytest.fail(f"{reason}; CI=true requires the data folder", pytrace=False)
     pytest.skip(reason)

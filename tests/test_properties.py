@@ -6,7 +6,7 @@ default memory or a small override (so that memory binds), 1-8 jobs of shipped z
 tiny ones included) with 1-30 iterations and random arrivals, random round lengths (iteration
 granularity included), 1-3 workers per GPU, SPB levels 1-3 with 2-4 slots.
 
-Invariants checked after every round (DESIGN.md sections 2 and 5, docs/simulator.md):
+Invariants checked after every round (docs/design.md sections 2 and 5, docs/simulator.md):
   * no GPU holds more memory than it has, counted at each worker process's peak;
   * no GPU holds more workers than ``max_workers_per_gpu``; a job's workers sit on distinct GPUs;
   * no GPU has computed for longer than the time since the first arrival;

@@ -1,6 +1,6 @@
 """Known-answer tests of the SPB cost model (jigsaw_env.spb, cost_table, network).
 
-Every expected number is computed by hand in the comments from DESIGN.md section 2 and the
+Every expected number is computed by hand in the comments from docs/design.md section 2 and the
 equations of docs/spb_model.md (labels S1-S4, C1, M1, N1-N3, E1, G1, T1).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ REL = 1e-12
 
 
 # ---------------------------------------------------------------- S1/S2: levels and start slots
-# Rule (DESIGN.md s.2): f_l = l/(L+1); deepest = floor(f_l * B); n slots evenly spaced from 0 to
+# Rule (docs/design.md s.2): f_l = l/(L+1); deepest = floor(f_l * B); n slots evenly spaced from 0 to
 # deepest, rounded down: slot_i = floor(i * deepest / (n-1)), i = 0..n-1; duplicates removed.
 @pytest.mark.parametrize("level,B,expected", [
     # B=4, L=3, n=4
@@ -327,7 +327,7 @@ def test_measured_eta_wins_over_prior():
 
 # ---------------------------------------------------------------- G1: gain bound
 def test_gain_bound_design_example():
-    # DESIGN.md s.2 example: equal backward per group, backward = 2x forward, no separate
+    # docs/design.md s.2 example: equal backward per group, backward = 2x forward, no separate
     # input-gradient cost. B=4, forward 0.25 each (F = 1), weight-grad 0.5 each:
     # compute(s) = 1 + 0.5*(4-s) = 3, 2.5, 2, 1.5 -> mean over the rotating cycle 2.25 (= 2.25F vs 3F)
     # eta (W=1 rotating, level 3) = 1 - 0.5 * 1.5/4 = 0.8125; bound = 3/2.25 * 0.8125 = 1.083333
