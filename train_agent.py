@@ -388,7 +388,7 @@ def _check_env(cfg: dict) -> None:
 
 def _atomic_write(path: Path, write) -> None:
     """``write(file)`` to a temporary file beside ``path``, flushed to disk, then renamed over
-    ``path``: a process killed at any moment leaves either the old file or the complete new one."""
+    ``path``: a process killed at any moment leaves either the previous file or the complete new one."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with open(tmp, "wb") as f:
         write(f)

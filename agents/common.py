@@ -516,7 +516,7 @@ def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, cap
     if prep_key is None:
         return _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
     # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
-    # whole-trace replay's memory under the 2 GiB of issue 6 (200k entries took it to 2.7 GiB)
+    # whole-trace replay's memory under its 2 GiB target (200k entries took it to 2.7 GiB)
     cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
     prep = cache.get(prep_key)
     if prep is None:

@@ -5,7 +5,7 @@ scheduler's time per call and per active job, and the simulator's time per round
     python -m bench.per_round_cost --trace synthetic:jobs=82247,load=0.7,seed=0 --gpus 512 --agent tiresias
 
 A cost that is flat per active job while the finished count grows says the per-round work depends
-on the jobs in the system, not on the finished ones (issue 6). Times are wall seconds of
+on the jobs in the system, not on the finished ones. Times are wall seconds of
 ``Scheduler.schedule`` alone and of ``Simulator.step`` alone (perf_counter), one thread.
 """
 from __future__ import annotations

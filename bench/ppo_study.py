@@ -1,5 +1,6 @@
 """PPO study: MaskablePPO (3 training seeds) vs Tiresias, SRTF and Jigsaw on a fixed list of held-out
-Philly windows, with paired confidence intervals (issue 4, the learned-agent target).
+Philly windows, with paired confidence intervals (the learned-agent target: PPO's mean JCT below
+Tiresias's).
 
     python -m bench.ppo_study                           # full study (3 x 25 min of training, then evaluation)
     python -m bench.ppo_study --reuse                   # re-evaluate the runs already trained

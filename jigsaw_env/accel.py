@@ -17,7 +17,7 @@ raises TypeError: set it on the instance, or subclass); :class:`JobState`, :clas
 and ``engine.Member`` hold their fields only (setting another attribute raises AttributeError, as
 on a slotted dataclass); the other declared classes' listed attributes are not in their
 ``__dict__``. The build saves the interpreter's dispatch and those
-lookups (docs/simulator.md section 8, "Fourteenth round" and "Fifteenth round").
+lookups (docs/simulator.md section 8, "The optional compiled build").
 
 ``make venv`` builds it when Cython and a C compiler are there (``jigsaw accel build``) and goes
 on without it otherwise. ``jigsaw accel status`` says which modules load compiled, and why not.
@@ -91,7 +91,7 @@ def read_manifest(where: Path | None = None) -> dict | None:
 def build(jobs: int = 2, quiet: bool = True) -> dict:
     """Compile :data:`MODULES` into :func:`build_dir` and write its manifest; returns the
     manifest. Raises ImportError without Cython and whatever the compiler raises without a
-    working C compiler (the old build, if any, is left as it was until the new one is done)."""
+    working C compiler (an existing build, if any, is left as it is until the new one is done)."""
     from Cython import __version__ as cython_version
     from Cython.Build import cythonize
     from setuptools import Distribution, Extension

@@ -5,8 +5,8 @@ keeps hundreds of thousands of long-lived ones (jobs, cost tables, the scheduler
 CPython's default first threshold (700 net container allocations) then starts a young collection
 every few hundred allocations, and each of them, with the middle ones they trigger, walks objects
 that are still alive: 4.3 s of an 86 s Jigsaw replay of the whole Philly trace on 512 GPUs, and
-0.93 s of 21 s on its first 20,000 jobs (measured with ``gc.callbacks``; docs/simulator.md,
-"Thirteenth round"). With a first threshold of 10,000 the same replays spend 1.5 s and 0.18 s.
+0.93 s of 21 s on its first 20,000 jobs (measured with ``gc.callbacks``; docs/simulator.md
+section 8, "Memory and the garbage collector"). With a first threshold of 10,000 the same replays spend 1.5 s and 0.18 s.
 
 :func:`fewer_collections` raises the first threshold while a loop runs and restores the caller's
 thresholds after it; collection itself stays on (reference cycles are still freed, only in larger

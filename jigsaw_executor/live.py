@@ -1215,7 +1215,7 @@ class LiveExecutor:
         *Warm* (the Ray cluster and its detached hub and hosts are still up, e.g. ``--address``):
         held workers continue in their incarnations; one that ended or failed meanwhile is
         reconciled (done, paused, or restarted from its checkpoint). *Cold* (Ray went down with
-        the old scheduler process, the embedded default): a new Ray session, hosts and hub, and
+        the previous scheduler process, the embedded default): a new Ray session, hosts and hub, and
         every job that was running goes back to its last checkpoint (its state rolled back to the
         checkpoint's iteration) and waits for the scheduler to place it again."""
         import ray
@@ -1264,7 +1264,7 @@ class LiveExecutor:
         if hub is None:
             try:
                 hub = ray.get_actor(snap["hub"], namespace=NAMESPACE)
-            except ValueError:  # Ray went down with the old scheduler: a cold restore
+            except ValueError:  # Ray went down with the previous scheduler: a cold restore
                 hub = None
         cold = hub is None
         if pool is None:
@@ -1307,7 +1307,7 @@ class LiveExecutor:
         return ex
 
     def _restart_lost(self, key: tuple[int, int]) -> None:
-        """Cold restore: the incarnation died with the old Ray session; the job goes back to its
+        """Cold restore: the incarnation died with the previous Ray session; the job goes back to its
         last checkpoint and waits (paused) for the scheduler to place it again."""
         jid, inc = key
         self.launched[key]["ended"] = True

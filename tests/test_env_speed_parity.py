@@ -1,14 +1,14 @@
-"""The env's per-step fast paths (issue 6) change no result.
+"""The env's per-step fast paths change no result.
 
 Whole episodes of a random masked policy are replayed while, at every step, the env's masks,
 observation, placements, decision and reward are checked against from-scratch recomputations
 that share none of the fast paths' caches or shortcuts:
 
-* masks: every action tried on a copy of the ledger (every fifth step), the plain vectorised algorithm (the RoundBuilder.masks of before the speed work, kept
-  here verbatim, with no cache), and a RoundBuilder made fresh each round with its own empty
+* masks: every action tried on a copy of the ledger (every fifth step), the plain vectorised algorithm (a RoundBuilder.masks without
+  the fast paths, kept here verbatim, with no cache), and a RoundBuilder made fresh each round with its own empty
   caches, fed the same actions (its masks also recomputed with emptied caches);
 * the observation: the plain encoder (no per-round or per-step cache), then np.clip, bit for bit;
-* placements: the numpy implementations of consolidated / spread / packed of before, for every
+* placements: plain numpy implementations of consolidated / spread / packed, for every
   option and level of the action about to be applied;
 * rewards and episode metrics: a second Simulator fed the fresh builder's decisions.
 

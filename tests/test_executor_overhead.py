@@ -61,7 +61,7 @@ def test_shipped_tables_have_no_overhead_and_unchanged_times_and_digests():
         t = CostTable.load(f)
         assert t.executor_overhead_s == 0.0 and "executor_overhead_s" not in raw, f.name
         assert t.to_dict() == raw, f.name  # same JSON, so the same digest as before the field
-        # bit-for-bit the old eq. C1 (no "+ 0.0" rounding either)
+        # bit-for-bit eq. C1 without the overhead term (no "+ 0.0" rounding either)
         assert np.array_equal(t.compute_by_start(), _old_compute_by_start(t)), f.name
         assert t.iteration_time_s() == float(_old_compute_by_start(t)[0])
 

@@ -2,7 +2,7 @@
 measured eta that recalibrated tables keep.
 
 * engine and simulator, hand-computed: a component of two jobs pays the barrier once per step, a
-  job alone never does, and 0 (the default) is exactly the old step;
+  job alone never does, and 0 (the default) is exactly the step without a barrier (eq. K2);
 * ``SimConfig.lockstep_s`` and ``lockstep.json``: bad values are one line naming the field/file;
 * the fit of eq. X3, the file round trip, and ``table_files`` leaving the file out;
 * the decision-log replay of a real co-located live run (``tests/data/colocated_decision_log.jsonl``,
@@ -49,7 +49,7 @@ def test_barrier_is_added_to_every_co_located_step_only():
     # a job alone never waits at a barrier
     alone = Component([Member(1, prof(3), (0,), 0)], ready_s=0.0, barrier_s=0.5)
     np.testing.assert_allclose(alone.step, [11, 9, 7, 5], rtol=1e-12)
-    # barrier 0 is bit-for-bit the old step
+    # barrier 0 is bit-for-bit the step without a barrier
     assert np.array_equal(Component(members, 0.0, barrier_s=0.0).step, Component(members, 0.0).step)
 
 

@@ -152,7 +152,7 @@ def test_a_policy_that_never_starts_a_job_is_stopped_with_a_clear_error(synth):
     assert sim.run(make_scheduler("fifo"), max_stalled_rounds=1)["jobs_completed"] == len(synth)
 
 
-# ---------------------------------------------------------------- vectorised rounds (issue 6)
+# ---------------------------------------------------------------- vectorised rounds
 def _engine_components(seed: int):
     """Random lockstep components (1-3 members, H up to 12, shared GPUs, restart waits) built
     from real cost-table profiles."""

@@ -1,4 +1,4 @@
-"""The simulator's incremental step (issue 6) changes no result.
+"""The simulator's incremental step changes no result.
 
 ``Simulator.step`` validates and applies only the jobs whose JobDecision differs from the
 allocation in force, keeps the per-round counts (levels, allocated and shared GPUs) as the ledger
