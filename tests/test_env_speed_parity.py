@@ -32,7 +32,7 @@ from jigsaw_env.state import JobStatus
 
 # ---------------------------------------------------------------- reference implementations
 def ref_masks(b: RoundBuilder) -> np.ndarray:
-    """RoundBuilder.masks as it was before the speed work (vectorised, no caches)."""
+    """RoundBuilder.masks without the fast paths (vectorised, no caches)."""
     c = b.codec
     mask = np.zeros(c.n, dtype=bool)
     mask[c.advance] = True
@@ -180,7 +180,7 @@ class RefLAS:
 
 
 def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round, las: RefLAS) -> np.ndarray:
-    """ObservationEncoder.encode as it was before the speed work, with no cache (the per-model
+    """ObservationEncoder.encode without the fast paths, with no cache (the per-model
     constants come from a fresh encoder's ``_job_static``); ``las``: the LAS queue, observed at
     this state."""
     k = enc.window_k
