@@ -2,7 +2,7 @@
 
 A :class:`CostTable` describes one model at one per-worker batch size on one device type
 (``k80``, ``p100``, ``v100`` or ``cpu``). Layer groups are ordered from the input (index 0) to the
-output (index ``B-1``), as in DESIGN.md section 2.
+output (index ``B-1``), as in docs/design.md section 2.
 
 Units: bytes for memory and parameters, seconds for times. Times are per iteration of one worker
 at the table's batch size, on an otherwise idle device.
@@ -191,7 +191,7 @@ class CostTable:
         """Compute time (s) of one worker iteration that backpropagates groups ``start..B-1``.
 
         forward of every group + weight-gradient time of groups >= start + input-gradient time of
-        groups > start + optimizer step + executor overhead (DESIGN.md section 2; docs/spb_model.md
+        groups > start + optimizer step + executor overhead (docs/design.md section 2; docs/spb_model.md
         eq. C1). With ``executor_overhead_s = 0`` (every plain-loop table) the last term is 0.
         """
         return float(self.compute_by_start()[start])

@@ -381,7 +381,7 @@ class ComponentSet:
     _FLOAT = ("cycle", "eps", "ready", "partial", "ctH", "prev", "fin")
 
     def _grow(self, cap: int) -> None:
-        """Room for ``cap`` slots (the old ones keep their values)."""
+        """Room for ``cap`` slots (existing slots keep their values)."""
         old = self._cap
         for name in self._INT + self._FLOAT:
             new = (np.full(cap, np.inf) if name == "fin"  # (a free slot's: see remove())

@@ -15,7 +15,7 @@ offset drawn from ``s`` (the whole trace when it is not longer), with models map
 ``--eta-sweep v1,v2`` repeats everything with ``eta = v`` for every SPB iteration (level > 0;
 level 0 stays 1; metrics.csv has ``eta``, otherwise ``eta = table``: the cost tables' values).
 
-OUT gets metrics.csv (agent, seed, load, eta, efficiency_form and every metric of DESIGN.md
+OUT gets metrics.csv (agent, seed, load, eta, efficiency_form and every metric of docs/design.md
 section 5), report.html (self-contained: PNGs embedded), metadata.json, and per run
 ``runs/<agent>/[<condition>/]<seed>/{jobs,rounds,cluster}.csv``. A summary table goes to stdout.
 docs/evaluation.md explains the report.
@@ -536,9 +536,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                              else "offered load = sum(num_gpus x duration_s) / (GPUs x arrival span) (traces.offered_load)"),
                  "measured_offered_load": {f"{ld}/{s}": i["offered_load"] for (ld, s), (_, i) in sets.items()}},
         "efficiency_form": {"form": "backlogged" if args.backlogged else "trace-window",
-                            "definition": ("useful GPU-seconds / (GPUs x makespan); every job at t = 0 (DESIGN.md 5a)"
+                            "definition": ("useful GPU-seconds / (GPUs x makespan); every job at t = 0 (docs/design.md 5a)"
                                            if args.backlogged else
-                                           "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (DESIGN.md 5b)")},
+                                           "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (docs/design.md 5b)")},
         "eta": {"values": [("table" if e is None else e) for e in etas],
                 "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
                           else "--eta-sweep: eta_override = v for every SPB iteration (level > 0); level 0 is 1",

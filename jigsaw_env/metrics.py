@@ -1,4 +1,4 @@
-"""Metrics of DESIGN.md section 5, computed from the job log and the per-round cluster log.
+"""Metrics of docs/design.md section 5 (docs/metrics.md), computed from the job log and the per-round cluster log.
 
 Inputs are the simulator's frames (``Simulator.jobs_frame()``, ``Simulator.cluster_frame()``) or
 the same columns read back from ``jobs.csv`` / ``cluster.csv``. Definitions (docs/metrics.md):

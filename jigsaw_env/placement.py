@@ -19,7 +19,7 @@ Placement options (the environment's finite menu; heuristics may also build plac
                   isolated iteration time is closest to the guest's (in log ratio: the pair's
                   lockstep step wastes least), then the most attained GPU-seconds (Tiresias's
                   lowest priority, the hosts Jigsaw's fitting tries first), then the lowest id.
-                  This is the pairing Jigsaw builds (docs/agents.md, fitting); ``packed`` cannot
+                  This is the pairing Jigsaw builds (docs/schedulers.md, jigsaw, rule 3: fitting); ``packed`` cannot
                   express it, since it spreads a guest over the least-loaded GPUs of several jobs.
 """
 from __future__ import annotations

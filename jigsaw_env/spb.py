@@ -1,6 +1,6 @@
 """The SPB cost model: levels, start slots, patterns, and what one job's SPB cycle costs.
 
-Everything here follows DESIGN.md section 2; the formulas, with equation labels, are in
+Everything here follows docs/design.md section 2; the formulas, with equation labels, are in
 ``docs/spb_model.md``. Units: seconds, bytes, iterations.
 
 Vocabulary:
@@ -23,7 +23,7 @@ from .network import CROSS_NODE, INTRA_NODE, Link, group_sync
 
 
 class Pattern(str, Enum):
-    """How start slots are assigned to workers over iterations (DESIGN.md section 2)."""
+    """How start slots are assigned to workers over iterations (docs/design.md section 2)."""
 
     ROTATING = "rotating"  # worker w at iteration t takes slot (w + t) mod n
     STATIC = "static"      # worker w keeps slot w mod n
@@ -259,7 +259,7 @@ def job_profile(table: CostTable, level: int, pattern: Pattern | str, num_worker
 
 def spb_compute_bound(table: CostTable, level: int, pattern: Pattern | str, num_workers: int,
                       spb: SPBConfig = SPBConfig()) -> float:
-    """Upper bound on the rise of useful work per GPU-second (DESIGN.md section 2):
+    """Upper bound on the rise of useful work per GPU-second (docs/design.md section 2):
     full per-iteration compute / mean SPB per-iteration compute, times eta (eq. G1)."""
     prof = job_profile(table, level, pattern, num_workers, INTRA_NODE, spb)
     return table.compute_s(0) / float(prof.compute_s.mean()) * prof.eta

@@ -23,7 +23,7 @@ class JobStatus(str, Enum):
     PENDING = "pending"   # not yet arrived
     QUEUED = "queued"     # arrived, never started
     RUNNING = "running"
-    PAUSED = "paused"     # started before, now preempted
+    PAUSED = "paused"     # started, then preempted
     DONE = "done"
 
 
