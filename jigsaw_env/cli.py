@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "jigsaw_executor.export",    # export
     "jigsaw_executor.deploy",    # deploy
     "jigsaw_env.accel",          # accel build, accel status
+    "jigsaw_env.colocation_cli",  # colocation predict, check, fit
 )
 
 

@@ -10,7 +10,10 @@ live executor runs them (docs/spb_model.md section 5):
     b = the lockstep barrier (``SimConfig.lockstep_s``) for a component of two or more jobs,
         0 for a job alone; 0 by default (eq. K3 in docs/spb_model.md)
 
-Workers of different jobs on one GPU are time-sliced, so their work adds up (K1); the step waits
+Eq. K1 is the ``timeslice`` sharing mode: workers of different jobs on one GPU take turns, so
+their work adds up. Under the default ``fitted`` mode a GPU with several workers computes them
+concurrently at the rates of the interference model, and its load is the time until the last one
+is done (eq. K1', ``jigsaw_env.interference.concurrent_time``; docs/colocation.md). The step waits
 for the busiest GPU, then for the slowest sync. The step sequence repeats with the hyper-period
 ``H = lcm(P_j)``, so anti-phased rotations (a heavy phase of one job on the light phase of the
 other) shorten steps, and in-phase ones do not: the cycle is modelled, not averaged away.
@@ -24,6 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .interference import SharingModel, WorkerLoad
 from .spb import JobProfile
 
 _EPS = 1e-9
@@ -50,7 +54,8 @@ def _computed(row: list[float], partial: float) -> float:
     return sum(x if x < partial else partial for x in row)
 
 
-def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 0.0) -> tuple:
+def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 0.0,
+                 sharing: SharingModel | None = None) -> tuple:
     """A component's step tables over its hyper-period (eqs. K1, K2), in the order
     ``Component.__init__`` unpacks them: H, per-GPU loads (H, C) as a read-only array, the cycle,
     then as tuples of Python floats what the scalar path reads (cumulative step times, loads per
@@ -63,7 +68,9 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
-    numpy's row sum (its pairwise order)."""
+    numpy's row sum (its pairwise order). ``sharing`` (the fitted mode of a component whose
+    members share a GPU): each GPU's load is ``sharing.time_on(gpu, workers)`` instead of the sum
+    (eq. K1')."""
     H = 1
     for m in members:
         H = H * m.profile.period // math.gcd(H, m.profile.period)
@@ -87,6 +94,8 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
                 comm[k] = sync[ph]
             pb.append(by[ph])
         phase_bytes.append(pb)
+    if sharing is not None:
+        _concurrent_loads(members, col, H, loads, sharing)
     step = [max(row) + c for row, c in zip(loads, comm)]
     if barrier_s and len(members) > 1:
         step = [s + barrier_s for s in step]  # eq. K3: co-located jobs meet at a barrier before every step
@@ -106,6 +115,23 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     cum, loads, cum_bytes, cum_loads = tuple(cum), _tuples(loads), _tuples(cum_bytes), _tuples(cum_loads)
     return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, tuple(_running_sum(a_loads.sum(axis=1).tolist())),
             cum_bytes, cum_loads, tuple(step), _tuples(phase_bytes))
+
+
+def _concurrent_loads(members: list[Member], col: dict[int, int], H: int, loads: list[list[float]],
+                      sharing: SharingModel) -> None:
+    """Rewrite ``loads[k][c]`` of every GPU holding two or more workers with the time the GPU takes
+    to compute them together at the fitted rates (eq. K1'); a GPU with one worker keeps its load."""
+    gpu_of = {c: g for g, c in col.items()}
+    for k in range(H):
+        on: dict[int, list[WorkerLoad]] = {}
+        for m in members:
+            p = m.profile
+            row = p.compute_s[(m.iteration0 + k) % p.period]
+            for g, x in zip(m.gpus, row.tolist()):
+                on.setdefault(col[g], []).append(WorkerLoad(x, p.batch_size))
+        for c, workers in on.items():
+            if len(workers) > 1:
+                loads[k][c] = sharing.time_on(gpu_of[c], workers)
 
 
 def _tuples(rows: list[list[float]]) -> tuple[tuple[float, ...], ...]:
@@ -142,12 +168,14 @@ class Component:
                "_loads_l", "_cum_tot", "_cum_bytes_l", "_cum_loads_l", "_step_l", "_phase_bytes_l")
 
     def __init__(self, members: list[Member], ready_s: float, cache: dict | None = None, barrier_s: float = 0.0,
-                 formed_s: float = 0.0):
+                 formed_s: float = 0.0, sharing: SharingModel | None = None):
         """``cache``: a dict the caller keeps for one cost model (the simulator does); components
         whose members have the same profiles, phases modulo their periods and GPU layout share
         their step tables (read-only arrays), computed once. ``barrier_s``: seconds every step of
         a component of two or more jobs waits at the lockstep barrier (eq. K3; ignored for one job).
-        ``formed_s``: the simulated time it formed (s; the simulator advances it from then)."""
+        ``formed_s``: the simulated time it formed (s; the simulator advances it from then).
+        ``sharing``: the fitted co-location model for GPUs that hold workers of several members
+        (eq. K1'); None time-slices them (eq. K1)."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
         self.formed_s = formed_s
@@ -171,9 +199,12 @@ class Component:
             col = {g: i for i, g in enumerate(gpus)}
             key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
                         for m in members) + (len(gpus), barrier_s)
+            if sharing is not None:
+                key += (sharing.mode, tuple(sharing.gpu_type_of(g) for g in gpus))
         self.gpu_list = gpus  # the component's GPUs, ascending (Python ints; ``gpus`` as an array)
         if cache is None:
-            tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)}, barrier_s)
+            tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)}, barrier_s,
+                                  sharing if len(members) > 1 else None)
         else:
             # the tables depend on each member's profile, its phase offset (i0 + k) mod P and which
             # columns its workers load; the profile object is kept in the entry so its id stays its own
@@ -190,7 +221,8 @@ class Component:
                     cache.clear()
                 if col is None:
                     col = {g: i for i, g in enumerate(gpus)}
-                hit = cache[key] = (_step_tables(members, col, barrier_s), tuple([m.profile for m in members]))
+                hit = cache[key] = (_step_tables(members, col, barrier_s, sharing if len(members) > 1 else None),
+                                    tuple([m.profile for m in members]))
             tables = hit[0]
         (self.H, self.loads, self.cycle, self._cum_l, self._eps, self._loads_l, self._cum_tot, self._cum_bytes_l,
          self._cum_loads_l, self._step_l, self._phase_bytes_l) = tables

@@ -24,6 +24,9 @@ def _round_s(v: str) -> float | None:
     return x
 
 
+from .interference import DEFAULT_SHARING, SHARING_MODES
+
+
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     """Cluster and simulator options shared by simulate, evaluate and train."""
     p.add_argument("--gpus", type=positive_int("--gpus"), default=64, help="GPUs in the cluster (default 64)")
@@ -39,6 +42,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backlogged", action="store_true",
                    help="submit every job at t=0 and report the backlogged efficiency form")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json) to use")
+    p.add_argument("--sharing", choices=SHARING_MODES, default=DEFAULT_SHARING,
+                   help="how jobs on one GPU share it: 'fitted' (interference model fitted to measured "
+                        "pairs, docs/colocation.md) or 'timeslice' (their work adds up)")
 
 
 def check_out_dir(path, what: str = "--out") -> None:
@@ -77,7 +83,7 @@ def build_cluster_and_config(args):
     cluster = ClusterSpec.from_gpus(args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
                                     gpu_memory_gib=args.gpu_memory_gib)
     config = SimConfig(round_s=args.round_s, restart_s=args.restart_s, max_workers_per_gpu=args.max_workers_per_gpu,
-                       backlogged=args.backlogged)
+                       backlogged=args.backlogged, sharing=args.sharing)
     return cluster, config
 
 

@@ -26,6 +26,7 @@ from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, ComponentSet, Member
 from .gc_tuning import fewer_collections
+from .interference import DEFAULT_SHARING, SharingModel, check_sharing
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
 from .spb import SPBConfig
 from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
@@ -47,6 +48,9 @@ class SimConfig:
         at the barrier that holds them together (eq. K3, docs/spb_model.md). 0 (the default) is
         the ideal lockstep of eq. K2; ``jigsaw calibrate --executor`` measures the live
         executor's value (``lockstep.json``), which the decision-log replay uses.
+    sharing: how workers of different jobs on one GPU share it: ``"fitted"`` (the default: the
+        interference model fitted to measured co-located pairs, docs/colocation.md) or
+        ``"timeslice"`` (their work adds up, eq. K1 of docs/spb_model.md).
     """
 
     round_s: float | None = 300.0
@@ -60,6 +64,7 @@ class SimConfig:
     eta_scale: float = 1.0
     log_rounds: bool = True
     lockstep_s: float = 0.0
+    sharing: str = DEFAULT_SHARING
 
     def __post_init__(self) -> None:
         if self.round_s is not None and not (self.round_s > 0 and np.isfinite(self.round_s)):
@@ -73,6 +78,7 @@ class SimConfig:
         if not self.idle_round_s > 0:
             raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
         check_lockstep_s(self.lockstep_s)
+        check_sharing(self.sharing)
 
 
 def check_lockstep_s(value) -> None:
@@ -371,6 +377,9 @@ class Simulator:
                 raise ValueError(f"costs: a CostModel made for another {why}")
         self.costs = costs
         self._check_jobs()
+        # the fitted co-location model (None under timeslice sharing: eq. K1's sum)
+        self._sharing = (None if config.sharing == "timeslice"
+                         else SharingModel(config.sharing, [cluster.gpu_type(g) for g in range(cluster.num_gpus)]))
         self.reset()
 
     def _check_jobs(self) -> None:
@@ -713,7 +722,7 @@ class Simulator:
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
             self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
-                                             self.config.lockstep_s, formed_s))
+                                             self.config.lockstep_s, formed_s, self._sharing))
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:

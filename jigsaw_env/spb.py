@@ -169,6 +169,8 @@ class JobProfile:
     peak_bytes: (W,) peak memory of each worker process (fixed + activations at its deepest
         backprop over the cycle), eq. M1.
     eta: progress per iteration relative to full backprop (eq. E1).
+    batch_size: per-worker batch size of the table the costs come from (a feature of the
+        co-location model, docs/colocation.md; 1 for a profile built by hand without a table).
     """
 
     level: int
@@ -180,6 +182,7 @@ class JobProfile:
     bytes: np.ndarray
     peak_bytes: np.ndarray
     eta: float
+    batch_size: int = 1
 
     @property
     def num_workers(self) -> int:
@@ -254,7 +257,7 @@ def job_profile(table: CostTable, level: int, pattern: Pattern | str, num_worker
     for a in (compute, comm, nbytes, peak):
         a.setflags(write=False)
     return JobProfile(level=level, pattern=pattern, slots=slots, period=period, compute_s=compute,
-                      comm_s=comm, bytes=nbytes, peak_bytes=peak, eta=eta)
+                      comm_s=comm, bytes=nbytes, peak_bytes=peak, eta=eta, batch_size=int(table.batch_size))
 
 
 def spb_compute_bound(table: CostTable, level: int, pattern: Pattern | str, num_workers: int,

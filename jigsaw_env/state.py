@@ -250,12 +250,13 @@ class CostModel:
                 compute = np.stack([by_type[t].compute_s[:, w] for w, t in enumerate(types)], axis=1)
                 peak = np.array([by_type[t].peak_bytes[w] for w, t in enumerate(types)])
                 base = JobProfile(level=base.level, pattern=base.pattern, slots=base.slots, period=base.period,
-                                  compute_s=compute, comm_s=base.comm_s, bytes=base.bytes, peak_bytes=peak, eta=base.eta)
+                                  compute_s=compute, comm_s=base.comm_s, bytes=base.bytes, peak_bytes=peak, eta=base.eta,
+                                  batch_size=base.batch_size)
             eta = self._eta(base.eta, level)
             if eta != base.eta:
                 base = JobProfile(level=base.level, pattern=base.pattern, slots=base.slots, period=base.period,
                                   compute_s=base.compute_s, comm_s=base.comm_s, bytes=base.bytes,
-                                  peak_bytes=base.peak_bytes, eta=eta)
+                                  peak_bytes=base.peak_bytes, eta=eta, batch_size=base.batch_size)
             self._profiles[key] = prof = base
         return prof
 

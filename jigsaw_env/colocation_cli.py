@@ -1,0 +1,197 @@
+"""``jigsaw colocation``: the co-location model from the command line.
+
+* ``predict``: the rates of pairs of 1-GPU jobs sharing one GPU, from the simulator itself (two
+  jobs placed on GPU 0 of a one-GPU cluster, stepped through one hyper-period of their SPB cycles).
+* ``check``: the validation table of the fit (docs/colocation.md) and a plot of predicted against
+  measured combined throughput.
+* ``fit``: refit on the data folder's Gavel file and write ``jigsaw_env/colocation_fit.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .interference import GPU_PEAK_TFLOPS, SHARING_MODES
+
+
+def _parse_levels(text: str) -> tuple[int, int]:
+    try:
+        parts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--levels must be two SPB levels LEVEL_A,LEVEL_B (e.g. 0,3), got {text!r}") from None
+    if len(parts) != 2 or min(parts) < 0:
+        raise argparse.ArgumentTypeError(f"--levels must be two SPB levels >= 0 as LEVEL_A,LEVEL_B (e.g. 0,3), got {text!r}")
+    return parts[0], parts[1]
+
+
+def parse_pair(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
+    """``MODEL:BATCH,MODEL:BATCH`` -> ((model, batch), (model, batch)); ValueError naming the
+    malformed part and the expected form."""
+    jobs = text.split(",")
+    if len(jobs) != 2:
+        raise ValueError(f"--pair {text!r}: expected two jobs MODEL:BATCH,MODEL:BATCH (e.g. resnet18:64,lstm_lm:20)")
+    out = []
+    for j in jobs:
+        model, sep, batch = j.partition(":")
+        if not sep or not model or not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"--pair {text!r}: job {j!r} is not MODEL:BATCH with a batch size >= 1 (e.g. resnet18:64)")
+        out.append((model.strip(), int(batch)))
+    return out[0], out[1]
+
+
+def _check_job(model: str, batch: int, gpu_type: str) -> None:
+    """ValueError naming the unknown model or batch size and the allowed values."""
+    from .cost_table import available_tables
+    tables = available_tables()
+    models = sorted({m for m, _, _ in tables})
+    if model not in models:
+        raise ValueError(f"unknown model {model!r}; allowed: {models}")
+    batches = sorted({b for m, b, d in tables if m == model and d == gpu_type})
+    if batch not in batches:
+        raise ValueError(f"no cost table for model {model!r} at batch size {batch} on {gpu_type}; allowed: {batches}")
+
+
+def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels: tuple[int, int] = (0, 0),
+            sharing: str = "fitted") -> dict:
+    """Rates of two 1-GPU jobs sharing one GPU of ``gpu_type``, from the simulator's cost profiles
+    and sharing model: ``jobs`` run free, each at its own pace (as Gavel measured pairs; eq. I3);
+    ``lockstep`` is the simulator's co-location component of the two (one iteration each per
+    step, eq. K2), which is how the simulator steps co-located jobs."""
+    from .cluster import ClusterSpec
+    from .engine import Component, Member
+    from .interference import SharingModel, WorkerLoad
+    from .spb import Pattern, SPBConfig
+    from .state import CostModel, JobState
+
+    if gpu_type not in GPU_PEAK_TFLOPS:
+        raise ValueError(f"unknown GPU type {gpu_type!r}; allowed: {', '.join(sorted(GPU_PEAK_TFLOPS))}")
+    for model, batch in pair:
+        _check_job(model, batch, gpu_type)
+    cluster = ClusterSpec.from_gpus(1, gpus_per_node=1, gpu_type=gpu_type)
+    costs = CostModel(cluster, SPBConfig())
+    sharing_model = SharingModel(sharing, (gpu_type,))
+    members, phases = [], []
+    for i, ((model, batch), level) in enumerate(zip(pair, levels)):
+        job = JobState(job_id=i, arrival_s=0.0, num_gpus=1, model=model, batch_size=batch, iterations=1.0)
+        prof = costs.profile(job, level, Pattern.ROTATING, (0,))
+        members.append(Member(i, prof, (0,), 0))
+        phases.append([WorkerLoad(float(c), prof.batch_size) for c in prof.compute_s[:, 0]])
+    rates = sharing_model.free_running_rates(phases[0], phases[1], gpu_type)
+    comp = Component(members, 0.0, sharing=None if sharing == "timeslice" else sharing_model)
+    step_s = comp.cycle / comp.H  # mean seconds per lockstep step (one iteration of each job)
+    jobs, lockstep = [], []
+    for (model, batch), level, ph, rate in zip(pair, levels, phases, rates):
+        alone_s = sum(w.alone_s for w in ph) / len(ph)
+        jobs.append({"model": model, "batch_size": batch, "level": level, "rate_it_s": rate / alone_s,
+                     "alone_it_s": 1.0 / alone_s, "normalized_rate": rate})
+        lockstep.append({"model": model, "rate_it_s": 1.0 / step_s, "normalized_rate": alone_s / step_s})
+    return {"gpu_type": gpu_type, "sharing": sharing, "jobs": jobs, "combined": sum(rates),
+            "lockstep": {"jobs": lockstep, "combined": sum(j["normalized_rate"] for j in lockstep)}}
+
+
+def _run_predict(args) -> int:
+    pairs = [parse_pair(p) for p in args.pair]
+    levels = args.levels or (0, 0)
+    out = [predict(p, args.gpu_type, levels, args.sharing) for p in pairs]
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for r in out:
+            a, b = r["jobs"]
+            print(f"{a['model']}:{a['batch_size']} (level {a['level']}) x {b['model']}:{b['batch_size']} "
+                  f"(level {b['level']}) on {r['gpu_type']}: rates {a['normalized_rate']:.3f} + "
+                  f"{b['normalized_rate']:.3f} = {r['combined']:.3f}")
+    return 0
+
+
+def _plot(rows_by_split: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rows_by_split), figsize=(4.2 * len(rows_by_split), 4.0), squeeze=False)
+    for ax, (title, pts) in zip(axes[0], rows_by_split.items()):
+        meas = [m for m, _ in pts]
+        pred = [p for _, p in pts]
+        ax.scatter(meas, pred, s=8, alpha=0.6)
+        ax.plot([0.3, 2.05], [0.3, 2.05], color="grey", lw=1)
+        ax.axhline(1.0, color="red", lw=0.8, ls="--", label="time-slicing")
+        ax.set_xlabel("measured combined throughput")
+        ax.set_ylabel("predicted")
+        ax.set_title(title)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _run_check(args) -> int:
+    from .colocation_fit import load_pairs, predict_pair, validate
+    from .interference import fitted_model
+
+    table = validate(args.data)
+    rows = [s.as_dict() for s in table]
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "colocation_check.json").write_text(json.dumps(rows, indent=2) + "\n")
+        model = fitted_model()
+        pairs = load_pairs(args.data)
+        by = {g: [(p.combined, sum(predict_pair(model, p))) for p in pairs if p.gpu_type == g] for g in ("k80", "p100", "v100")}
+        _plot({"K80 (fitted on)": by["k80"], "P100 (held out)": by["p100"], "V100 (fitted on)": by["v100"]},
+              out / "colocation_check.png")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'split':<28}{'gpu':<6}{'pairs':>6}{'median err':>11}{'p90 err':>9}{'rate err':>9}{'constant':>9}"
+          f"{'timeslice':>10}  target")
+    for s in table:
+        print(f"{s.split:<28}{s.gpu_type:<6}{s.pairs:>6}{s.combined_median_err:>11.3f}{s.combined_p90_err:>9.3f}"
+              f"{s.rate_median_err:>9.3f}{s.constant_median_err:>9.3f}{s.timeslice_median_err:>10.3f}  "
+              f"{'met' if s.meets_target else 'not met'} (<= {s.target:.3f})")
+    if args.out:
+        print(f"wrote {Path(args.out) / 'colocation_check.json'} and colocation_check.png")
+    return 0
+
+
+def _run_fit(args) -> int:
+    from .colocation_fit import write_fit
+    from .interference import FIT_FILE, fitted_model
+
+    rec = write_fit(args.data)
+    fitted_model.cache_clear()
+    print(json.dumps(rec, indent=2) if args.json else f"wrote {FIT_FILE} ({rec['data']['pairs']} pairs, "
+          f"data {rec['data']['sha256_16']})")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("colocation", help="the co-location model: predict pairs, check the fit, refit",
+                              description="Rates of jobs sharing one GPU (docs/colocation.md).")
+    sub = p.add_subparsers(dest="colocation_command", metavar="{predict,check,fit}")
+    sub.required = True
+    pr = sub.add_parser("predict", help="rates of pairs of 1-GPU jobs on one GPU, from the simulator")
+    pr.add_argument("--gpu-type", required=True, help=f"one of {', '.join(sorted(GPU_PEAK_TFLOPS))}")
+    pr.add_argument("--pair", action="append", required=True, metavar="MODEL:BATCH,MODEL:BATCH",
+                    help="two jobs, e.g. resnet18:64,lstm_lm:20 (repeatable)")
+    pr.add_argument("--levels", type=_parse_levels, default=None, metavar="LEVEL_A,LEVEL_B",
+                    help="SPB levels of the two jobs (default 0,0: full backprop)")
+    pr.add_argument("--sharing", choices=SHARING_MODES, default="fitted")
+    pr.add_argument("--json", action="store_true", help="print a JSON list, one object per pair")
+    pr.set_defaults(func=_run_predict)
+    ch = sub.add_parser("check", help="validation table of the fit (and a plot with --out)")
+    ch.add_argument("--data", default=None, help="data folder (default: JIGSAW_DATA or ../shared/data)")
+    ch.add_argument("--json", action="store_true")
+    ch.add_argument("--out", default=None, help="folder for colocation_check.json and colocation_check.png")
+    ch.set_defaults(func=_run_check)
+    fi = sub.add_parser("fit", help="refit on Gavel's pairs and write jigsaw_env/colocation_fit.json")
+    fi.add_argument("--data", default=None, help="data folder (default: JIGSAW_DATA or ../shared/data)")
+    fi.add_argument("--json", action="store_true")
+    fi.set_defaults(func=_run_fit)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from .cli import main
+    sys.exit(main(["colocation", *sys.argv[1:]]))

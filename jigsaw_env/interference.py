@@ -1,0 +1,215 @@
+"""Rates of workers that share one GPU: an interference model fitted to measured co-located pairs.
+
+Two training processes on one GPU run concurrently (the driver interleaves their kernels), and one
+job alone rarely saturates a GPU, so two together often do more work than either alone. Gavel
+measured this for single-GPU pairs on K80, P100 and V100 (docs/colocation.md). The model here gives
+each co-located worker's *normalized rate* ``x`` (its progress per second relative to running
+alone, 0 < x <= 1) from features of the workers, never from a per-model constant:
+
+    z(a, b) = c0 + c_peak * log(peak_T)
+              + c_t * log(t_a) + c_b * log(B_a)                        (the slowed worker a)
+              + d_t * log(t_b) + d_b * log(B_b)                        (its co-runner b)
+              + g_t * |log t_a - log t_b| + g_b * |log B_a - log B_b|                  (eq. I1)
+    1 / x_a = 1 + sum over co-runners b of exp(z(a, b))                              (eq. I2)
+
+``t`` is the worker's compute time alone on the GPU in its current SPB phase (seconds: a lighter
+backward has a smaller ``t``, so the model follows the job's demand through its SPB cycle), ``B``
+its per-worker batch size, ``peak_T`` the GPU type's peak FP32 throughput (TFLOP/s, vendor
+datasheets). With one co-runner, eq. I2 is a logistic link on the pair's features; with two or more,
+each co-runner adds its own slowdown term (an assumption: Gavel measured pairs only). Two identical
+saturating workers at ``z = 0`` get ``x = 1/2`` each, the time-slicing answer; three get ``1/3``.
+
+:func:`concurrent_time` turns rates into the time a GPU takes to finish its workers' compute of
+one step: all run at their rates until the first finishes, the rest then run at the rates of the
+smaller set, and so on (a fluid model). Under ``timeslice`` sharing the GPU's time is the sum of
+its workers' compute (their work adds up), the comparison model kept by name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+#: ways to model workers of different jobs on one GPU: the fitted interference model (default), or
+#: pure time-slicing (their work adds up; combined normalized throughput never above 1)
+SHARING_MODES = ("fitted", "timeslice")
+DEFAULT_SHARING = "fitted"
+
+#: peak FP32 throughput per GPU (TFLOP/s, boost clock), from the vendors' datasheets: Tesla K80 8.73
+#: per board of two GK210 GPUs (a job gets one of them), Tesla P100 PCIe 9.3, Tesla V100 SXM2 15.7
+GPU_PEAK_TFLOPS = {"k80": 4.37, "p100": 9.3, "v100": 15.7}
+
+#: device types whose co-located workers are time-sliced whatever the sharing mode: a CPU slot's
+#: cores run its processes in turn, and no co-located pair was measured there
+TIMESLICED_DEVICES = ("cpu",)
+
+#: names of the coefficients of eq. I1, in order
+COEF_NAMES = ("intercept", "log_peak", "self_log_time", "self_log_batch", "other_log_time", "other_log_batch",
+              "gap_log_time", "gap_log_batch")
+
+FIT_FILE = Path(__file__).with_name("colocation_fit.json")
+
+
+def check_sharing(value: str) -> str:
+    """``value`` if it names a sharing mode; else ValueError listing them."""
+    if value not in SHARING_MODES:
+        raise ValueError(f"sharing must be one of {', '.join(SHARING_MODES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One worker's demand on a GPU for one step: ``alone_s`` seconds of compute alone (> 0) at
+    per-worker batch size ``batch_size`` (>= 1)."""
+
+    alone_s: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class InterferenceModel:
+    """Eqs. I1-I2 with coefficients ``coef`` (named by :data:`COEF_NAMES`)."""
+
+    coef: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.coef) != len(COEF_NAMES):
+            raise ValueError(f"an interference model needs {len(COEF_NAMES)} coefficients ({', '.join(COEF_NAMES)}), "
+                             f"got {len(self.coef)}")
+
+    @staticmethod
+    def peak_tflops(gpu_type: str) -> float:
+        """Peak FP32 TFLOP/s of ``gpu_type``; ValueError naming the known types otherwise."""
+        peak = GPU_PEAK_TFLOPS.get(gpu_type)
+        if peak is None:
+            raise ValueError(f"the fitted co-location model knows GPU types {', '.join(sorted(GPU_PEAK_TFLOPS))} "
+                             f"(and time-slices {', '.join(TIMESLICED_DEVICES)}), not {gpu_type!r}; "
+                             f"use sharing 'timeslice' for it")
+        return peak
+
+    def log_odds(self, a: WorkerLoad, b: WorkerLoad, gpu_type: str) -> float:
+        """z(a, b) of eq. I1: the slowdown term co-runner ``b`` adds to worker ``a``."""
+        c0, cp, ct, cb, dt, db, gt, gb = self.coef
+        ta, tb = math.log(a.alone_s), math.log(b.alone_s)
+        ba, bb = math.log(a.batch_size), math.log(b.batch_size)
+        return (c0 + cp * math.log(self.peak_tflops(gpu_type)) + ct * ta + cb * ba + dt * tb + db * bb
+                + gt * abs(ta - tb) + gb * abs(ba - bb))
+
+    def rates(self, loads: Sequence[WorkerLoad], gpu_type: str) -> list[float]:
+        """Normalized rate of each of ``loads`` running together on one GPU (eq. I2); 1.0 alone."""
+        if len(loads) == 1:
+            return [1.0]
+        out = []
+        for i, a in enumerate(loads):
+            s = sum(math.exp(self.log_odds(a, b, gpu_type)) for j, b in enumerate(loads) if j != i)
+            out.append(1.0 / (1.0 + s))
+        return out
+
+
+def concurrent_time(loads: Sequence[WorkerLoad], rates_of) -> float:
+    """Seconds until every one of ``loads`` has done its ``alone_s`` of work on one GPU, when the
+    workers still running run at ``rates_of(running loads)`` (a list of normalized rates): the
+    fluid model of :mod:`jigsaw_env.interference`'s docstring. One worker takes its ``alone_s``."""
+    if len(loads) == 1:
+        return loads[0].alone_s
+    left = [w.alone_s for w in loads]
+    active = list(range(len(loads)))
+    total = 0.0
+    while active:
+        rates = rates_of([loads[i] for i in active])
+        dt = min(left[i] / r for i, r in zip(active, rates))
+        total += dt
+        still = []
+        for i, r in zip(active, rates):
+            left[i] -= r * dt
+            if left[i] > 1e-12 * loads[i].alone_s:
+                still.append(i)
+        if len(still) == len(active):  # rounding kept every worker: the slowest-to-finish is done
+            still.remove(min(still, key=lambda i: left[i]))
+        active = still
+    return total
+
+
+class SharingModel:
+    """What the simulator asks about co-located workers: the time a GPU takes for the compute of
+    its workers in one step (seconds), under ``mode`` (:data:`SHARING_MODES`). ``gpu_types``: the
+    type of each GPU of the cluster, by GPU id (for :meth:`time_on`)."""
+
+    def __init__(self, mode: str = DEFAULT_SHARING, gpu_types: Sequence[str] = (),
+                 model: InterferenceModel | None = None):
+        self.mode = check_sharing(mode)
+        self.model = model if model is not None else (fitted_model() if mode == "fitted" else None)
+        self.gpu_types = tuple(gpu_types)
+        for t in sorted(set(self.gpu_types)):
+            self.check_gpu_type(t)
+        self._memo: dict = {}
+
+    def check_gpu_type(self, gpu_type: str) -> None:
+        """ValueError when the fitted model cannot rate workers on ``gpu_type``."""
+        if self.mode == "fitted" and gpu_type not in TIMESLICED_DEVICES:
+            self.model.peak_tflops(gpu_type)
+
+    def gpu_type_of(self, gpu: int) -> str:
+        return self.gpu_types[gpu]
+
+    def rates(self, loads: Sequence[WorkerLoad], gpu_type: str) -> list[float]:
+        """Normalized rates of ``loads`` together on one GPU of ``gpu_type``."""
+        if self.mode == "timeslice" or gpu_type in TIMESLICED_DEVICES:
+            return [1.0 / len(loads)] * len(loads)
+        return self.model.rates(loads, gpu_type)
+
+    def gpu_time(self, loads: Sequence[WorkerLoad], gpu_type: str) -> float:
+        """Seconds the GPU computes in a step whose workers on it are ``loads``: their sum when
+        time-sliced (the work adds up), else :func:`concurrent_time` under the fitted rates."""
+        if self.mode == "timeslice" or gpu_type in TIMESLICED_DEVICES or len(loads) == 1:
+            total = 0.0
+            for w in loads:
+                total += w.alone_s
+            return total
+        key = (tuple(loads), gpu_type)
+        t = self._memo.get(key)
+        if t is None:
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            t = self._memo[key] = concurrent_time(loads, lambda ls: self.model.rates(ls, gpu_type))
+        return t
+
+    def free_running_rates(self, a: Sequence[WorkerLoad], b: Sequence[WorkerLoad], gpu_type: str) -> tuple[float, float]:
+        """Normalized rates of two 1-GPU jobs that share a GPU, each at its own pace, as Gavel ran
+        its pairs: ``a`` and ``b`` list each job's worker load in every phase of its SPB cycle.
+        Job a in phase p runs at the rate the model gives against b's phase q, and q is b's phase
+        at a random moment (weighted by the time b spends in it alone: the phases drift apart
+        when the jobs run free); a's rate is its alone cycle time over its mean cycle time
+        together (eq. I3 in docs/colocation.md)."""
+        def rate(mine: Sequence[WorkerLoad], other: Sequence[WorkerLoad]) -> float:
+            weights = [w.alone_s for w in other]
+            total_w = sum(weights)
+            together = 0.0
+            for m in mine:
+                together += sum(wq / total_w * m.alone_s / self.rates([m, o], gpu_type)[0]
+                                for wq, o in zip(weights, other))
+            return sum(m.alone_s for m in mine) / together
+        return rate(a, b), rate(b, a)
+
+    def time_on(self, gpu: int, loads: Sequence[WorkerLoad]) -> float:
+        """:meth:`gpu_time` on the cluster's GPU ``gpu`` (its type from ``gpu_types``)."""
+        return self.gpu_time(loads, self.gpu_types[gpu])
+
+
+def fit_file_digest(path: Path = FIT_FILE) -> str:
+    """SHA-256 (first 16 hex digits) of the committed fit file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def fitted_model() -> InterferenceModel:
+    """The committed fit (``colocation_fit.json``; ``jigsaw colocation fit`` remakes it)."""
+    d = json.loads(FIT_FILE.read_text())
+    coef = d.get("coefficients")
+    if not isinstance(coef, dict) or set(coef) != set(COEF_NAMES):
+        raise ValueError(f"{FIT_FILE}: field 'coefficients' must be an object with keys {', '.join(COEF_NAMES)}")
+    return InterferenceModel(tuple(float(coef[n]) for n in COEF_NAMES))

@@ -1,0 +1,199 @@
+"""The co-location interference model (jigsaw_env/interference.py, docs/colocation.md): hand-computed
+rates and GPU times for two and three workers, the engine's use of them against time-slicing, the
+fit's reproducibility from Gavel's file, the validation table's counts, and `jigsaw colocation`."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from data_helpers import require_data
+from jigsaw_env.cli import main
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.engine import Component, Member
+from jigsaw_env.interference import (COEF_NAMES, FIT_FILE, InterferenceModel, SharingModel, WorkerLoad,
+                                     concurrent_time, fitted_model)
+from jigsaw_env.simulator import SimConfig, Simulator
+from jigsaw_env.spb import JobProfile, Pattern
+from jigsaw_env.state import JobState
+
+
+def constant_model(rate_with_one: float) -> InterferenceModel:
+    """A model whose every pair term is exp(c0): a worker beside one other runs at ``rate_with_one``."""
+    c0 = math.log(1.0 / rate_with_one - 1.0)
+    return InterferenceModel((c0,) + (0.0,) * (len(COEF_NAMES) - 1))
+
+
+def one_gpu_profile(compute_s: list[float], batch: int = 32) -> JobProfile:
+    c = np.asarray(compute_s, dtype=float).reshape(-1, 1)
+    return JobProfile(level=0, pattern=Pattern.ROTATING, slots=(0,), period=c.shape[0], compute_s=c,
+                      comm_s=np.zeros(c.shape[0]), bytes=np.zeros(c.shape[0]), peak_bytes=np.zeros(1), eta=1.0,
+                      batch_size=batch)
+
+
+# ----- eqs. I1-I2 by hand
+def test_rates_of_two_and_three_workers_by_hand():
+    m = constant_model(0.8)  # exp(c0) = 0.25
+    w = WorkerLoad(0.1, 32)
+    assert m.rates([w], "v100") == [1.0]
+    assert m.rates([w, w], "v100") == pytest.approx([0.8, 0.8])
+    # three: 1 / (1 + 2 * 0.25) = 2/3 each
+    assert m.rates([w, w, w], "v100") == pytest.approx([2 / 3] * 3)
+
+
+def test_log_odds_uses_each_feature_as_eq_I1_writes_it():
+    coef = (0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8)
+    m = InterferenceModel(coef)
+    a, b = WorkerLoad(0.05, 16), WorkerLoad(0.2, 64)
+    ta, tb, ba, bb = math.log(0.05), math.log(0.2), math.log(16), math.log(64)
+    want = (0.1 - 0.2 * math.log(15.7) + 0.3 * ta - 0.4 * ba + 0.5 * tb - 0.6 * bb
+            + 0.7 * abs(ta - tb) - 0.8 * abs(ba - bb))
+    assert m.log_odds(a, b, "v100") == pytest.approx(want, rel=1e-12)
+    x = m.rates([a, b], "v100")
+    assert x[0] == pytest.approx(1 / (1 + math.exp(want)), rel=1e-12)
+
+
+def test_concurrent_time_two_workers_by_hand():
+    # 1 s and 3 s of work at 0.8 each: the first is done at 1.25 s, the second has done 1 s of its
+    # 3 and runs alone for the other 2: 3.25 s. Time-slicing (1/2 each) gives the sum, 4 s.
+    m = constant_model(0.8)
+    loads = [WorkerLoad(1.0, 32), WorkerLoad(3.0, 32)]
+    assert concurrent_time(loads, lambda ls: m.rates(ls, "v100")) == pytest.approx(3.25)
+    assert concurrent_time(loads, lambda ls: [1 / len(ls)] * len(ls)) == pytest.approx(4.0)
+
+
+def test_concurrent_time_three_workers_by_hand():
+    # rates 2/3 with three, 0.8 with two. Work 1, 2, 4 s: all three until t = 1.5 (the 1 s worker
+    # done; the others have done 1 s each), then two at 0.8 until the 2 s worker is done (1/0.8 =
+    # 1.25 s more), the last has 2 s left alone: 1.5 + 1.25 + 2 = 4.75 s
+    m = constant_model(0.8)
+    loads = [WorkerLoad(1.0, 32), WorkerLoad(2.0, 32), WorkerLoad(4.0, 32)]
+    assert concurrent_time(loads, lambda ls: m.rates(ls, "v100")) == pytest.approx(4.75)
+
+
+def test_sharing_model_modes_and_cpu():
+    m = constant_model(0.8)
+    loads = [WorkerLoad(1.0, 32), WorkerLoad(3.0, 32)]
+    fitted = SharingModel("fitted", ("v100", "cpu"), model=m)
+    assert fitted.time_on(0, loads) == pytest.approx(3.25)
+    assert fitted.time_on(1, loads) == 4.0  # a CPU slot time-slices
+    assert SharingModel("timeslice", ("v100",)).time_on(0, loads) == 4.0
+    with pytest.raises(ValueError, match="sharing must be one of fitted, timeslice, got 'both'"):
+        SharingModel("both")
+    with pytest.raises(ValueError, match="knows GPU types k80, p100, v100 .* not 'a100'; use sharing 'timeslice'"):
+        SharingModel("fitted", ("a100",), model=m)
+
+
+# ----- the engine
+def test_component_step_uses_the_fitted_time_and_timeslice_the_sum():
+    x, y = one_gpu_profile([1.0]), one_gpu_profile([3.0])
+    members = [Member(1, x, (0,), 0), Member(2, y, (0,), 0)]
+    fitted = Component(members, 0.0, sharing=SharingModel("fitted", ("v100",), model=constant_model(0.8)))
+    assert fitted.step.tolist() == pytest.approx([3.25])
+    assert fitted.loads.ravel().tolist() == pytest.approx([3.25])  # the GPU computes for 3.25 s of the step
+    assert Component(members, 0.0).step.tolist() == [4.0]
+
+
+def test_component_follows_the_spb_cycle_through_the_rates():
+    # job X: 1 s every iteration; job Y's phases 3 s and 1 s. With rates 0.8 beside one other:
+    # step 0 as above 3.25 s; step 1 two 1 s workers together: 1 / 0.8 = 1.25 s
+    x, y = one_gpu_profile([1.0]), one_gpu_profile([3.0, 1.0])
+    comp = Component([Member(1, x, (0,), 0), Member(2, y, (0,), 0)], 0.0,
+                     sharing=SharingModel("fitted", ("v100",), model=constant_model(0.8)))
+    assert comp.step.tolist() == pytest.approx([3.25, 1.25])
+
+
+def test_three_jobs_on_one_gpu_in_a_component():
+    profs = [one_gpu_profile([1.0]), one_gpu_profile([2.0]), one_gpu_profile([4.0])]
+    comp = Component([Member(i, p, (0,), 0) for i, p in enumerate(profs)], 0.0,
+                     sharing=SharingModel("fitted", ("v100",), model=constant_model(0.8)))
+    assert comp.step.tolist() == pytest.approx([4.75])
+
+
+def test_simulator_sharing_option_checks():
+    with pytest.raises(ValueError, match="sharing must be one of fitted, timeslice, got 'mps'"):
+        SimConfig(sharing="mps")
+    jobs = [JobState(job_id=0, arrival_s=0.0, num_gpus=1, model="resnet18", batch_size=64, iterations=10.0)]
+    cluster = ClusterSpec.from_gpus(8, gpu_type="cpu")
+    assert Simulator(cluster, jobs, SimConfig()).config.sharing == "fitted"
+
+
+def test_free_running_pair_with_constant_rates():
+    # each job runs at 0.8 beside the other whatever its phase: the pair's rates are 0.8 and 0.8
+    s = SharingModel("fitted", ("v100",), model=constant_model(0.8))
+    a = [WorkerLoad(0.1, 32), WorkerLoad(0.05, 32)]
+    b = [WorkerLoad(0.3, 64)]
+    assert s.free_running_rates(a, b, "v100") == pytest.approx((0.8, 0.8))
+    assert SharingModel("timeslice").free_running_rates(a, b, "v100") == pytest.approx((0.5, 0.5))
+
+
+# ----- the fit
+def test_refit_reproduces_the_committed_coefficients():
+    path = require_data("gavel/simulation_throughputs.json")
+    from jigsaw_env.colocation_fit import data_digest, fit_record
+
+    committed = json.loads(FIT_FILE.read_text())
+    rec = fit_record(path)
+    assert rec["data"] == committed["data"]
+    assert committed["data"]["sha256_16"] == data_digest(path)
+    for name in COEF_NAMES:
+        assert rec["coefficients"][name] == pytest.approx(committed["coefficients"][name], rel=1e-7, abs=1e-9)
+    assert fitted_model().coef == tuple(committed["coefficients"][n] for n in COEF_NAMES)
+
+
+def test_pairs_and_validation_counts_match_gavels_file():
+    path = require_data("gavel/simulation_throughputs.json")
+    from jigsaw_env.colocation_fit import load_pairs, validate
+
+    pairs = load_pairs(path)
+    # unordered, measured, single-GPU pairs of the five zoo-mapped job types
+    counts = {g: sum(p.gpu_type == g for p in pairs) for g in ("k80", "p100", "v100")}
+    assert counts == {"k80": 259, "p100": 290, "v100": 282}
+    assert all(p.together_a > 0 or p.together_b > 0 for p in pairs)  # [0, 0] left out
+    table = {(s.split, s.gpu_type): s for s in validate(path)}
+    p100 = table[("held-out GPU type", "p100")]
+    assert p100.pairs == 290
+    assert p100.median_combined == pytest.approx(1.136, abs=5e-4)
+    assert p100.constant_median_err == pytest.approx(0.136, abs=5e-4)
+    assert sum(s.pairs for (split, _), s in table.items() if split.startswith("leave out")) > 282  # pairs of two held-out models count twice
+
+
+def test_zoo_gavel_jobs_are_the_zoo_models_gavel_measured():
+    from jigsaw_env.colocation_fit import ZOO_GAVEL_JOBS
+    from jigsaw_env.zoo import MODELS
+
+    assert set(ZOO_GAVEL_JOBS) == {c.gavel_job for c in MODELS.values() if c.gavel_job}
+
+
+# ----- the command line
+def test_predict_json_matches_the_model_on_anchored_tables(capsys):
+    assert main(["colocation", "predict", "--gpu-type", "v100", "--pair", "resnet18:64,lstm_lm:20", "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    a, b = out["jobs"]
+    assert (a["model"], a["batch_size"], a["level"], b["model"], b["batch_size"]) == ("resnet18", 64, 0, "lstm_lm", 20)
+    # level 0 has one phase: the rates are eq. I2 at the tables' alone iteration times
+    wa, wb = WorkerLoad(1 / a["alone_it_s"], 64), WorkerLoad(1 / b["alone_it_s"], 20)
+    assert [a["normalized_rate"], b["normalized_rate"]] == pytest.approx(fitted_model().rates([wa, wb], "v100"))
+    assert out["combined"] == pytest.approx(a["normalized_rate"] + b["normalized_rate"])
+    assert a["rate_it_s"] == pytest.approx(a["normalized_rate"] * a["alone_it_s"])
+
+
+def test_predict_timeslice_adds_up_to_one(capsys):
+    assert main(["colocation", "predict", "--gpu-type", "p100", "--pair", "resnet50:32,transformer_small:64",
+                 "--levels", "0,3", "--sharing", "timeslice", "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    assert out["lockstep"]["combined"] == pytest.approx(1.0)
+
+
+def test_check_json_and_plot(tmp_path, capsys):
+    require_data("gavel/simulation_throughputs.json")
+    assert main(["colocation", "check", "--json", "--out", str(tmp_path)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["split"] for r in rows][:2] == ["held-out GPU type", "leave out ResNet-18"]
+    for r in rows:
+        assert {"pairs", "combined_median_err", "combined_p90_err", "rate_median_err", "constant_median_err",
+                "timeslice_median_err", "target", "meets_target"} <= set(r)
+    assert (tmp_path / "colocation_check.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "colocation_check.json").read_text()) == rows
