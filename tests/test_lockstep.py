@@ -62,9 +62,9 @@ def test_shared_step_tables_are_not_mixed_across_barriers():
 
 
 def _pair_finish(lockstep_s: float) -> dict[int, float]:
-    """Two 1-GPU level-0 jobs of 10 iterations (11 s each alone) co-located on GPU 0."""
+    """Two 1-GPU level-0 jobs of 10 iterations (11 s each alone) co-located on GPU 0, time-sliced (eq. K1)."""
     jobs = [JobState(1, 0.0, 1, TOY4C, BS, 10), JobState(2, 0.0, 1, TOY4C, BS, 10)]
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, lockstep_s=lockstep_s))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, lockstep_s=lockstep_s, sharing="timeslice"))
     while not sim.done:
         sim.step(Decision({j: JobDecision((0,), 0, Pattern.ROTATING) for j in sim.state.active_ids}))
     return sim.jobs_frame().set_index("job_id")["finish_s"].to_dict()

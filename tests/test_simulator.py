@@ -383,7 +383,7 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     # 2 more -> 152 + 22 = 174.
     jobs = [job(1, 1, 10), job(2, 1, 6.5)]
     dec = {1: JobDecision((0,), 0), 2: JobDecision((0,), 3, Pattern.ROTATING)}
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice"))
     run(sim, lambda s: Decision({j: dec[j] for j in s.state.active_ids}))
     jf = by_id(sim.jobs_frame())
     assert jf.loc[2, "finish_s"] == pytest.approx(152.0, rel=REL)
@@ -709,7 +709,7 @@ def test_a_completion_mid_round_advances_only_its_component(vector_min, monkeypa
 
     jobs = [JobState(1, 0.0, 1, TOY4C, BS, 5), JobState(2, 0.0, 1, TOY4C, BS, 200),
             JobState(3, 0.0, 1, TOY4C, BS, 200)]
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, sharing="timeslice"))
     sim.VECTOR_MIN_COMPONENTS = vector_min
     d = Decision({1: JobDecision((0,), 0, Pattern.ROTATING), 2: JobDecision((0,), 0, Pattern.ROTATING),
                   3: JobDecision((1,), 0, Pattern.ROTATING)})
