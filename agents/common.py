@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from jigsaw_env.actions import level_pattern_combos
+from jigsaw_env.interference import shared_gpu_time
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
@@ -58,6 +59,12 @@ def _caches_of(costs: CostModel) -> dict:
         per = _CACHES[costs] = {}
     _LAST[0], _LAST[1] = weakref.ref(costs), per
     return per
+
+
+def _sharing_tag(state: ClusterState, name: str) -> str:
+    """A cache name per sharing mode: a pairing's value depends on how the pair shares its GPUs,
+    and one CostModel may serve simulators of either mode."""
+    return name if state.sharing is None else name + "/" + state.sharing.mode
 
 
 def _cache(costs: CostModel, name: str, limit: int = _MAX_CACHE) -> dict:
@@ -355,7 +362,7 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     rel = (guest.iteration - host.iteration) % pm if wa > 1 else 0  # one GPU: loads just add up
     key = (host.model, host.batch_size, sig, guest.model, guest.batch_size, wb, rel,
            tuple(host_cfgs), tuple(guest_cfgs), tuple(orders))
-    cache = _cache(state.costs, "pair")
+    cache = _cache(state.costs, _sharing_tag(state, "pair"))
     hit = cache.get(key, False)
     if hit is not False:
         if hit is None:
@@ -425,14 +432,14 @@ def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, .
     lid, cap = pairing_layout(state, host_gpus, wb)
     rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
     key = (host.model, host.batch_size, host.num_gpus, lid, guest.model, guest.batch_size, wb, rel)
-    cache = _cache(state.costs, "pair_default")
+    cache = _cache(state.costs, _sharing_tag(state, "pair_default"))
     hit = cache.get(key, False)
     if hit is False:
         all_orders = guest_orders(wa, wb)
         prep_key = key[:-1]
         if not all_orders:
             hit = cache[key] = None
-        elif wa > 1 and prep_key in _cache(state.costs, "pair_prep", limit=_MAX_PREP):
+        elif wa > 1 and prep_key in _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP):
             # a second phase difference of the same pair (its candidates are prepared: an
             # earlier phase was searched): most pairs that are asked twice are asked about
             # many phases, so search every phase at once (one pass over the candidates, the
@@ -494,7 +501,7 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
         phb = (i_guest + ks) % pg.period
         # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
         # (a zero column for a GPU without a guest worker): the sums the engine forms, per order
-        loads = la[None, :, :] + zg[:, phb][inv]
+        loads = _shared_loads(state, la[None, :, :], zg[:, phb][inv], ph, pg, host_gpus, 3)
         comm = np.maximum(ph.comm_s[pha], pg.comm_s[phb])
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
         step = np.where(ok, step, np.inf)
@@ -511,13 +518,28 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     return None if best is None else best[:7]
 
 
+def _shared_loads(state, host_loads: np.ndarray, guest_loads: np.ndarray, ph, pg, host_gpus, ndim: int) -> np.ndarray:
+    """Per host GPU, the compute time of a step where the host's workers (``host_loads``) and the
+    guest's (``guest_loads``, 0 on a GPU without a guest worker) share the GPUs: their sum when
+    time-sliced (eq. K1), else the fitted model's concurrent time
+    (:func:`jigsaw_env.interference.shared_gpu_time`, eq. K1'), the engine's numbers. The GPU axis
+    is axis 1 of ``ndim`` dimensions."""
+    sharing = state.sharing
+    if sharing is None:
+        return host_loads + guest_loads
+    shape = [1] * ndim
+    shape[1] = len(host_gpus)
+    peaks = sharing.peaks_of(host_gpus).reshape(shape)
+    return shared_gpu_time(host_loads, guest_loads, ph.batch_size, pg.batch_size, peaks, sharing.model)
+
+
 def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, prep_key=None) -> tuple:
     """:func:`_pair_candidates`, cached by ``prep_key`` when given."""
     if prep_key is None:
         return _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
     # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
     # whole-trace replay's memory under its 2 GiB target (200k entries took it to 2.7 GiB)
-    cache = _cache(state.costs, "pair_prep", limit=_MAX_PREP)
+    cache = _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP)
     prep = cache.get(prep_key)
     if prep is None:
         prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders,
@@ -553,7 +575,7 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
         ks = _arange(H)
         pha = ks % ph.period
         phb = (np.array([phases[i] for i in searching])[:, None] + ks[None, :]) % pg.period  # (P, H)
-        loads = la0[None, :, None, :] + zg[:, phb][inv]  # (orders, wa, P, H)
+        loads = _shared_loads(state, la0[None, :, None, :], zg[:, phb][inv], ph, pg, host_gpus, 4)  # (orders, wa, P, H)
         comm = np.maximum(ph.comm_s[pha][None, :], pg.comm_s[phb])  # (P, H)
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :, :]).mean(axis=2)  # (orders, P)
         step = np.where(ok[:, None], step, np.inf)
@@ -606,7 +628,11 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
             for idx in groups.values():
                 pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
                 tg, mg, cg = profile_summary(costs, pg)
-                lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                # the busiest GPU carries at least either job's slowest worker, and, time-sliced,
+                # at least the average load (under the fitted model two workers may take less
+                # than their sum: the average of the host's own load then)
+                mean_load = (th + tg) / wa if state.sharing is None else th / wa
+                lb = max(mean_load, mh, mg) + max(ch, cg)
                 ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
                 cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
     cands.sort(key=lambda c: (c[0], c[1]))

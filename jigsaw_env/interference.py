@@ -110,6 +110,29 @@ class InterferenceModel:
         return out
 
 
+def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tflops, model: InterferenceModel):
+    """Element-wise (numpy) GPU time of one step for a host worker of ``host_s`` seconds beside a
+    guest worker of ``guest_s`` seconds (0 where a GPU has no guest worker: the host's time), both
+    alone times, under ``model``: eqs. I1-I2 for the pair, then the fluid model of
+    :func:`concurrent_time` (both at their rates until the first is done, the other then alone).
+    ``peak_tflops``: each GPU's peak (broadcast against the loads). The scheduler's pairing search
+    uses it; the simulator's engine computes the same numbers one GPU at a time."""
+    import numpy as np
+
+    c0, cp, ct, cb, dt, db, gt, gb = model.coef
+    has_guest = guest_s > 0
+    g = np.where(has_guest, guest_s, 1.0)
+    lh, lg = np.log(host_s), np.log(g)
+    bh, bg = math.log(host_batch), math.log(guest_batch)
+    base = c0 + cp * np.log(peak_tflops) + gt * np.abs(lh - lg) + gb * abs(bh - bg)
+    xh = 1.0 / (1.0 + np.exp(base + ct * lh + cb * bh + dt * lg + db * bg))
+    xg = 1.0 / (1.0 + np.exp(base + ct * lg + cb * bg + dt * lh + db * bh))
+    th, tg = host_s / xh, g / xg
+    together = np.where(th <= tg, th + (g - xg * th), tg + (host_s - xh * tg))
+    # a GPU without a guest worker keeps the host's time; a time-sliced device (NaN peak) the sum
+    return np.where(has_guest & np.isfinite(together), together, host_s + guest_s)
+
+
 def concurrent_time(loads: Sequence[WorkerLoad], rates_of) -> float:
     """Seconds until every one of ``loads`` has done its ``alone_s`` of work on one GPU, when the
     workers still running run at ``rates_of(running loads)`` (a list of normalized rates): the
@@ -194,6 +217,17 @@ class SharingModel:
                                 for wq, o in zip(weights, other))
             return sum(m.alone_s for m in mine) / together
         return rate(a, b), rate(b, a)
+
+    @property
+    def fitted(self) -> bool:
+        """True when co-located workers run at the fitted model's rates (not time-sliced)."""
+        return self.mode == "fitted"
+
+    def peaks_of(self, gpus: Sequence[int]):
+        """Peak TFLOP/s of each of the cluster's ``gpus`` (a numpy array; NaN on a time-sliced
+        device, where :func:`shared_gpu_time` must not be used)."""
+        import numpy as np
+        return np.array([GPU_PEAK_TFLOPS.get(self.gpu_types[g], np.nan) for g in gpus])
 
     def time_on(self, gpu: int, loads: Sequence[WorkerLoad]) -> float:
         """:meth:`gpu_time` on the cluster's GPU ``gpu`` (its type from ``gpu_types``)."""

@@ -10,7 +10,9 @@ the same columns read back from ``jobs.csv`` / ``cluster.csv``. Definitions (doc
 - cluster efficiency = useful work / capacity. Useful work: full-backprop-equivalent iterations
   x isolated iteration time x GPUs (GPU-seconds on dedicated consolidated GPUs).
   backlogged form: window = makespan; trace-window form: window = first..last arrival, with the
-  work done by the window's end.
+  work done by the window's end. Saturated form: useful work / (GPUs x time) over the rounds that
+  start with at least one job waiting (``queued > 0`` in the cluster log), the headline form: it
+  measures what a scheduler does with a full cluster, whatever the load outside those rounds.
 - finish-time fairness rho = JCT / T_fair, T_fair = isolated time x max(1, demand / (GPUs / n)),
   n = average number of active jobs over the job's lifetime (Themis, as Gavel computes it).
 """
@@ -49,6 +51,15 @@ def fairness(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: int) ->
     return (fin - arr) / t_fair
 
 
+def saturated_work(cluster_rounds: pd.DataFrame) -> tuple[float, float]:
+    """(useful GPU-seconds, seconds) summed over the rounds that start with a job waiting."""
+    if len(cluster_rounds) == 0:
+        return 0.0, 0.0
+    waiting = cluster_rounds["queued"].to_numpy() > 0
+    seconds = (cluster_rounds["end_s"].to_numpy(float) - cluster_rounds["start_s"].to_numpy(float))[waiting]
+    return float(cluster_rounds["useful_gpu_s"].to_numpy(float)[waiting].sum()), float(seconds.sum())
+
+
 def compute_metrics(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: int, *, backlogged: bool,
                     window: tuple[float, float], useful_at_window_end: float | None,
                     wall_s: float = float("nan")) -> dict:
@@ -71,6 +82,7 @@ def compute_metrics(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: 
         w = window[1] - window[0]
         eff = (useful_at_window_end / (num_gpus * w)) if (useful_at_window_end is not None and w > 0) else float("nan")
         form = "trace-window"
+    sat_useful, sat_s = saturated_work(cluster_rounds)
     rho = fairness(jobs, cluster_rounds, num_gpus)
     by_size = {str(int(k)): float(v) for k, v in done.groupby("num_gpus")["jct_s"].mean().items()}
     out = {
@@ -87,6 +99,8 @@ def compute_metrics(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: 
         "compute_utilization": busy / (num_gpus * span),
         "cluster_efficiency": eff,
         "efficiency_form": form,
+        "saturated_efficiency": sat_useful / (num_gpus * sat_s) if sat_s > 0 else float("nan"),
+        "saturated_s": sat_s,
         "useful_gpu_s": useful,
         "ftf_mean": float(rho.mean()) if len(rho) else float("nan"),
         "ftf_max": float(rho.max()) if len(rho) else float("nan"),

@@ -22,7 +22,8 @@ import pandas as pd
 SIZE_BUCKETS = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 10**9)]
 SUMMARY_METRICS = [("avg_jct_s", "mean JCT (h)", 1 / 3600), ("p95_jct_s", "p95 JCT (h)", 1 / 3600),
                    ("p99_jct_s", "p99 JCT (h)", 1 / 3600), ("makespan_s", "makespan (h)", 1 / 3600),
-                   ("avg_queue_s", "mean queueing (h)", 1 / 3600), ("cluster_efficiency", "cluster efficiency", 1.0),
+                   ("avg_queue_s", "mean queueing (h)", 1 / 3600), ("saturated_efficiency", "saturated efficiency", 1.0),
+                   ("cluster_efficiency", "cluster efficiency", 1.0),
                    ("gpu_utilization", "GPU util.", 1.0), ("compute_utilization", "compute util.", 1.0),
                    ("ftf_mean", "FTF rho mean", 1.0), ("jobs_completed", "jobs done", 1.0)]
 
@@ -185,9 +186,10 @@ def fig_timeline(out: Path, base: pd.DataFrame, agents: Sequence[str], colors, g
 
 def fig_bars(summary: pd.DataFrame, agents: Sequence[str], colors) -> bytes:
     plt = _plt()
-    fig, ax = plt.subplots(1, 2, figsize=(max(7, 1.3 * len(agents) + 3), 3.8))
+    fig, ax = plt.subplots(1, 3, figsize=(max(10, 1.9 * len(agents) + 4), 3.8))
     s = summary.set_index("agent").reindex(agents)
-    for k, (col, title, scale) in enumerate((("cluster_efficiency", "cluster efficiency", 1.0),
+    for k, (col, title, scale) in enumerate((("saturated_efficiency", "saturated efficiency", 1.0),
+                                              ("cluster_efficiency", "cluster efficiency", 1.0),
                                               ("avg_jct_s", "mean JCT (h)", 1 / 3600))):
         m = s[col].to_numpy(float) * scale
         e = np.nan_to_num(s[col + "_ci"].to_numpy(float) * scale, nan=0.0)
@@ -408,7 +410,8 @@ def print_summary(df: pd.DataFrame, meta: dict, file=None) -> None:
         t.add_column("eta", justify="right")
     t.add_column("seeds", justify="right")
     cols = [("avg_jct_s", "mean JCT (h)", 1 / 3600, True), ("p95_jct_s", "p95 JCT (h)", 1 / 3600, False),
-            ("makespan_s", "makespan (h)", 1 / 3600, False), ("cluster_efficiency", "efficiency", 1.0, True),
+            ("makespan_s", "makespan (h)", 1 / 3600, False), ("saturated_efficiency", "sat. eff.", 1.0, True),
+            ("cluster_efficiency", "efficiency", 1.0, True),
             ("gpu_utilization", "GPU util", 1.0, False), ("avg_queue_s", "queue (h)", 1 / 3600, False),
             ("jobs_completed", "done", 1.0, False)]
     for _, label, _, _ in cols:

@@ -428,7 +428,7 @@ class Simulator:
         jobs.sort(key=lambda j: (j.arrival_s, j.job_id))
         self.state = ClusterState(cluster=self.cluster, costs=self.costs, time_s=0.0, round=0,
                                   jobs={j.job_id: j for j in jobs}, active_ids=[],
-                                  max_workers_per_gpu=self.config.max_workers_per_gpu)
+                                  max_workers_per_gpu=self.config.max_workers_per_gpu, sharing=self._sharing)
         self._pending = [j.job_id for j in jobs]  # arrival order
         self.state.arrival_pos = {jid: i for i, jid in enumerate(self._pending)}
         self._pending_pos = 0

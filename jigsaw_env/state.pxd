@@ -14,7 +14,7 @@ cdef class JobState:
 
 cdef class ClusterState:
     cdef public object cluster, costs, time_s, round, jobs, active_ids, max_workers_per_gpu, running_ref
-    cdef public object arrival_pos, in_force, shared_ref
+    cdef public object arrival_pos, in_force, shared_ref, sharing
 
 cdef class CostModel:
     cdef dict __dict__

@@ -197,3 +197,24 @@ def test_check_json_and_plot(tmp_path, capsys):
                 "timeslice_median_err", "target", "meets_target"} <= set(r)
     assert (tmp_path / "colocation_check.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "colocation_check.json").read_text()) == rows
+
+
+# ----- the schedulers' pairing search sees the simulator's sharing
+@pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
+@pytest.mark.parametrize("levels", [(0, 0), (3, 2)])
+def test_pairing_search_scores_a_pair_as_the_engine_times_it(sharing, levels):
+    from agents.common import best_pairing
+
+    cluster = ClusterSpec.from_gpus(8, gpu_type="v100")
+    jobs = [JobState(job_id=1, arrival_s=0.0, num_gpus=1, model="resnet18", batch_size=64, iterations=100.0),
+            JobState(job_id=2, arrival_s=0.0, num_gpus=1, model="lstm_lm", batch_size=20, iterations=100.0)]
+    sim = Simulator(cluster, jobs, SimConfig(sharing=sharing))
+    state = sim.state
+    host, guest = state.jobs[1], state.jobs[2]
+    hc, gc = (levels[0], Pattern.ROTATING), (levels[1], Pattern.ROTATING)
+    plan = best_pairing(state, host, (0,), guest, [hc], [gc])
+    members = [Member(1, state.costs.profile(host, hc[0], hc[1], (0,)), (0,), 0),
+               Member(2, state.costs.profile(guest, gc[0], gc[1], (0,)), (0,), 0)]
+    comp = Component(members, 0.0, sharing=state.sharing)
+    assert (state.sharing is None) == (sharing == "timeslice")
+    assert plan.step_s == pytest.approx(comp.cycle / comp.H, rel=1e-12)
