@@ -502,7 +502,7 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
         # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
         # (a zero column for a GPU without a guest worker): the sums the engine forms, per order
         loads = _shared_loads(state, la[None, :, :], zg[:, phb][inv], ph, pg, host_gpus, 3)
-        comm = np.maximum(ph.comm_s[pha], pg.comm_s[phb])
+        comm = _pair_sync(state, ph.comm_s[pha], pg.comm_s[phb], host_gpus, cols[idx[0]])
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
         step = np.where(ok, step, np.inf)
         k = int(np.argmin(step))
@@ -518,6 +518,18 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     return None if best is None else best[:7]
 
 
+def _pair_sync(state, host_sync: np.ndarray, guest_sync: np.ndarray, host_gpus, guest_cols) -> np.ndarray:
+    """A pair's sync time per step, as the engine times it: the sum when the two syncs cross one
+    link (eq. L1: a guest on the host's GPUs shares a link with it when both span nodes or
+    neither does), else the longer; the longer on a state without a sharing model."""
+    sharing = state.sharing
+    if sharing is not None:
+        guest_gpus = [host_gpus[c] for c in guest_cols]
+        if sharing.links_of(host_gpus) & sharing.links_of(guest_gpus):
+            return host_sync + guest_sync
+    return np.maximum(host_sync, guest_sync)
+
+
 def _shared_loads(state, host_loads: np.ndarray, guest_loads: np.ndarray, ph, pg, host_gpus, ndim: int) -> np.ndarray:
     """Per host GPU, the compute time of a step where the host's workers (``host_loads``) and the
     guest's (``guest_loads``, 0 on a GPU without a guest worker) share the GPUs: their sum when
@@ -525,7 +537,7 @@ def _shared_loads(state, host_loads: np.ndarray, guest_loads: np.ndarray, ph, pg
     (:func:`jigsaw_env.interference.shared_gpu_time`, eq. K1'), the engine's numbers. The GPU axis
     is axis 1 of ``ndim`` dimensions."""
     sharing = state.sharing
-    if sharing is None:
+    if sharing is None or not sharing.fitted:
         return host_loads + guest_loads
     shape = [1] * ndim
     shape[1] = len(host_gpus)
@@ -576,7 +588,7 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
         pha = ks % ph.period
         phb = (np.array([phases[i] for i in searching])[:, None] + ks[None, :]) % pg.period  # (P, H)
         loads = _shared_loads(state, la0[None, :, None, :], zg[:, phb][inv], ph, pg, host_gpus, 4)  # (orders, wa, P, H)
-        comm = np.maximum(ph.comm_s[pha][None, :], pg.comm_s[phb])  # (P, H)
+        comm = _pair_sync(state, ph.comm_s[pha][None, :], pg.comm_s[phb], host_gpus, cols[idx[0]])  # (P, H)
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :, :]).mean(axis=2)  # (orders, P)
         step = np.where(ok[:, None], step, np.inf)
         ks_best = np.argmin(step, axis=0).tolist()

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .interference import SharingModel, WorkerLoad
+from .interference import SharingModel, WorkerLoad, linked_sync_s
 from .spb import JobProfile
 
 _EPS = 1e-9
@@ -68,9 +68,10 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
-    numpy's row sum (its pairwise order). ``sharing`` (the fitted mode of a component whose
-    members share a GPU): each GPU's load is ``sharing.time_on(gpu, workers)`` instead of the sum
-    (eq. K1')."""
+    numpy's row sum (its pairwise order). ``sharing`` (a component of several members): under the
+    fitted mode each GPU's load is ``sharing.time_on(gpu, workers)`` instead of the sum (eq. K1'),
+    and in either mode the step's sync is eq. L1's (syncs over one link share it) instead of the
+    slowest member's."""
     H = 1
     for m in members:
         H = H * m.profile.period // math.gcd(H, m.profile.period)
@@ -95,7 +96,9 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
             pb.append(by[ph])
         phase_bytes.append(pb)
     if sharing is not None:
-        _concurrent_loads(members, col, H, loads, sharing)
+        if sharing.fitted:
+            _concurrent_loads(members, col, H, loads, sharing)
+        comm = _linked_comm(members, H, sharing)
     step = [max(row) + c for row, c in zip(loads, comm)]
     if barrier_s and len(members) > 1:
         step = [s + barrier_s for s in step]  # eq. K3: co-located jobs meet at a barrier before every step
@@ -115,6 +118,16 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
     cum, loads, cum_bytes, cum_loads = tuple(cum), _tuples(loads), _tuples(cum_bytes), _tuples(cum_loads)
     return (H, a_loads, cycle, cum, _EPS * max(1.0, cycle), loads, tuple(_running_sum(a_loads.sum(axis=1).tolist())),
             cum_bytes, cum_loads, tuple(step), _tuples(phase_bytes))
+
+
+def _linked_comm(members: list[Member], H: int, sharing: SharingModel) -> list[float]:
+    """Per step of the hyper-period, the sync time of members whose syncs share links (eq. L1)."""
+    links = [sharing.links_of(m.gpus) for m in members]
+    out = []
+    for k in range(H):
+        syncs = [float(m.profile.comm_s[(m.iteration0 + k) % m.profile.period]) for m in members]
+        out.append(linked_sync_s(syncs, links))
+    return out
 
 
 def _concurrent_loads(members: list[Member], col: dict[int, int], H: int, loads: list[list[float]],
@@ -174,8 +187,8 @@ class Component:
         their step tables (read-only arrays), computed once. ``barrier_s``: seconds every step of
         a component of two or more jobs waits at the lockstep barrier (eq. K3; ignored for one job).
         ``formed_s``: the simulated time it formed (s; the simulator advances it from then).
-        ``sharing``: the fitted co-location model for GPUs that hold workers of several members
-        (eq. K1'); None time-slices them (eq. K1)."""
+        ``sharing``: how members share GPUs (eq. K1 or K1') and links (eq. L1); None time-slices
+        GPUs and lets syncs overlap freely (eqs. K1, K2)."""
         self.members = members
         self.ready_s = ready_s  # no step starts before this (restart delays)
         self.formed_s = formed_s
@@ -200,7 +213,7 @@ class Component:
             key = tuple((id(m.profile), m.iteration0 % m.profile.period, tuple(col[g] for g in m.gpus))
                         for m in members) + (len(gpus), barrier_s)
             if sharing is not None:
-                key += (sharing.mode, tuple(sharing.gpu_type_of(g) for g in gpus))
+                key += (sharing.mode, tuple(sharing.gpu_type_of(g) for g in gpus), sharing.node_signature(gpus))
         self.gpu_list = gpus  # the component's GPUs, ascending (Python ints; ``gpus`` as an array)
         if cache is None:
             tables = _step_tables(members, col if col is not None else {g: i for i, g in enumerate(gpus)}, barrier_s,

@@ -23,6 +23,11 @@ saturating workers at ``z = 0`` get ``x = 1/2`` each, the time-slicing answer; t
 one step: all run at their rates until the first finishes, the rest then run at the rates of the
 smaller set, and so on (a fluid model). Under ``timeslice`` sharing the GPU's time is the sum of
 its workers' compute (their work adds up), the comparison model kept by name.
+
+Links are shared in both modes: the syncs of a lockstep step start together, and syncs that
+cross one link (a node's network interface for a job that spans nodes, a node's intra-node
+fabric for one that does not) share its bandwidth, so the step's sync lasts at least the busiest
+link's total (:func:`linked_sync_s`, eq. L1).
 """
 from __future__ import annotations
 
@@ -133,6 +138,19 @@ def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tfl
     return np.where(has_guest & np.isfinite(together), together, host_s + guest_s)
 
 
+def linked_sync_s(syncs: Sequence[float], links: Sequence[frozenset]) -> float:
+    """Seconds until every sync of a lockstep step is done when the syncs (seconds each alone)
+    start together and those that cross one link share its bandwidth (eq. L1): the longest alone,
+    or the busiest link's total, whichever is longer. A sync of 0 s (a one-GPU job) uses no link."""
+    longest = max(syncs, default=0.0)
+    per_link: dict = {}
+    for s, ls in zip(syncs, links):
+        if s > 0:
+            for link in ls:
+                per_link[link] = per_link.get(link, 0.0) + s
+    return max(longest, max(per_link.values(), default=0.0))
+
+
 def concurrent_time(loads: Sequence[WorkerLoad], rates_of) -> float:
     """Seconds until every one of ``loads`` has done its ``alone_s`` of work on one GPU, when the
     workers still running run at ``rates_of(running loads)`` (a list of normalized rates): the
@@ -163,10 +181,12 @@ class SharingModel:
     type of each GPU of the cluster, by GPU id (for :meth:`time_on`)."""
 
     def __init__(self, mode: str = DEFAULT_SHARING, gpu_types: Sequence[str] = (),
-                 model: InterferenceModel | None = None):
+                 model: InterferenceModel | None = None, gpus_per_node: int | None = None):
         self.mode = check_sharing(mode)
         self.model = model if model is not None else (fitted_model() if mode == "fitted" else None)
         self.gpu_types = tuple(gpu_types)
+        # GPU g sits on node g // gpus_per_node (one node for every GPU when not given)
+        self.gpus_per_node = gpus_per_node or max(1, len(self.gpu_types))
         for t in sorted(set(self.gpu_types)):
             self.check_gpu_type(t)
         self._memo: dict = {}
@@ -228,6 +248,18 @@ class SharingModel:
         device, where :func:`shared_gpu_time` must not be used)."""
         import numpy as np
         return np.array([GPU_PEAK_TFLOPS.get(self.gpu_types[g], np.nan) for g in gpus])
+
+    def links_of(self, gpus: Sequence[int]) -> frozenset:
+        """The links a job on ``gpus`` syncs over (eq. L1): each of its nodes' network interface
+        when it spans nodes, else its node's intra-node fabric."""
+        nodes = {g // self.gpus_per_node for g in gpus}
+        kind = "nic" if len(nodes) > 1 else "fabric"
+        return frozenset((kind, n) for n in nodes)
+
+    def node_signature(self, gpus: Sequence[int]) -> tuple[int, ...]:
+        """Each of ``gpus``' node, numbered by first appearance (what link sharing depends on)."""
+        seen: dict[int, int] = {}
+        return tuple(seen.setdefault(g // self.gpus_per_node, len(seen)) for g in gpus)
 
     def time_on(self, gpu: int, loads: Sequence[WorkerLoad]) -> float:
         """:meth:`gpu_time` on the cluster's GPU ``gpu`` (its type from ``gpu_types``)."""

@@ -377,9 +377,9 @@ class Simulator:
                 raise ValueError(f"costs: a CostModel made for another {why}")
         self.costs = costs
         self._check_jobs()
-        # the fitted co-location model (None under timeslice sharing: eq. K1's sum)
-        self._sharing = (None if config.sharing == "timeslice"
-                         else SharingModel(config.sharing, [cluster.gpu_type(g) for g in range(cluster.num_gpus)]))
+        # how co-located jobs share GPUs (eq. K1 or K1') and links (eq. L1)
+        self._sharing = SharingModel(config.sharing, [cluster.gpu_type(g) for g in range(cluster.num_gpus)],
+                                     gpus_per_node=cluster.gpus_per_node)
         self.reset()
 
     def _check_jobs(self) -> None:

@@ -351,9 +351,9 @@ class ClusterState:
     # the connected components of "shares a GPU with" among the running jobs, kept as they form and
     # dissolve (agents.common.current_pairs reads them instead of every running job's GPUs).
     shared_ref: dict | None = field(default=None, repr=False, compare=False)
-    # How co-located workers share a GPU (jigsaw_env.interference.SharingModel) when it is the
-    # fitted model; None when they are time-sliced (the work adds up). Set by a simulator; the
-    # pairing search of agents.common scores candidates with it.
+    # How co-located jobs share GPUs and links (jigsaw_env.interference.SharingModel: eqs. K1 or
+    # K1', and L1). Set by a simulator; the pairing search of agents.common scores candidates with
+    # it. None on a state built by hand: time-sliced GPUs, syncs that overlap freely.
     sharing: Any = field(default=None, repr=False, compare=False)
 
     def __eq__(self, other):  # the dataclass's comparison, written out (see JobState.__eq__)

@@ -216,5 +216,63 @@ def test_pairing_search_scores_a_pair_as_the_engine_times_it(sharing, levels):
     members = [Member(1, state.costs.profile(host, hc[0], hc[1], (0,)), (0,), 0),
                Member(2, state.costs.profile(guest, gc[0], gc[1], (0,)), (0,), 0)]
     comp = Component(members, 0.0, sharing=state.sharing)
-    assert (state.sharing is None) == (sharing == "timeslice")
+    assert state.sharing.mode == sharing
     assert plan.step_s == pytest.approx(comp.cycle / comp.H, rel=1e-12)
+
+
+# ----- shared links (eq. L1)
+def test_linked_sync_by_hand():
+    from jigsaw_env.interference import linked_sync_s
+
+    nic = lambda *nodes: frozenset(("nic", n) for n in nodes)  # noqa: E731
+    fab = lambda n: frozenset({("fabric", n)})  # noqa: E731
+    # two jobs spanning nodes 0 and 1: their syncs share both NICs: 2 + 3 s
+    assert linked_sync_s([2.0, 3.0], [nic(0, 1), nic(0, 1)]) == 5.0
+    # one spans nodes 0-1, the other 1-2: node 1's NIC carries both
+    assert linked_sync_s([2.0, 3.0], [nic(0, 1), nic(1, 2)]) == 5.0
+    # a cross-node job and an intra-node one share no link: the longer
+    assert linked_sync_s([2.0, 3.0], [nic(0, 1), fab(0)]) == 3.0
+    # three on one node's fabric, one of them a 1-GPU job without sync
+    assert linked_sync_s([1.0, 0.0, 0.5], [fab(0), fab(0), fab(0)]) == 1.5
+
+
+def two_node_profile(compute_s: float, comm_s: float) -> JobProfile:
+    c = np.full((1, 2), compute_s)
+    return JobProfile(level=0, pattern=Pattern.ROTATING, slots=(0,), period=1, compute_s=c,
+                      comm_s=np.array([comm_s]), bytes=np.zeros(1), peak_bytes=np.zeros(2), eta=1.0, batch_size=32)
+
+
+def test_two_jobs_spanning_the_same_two_nodes_sync_slower_together():
+    # GPUs 0 and 4 on nodes 0 and 1 (4 GPUs a node); both jobs on both GPUs, time-sliced compute:
+    # alone each steps 1 + 2 = 3 s and 2 + 3 = 5 s; together the GPUs compute 1 + 2 = 3 s and the
+    # syncs share both NICs: 2 + 3 = 5 s, a step of 8 s (free syncs would give 3 + 3 = 6 s)
+    sharing = SharingModel("timeslice", ("v100",) * 8, gpus_per_node=4)
+    a, b = two_node_profile(1.0, 2.0), two_node_profile(2.0, 3.0)
+    pair = Component([Member(1, a, (0, 4), 0), Member(2, b, (0, 4), 0)], 0.0, sharing=sharing)
+    assert pair.step.tolist() == [8.0]
+    assert Component([Member(1, a, (0, 4), 0), Member(2, b, (0, 4), 0)], 0.0).step.tolist() == [6.0]
+    assert Component([Member(1, a, (0, 4), 0)], 0.0, sharing=sharing).step.tolist() == [3.0]
+    # on one node the syncs share its fabric the same way
+    one_node = Component([Member(1, a, (0, 1), 0), Member(2, b, (0, 1), 0)], 0.0, sharing=sharing)
+    assert one_node.step.tolist() == [8.0]
+
+
+@pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
+def test_pairing_search_times_a_cross_node_pair_as_the_engine(sharing):
+    from agents.common import best_pairing
+
+    cluster = ClusterSpec.from_gpus(8, gpus_per_node=4, gpu_type="v100")
+    jobs = [JobState(job_id=1, arrival_s=0.0, num_gpus=2, model="resnet18", batch_size=64, iterations=100.0),
+            JobState(job_id=2, arrival_s=0.0, num_gpus=2, model="transformer_small", batch_size=64, iterations=100.0)]
+    state = Simulator(cluster, jobs, SimConfig(sharing=sharing)).state
+    host, guest = state.jobs[1], state.jobs[2]
+    lvl = (0, Pattern.ROTATING)
+    plan = best_pairing(state, host, (0, 4), guest, [lvl], [lvl])
+    members = [Member(1, state.costs.profile(host, 0, lvl[1], (0, 4)), (0, 4), 0),
+               Member(2, state.costs.profile(guest, 0, lvl[1], plan.guest_gpus), plan.guest_gpus, 0)]
+    comp = Component(members, 0.0, sharing=state.sharing)
+    assert plan.step_s == pytest.approx(comp.cycle / comp.H, rel=1e-12)
+    sync = [m.profile.comm_s[0] for m in members]
+    assert min(sync) > 0
+    loads = comp.loads.max()
+    assert comp.step[0] == pytest.approx(loads + sum(sync), rel=1e-12)  # the NICs carry both syncs

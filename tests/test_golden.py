@@ -20,9 +20,8 @@ from traces import load_trace
 
 GOLDEN = Path(__file__).parent / "golden" / "golden_metrics.json"
 
-# name: (trace spec, gpus, agent, SimConfig kwargs). The time-slicing scenarios hold the values
-# they had before the fitted co-location model existed (timeslice sharing is kept bit for bit);
-# the "-fitted" ones are the default sharing.
+# name: (trace spec, gpus, agent, SimConfig kwargs). Scenarios under time-slicing and under the
+# fitted co-location model (the default sharing, "-fitted").
 TS = {"sharing": "timeslice"}
 SCENARIOS = {
     "fifo-synth60": ("synthetic:jobs=60,load=1.5,seed=11", 16, "fifo", TS),
