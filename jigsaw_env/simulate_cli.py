@@ -38,7 +38,8 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
                    help="round length in seconds, or 'iteration' for iteration granularity (default 300)")
     p.add_argument("--restart-s", type=non_negative_float("--restart-s"), default=30.0,
                    help="resume/migration cost in seconds (default 30)")
-    p.add_argument("--max-workers-per-gpu", type=positive_int("--max-workers-per-gpu"), default=2)
+    p.add_argument("--max-workers-per-gpu", type=positive_int("--max-workers-per-gpu"), default=2,
+                   help="most workers (of different jobs) on one GPU, besides its memory (default 2)")
     p.add_argument("--backlogged", action="store_true",
                    help="submit every job at t=0 and report the backlogged efficiency form")
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json) to use")

@@ -159,12 +159,13 @@ def test_the_observation_shows_the_queue_tiresias_and_jigsaw_serve():
 
 # ------------------------------------------------------------------------------------------------ Gandiva
 def test_gandiva_packs_when_no_exclusive_gpu_is_free_and_unpacks_when_one_frees():
-    # 4 GPUs. A (long) and C (10 iterations, 150 s) take both halves; B has no exclusive GPUs.
-    # Packing B on A: lockstep step = 11 + 11 + max(4, 4) = 26 s against 15 s alone, so the pair
-    # does 2 x (2 x 15/26) = 2.31 dedicated-GPU equivalents where A alone did 2: ratio 1.15.
+    # 4 GPUs, time-sliced. A (long) and C (10 iterations, 150 s) take both halves; B has no
+    # exclusive GPUs. Packing B on A: lockstep step = 11 + 11 of compute + 4 + 4 of sync (both sync
+    # over the node's fabric, eq. L1) = 30 s against 15 s alone, so the pair does 2 x (2 x 15/30)
+    # = 2 dedicated-GPU equivalents where A alone did 2: ratio 1, which Gandiva accepts.
     # B arrives at 1 s, so A and C start first (round at 0 s); B is decided at 60 s
     sim = Simulator(toy_cluster(4, 4), [job(1, 2, 1000), job(3, 2, 10), job(2, 2, 50, arrival=1.0)],
-                    SimConfig(round_s=60.0, restart_s=10.0))
+                    SimConfig(round_s=60.0, restart_s=10.0, sharing="timeslice"))
     gan = make_scheduler("gandiva")
     gan.reset()
     fifo = make_scheduler("fifo")
@@ -237,18 +238,19 @@ def test_jigsaw_level_rule_single_gpu_gains_dedicated_multi_gpu_rotating_does_no
     assert (d[1].level, d[1].pattern) == (3, Pattern.ROTATING) and d[2].level == 0
 
 
+@pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
 @pytest.mark.parametrize("guest_model,guest_gpus,mem_gib", [(TOY3, 2, 16), (TOY4, 4, 8), (TOY4C, 1, 16)])
-def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_model, guest_gpus, mem_gib):
+def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_model, guest_gpus, mem_gib, sharing):
     # the pruned search returns the best (host config, guest config, worker order) of an exhaustive
-    # search in which every candidate is timed by the engine's own Component and memory-checked by
-    # the simulator's GpuLedger
+    # search in which every candidate is timed by the engine's own Component (with the simulator's
+    # sharing of GPUs and links) and memory-checked by the simulator's GpuLedger
     from jigsaw_env.engine import Component, Member
     from jigsaw_env.placement import GpuLedger
     from jigsaw_env.state import JobDecision
     from agents.common import spb_configs
 
     sim = Simulator(toy_cluster(4, 4, gpu_memory_gib=mem_gib),
-                    [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)], SimConfig())
+                    [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)], SimConfig(sharing=sharing))
     st = sim.state
     host, guest = st.jobs[1], st.jobs[2]
     host.iteration, guest.iteration = 5, 2
@@ -264,13 +266,14 @@ def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_mod
                 if not led.fits(2, JobDecision(gg, *gc)):
                     continue
                 ph, pg = st.costs.profile(host, *hc, hg), st.costs.profile(guest, *gc, gg)
-                comp = Component([Member(1, ph, hg, 5), Member(2, pg, gg, 2)], 0.0)
+                comp = Component([Member(1, ph, hg, 5), Member(2, pg, gg, 2)], 0.0, sharing=st.sharing)
                 step = comp.cycle / comp.H
                 best = max(best, 4 * ph.eta * iso(host) / step + guest_gpus * pg.eta * iso(guest) / step)
     plan = best_pairing(st, host, hg, guest)
     assert plan is not None and plan.value == pytest.approx(best, rel=1e-12)
     comp = Component([Member(1, st.costs.profile(host, *plan.host_cfg, hg), hg, 5),
-                      Member(2, st.costs.profile(guest, *plan.guest_cfg, plan.guest_gpus), plan.guest_gpus, 2)], 0.0)
+                      Member(2, st.costs.profile(guest, *plan.guest_cfg, plan.guest_gpus), plan.guest_gpus, 2)], 0.0,
+                     sharing=st.sharing)
     assert plan.step_s == pytest.approx(comp.cycle / comp.H, rel=1e-12)
 
 
