@@ -62,12 +62,74 @@ def register_scheduler(name: str):
     return deco
 
 
+#: the entry-point group through which an installed package adds schedulers by name, e.g. in its
+#: pyproject.toml: ``[project.entry-points."jigsaw.schedulers"] mine = "mypkg.mod:MyScheduler"``
+ENTRY_POINT_GROUP = "jigsaw.schedulers"
+
+
+def _entry_points() -> dict:
+    """Installed schedulers of :data:`ENTRY_POINT_GROUP`, by name (read on every call: cheap, and
+    a package installed during a session is seen)."""
+    from importlib.metadata import entry_points
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def is_import_path(name: str) -> bool:
+    """``name`` has the ``module.path:ClassName`` form of a plug-in scheduler."""
+    mod, sep, attr = name.partition(":")
+    return bool(sep and mod and attr) and all(part.isidentifier() for part in mod.split(".") + attr.split("."))
+
+
+def _load_plugin(name: str, target: str) -> type:
+    """The scheduler class ``target`` (``module.path:ClassName``) names; ValueError naming
+    ``name`` and what went wrong when it cannot be imported or is not a Scheduler subclass."""
+    import importlib
+    mod_name, _, attr = target.partition(":")
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"agent {name!r}: cannot load {target!r} ({type(e).__name__}: {e})") from None
+    if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
+        raise ValueError(f"agent {name!r}: {target!r} is not a subclass of agents.base.Scheduler")
+    return obj
+
+
+def scheduler_class(name: str) -> type:
+    """The class behind a scheduler name: a registered name, an installed entry point of
+    :data:`ENTRY_POINT_GROUP`, or a ``module.path:ClassName`` import path. ValueError (one line)
+    naming the allowed names otherwise."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if is_import_path(name):
+        return _load_plugin(name, name)
+    ep = _entry_points().get(name)
+    if ep is not None:
+        return _load_plugin(name, ep.value)
+    raise ValueError(f"unknown agent {name!r}; allowed: {available_schedulers()} or a plug-in "
+                     f"module.path:ClassName")
+
+
+def is_scheduler(name: str) -> bool:
+    """``name`` resolves to a scheduler class (see :func:`scheduler_class`)."""
+    try:
+        scheduler_class(name)
+    except ValueError:
+        return False
+    return True
+
+
 def available_schedulers() -> list[str]:
-    return sorted(_REGISTRY)
+    """Registered scheduler names and installed entry points, sorted."""
+    return sorted(set(_REGISTRY) | set(_entry_points()))
 
 
 def make_scheduler(name: str, **kwargs) -> Scheduler:
-    """Build a registered scheduler; ValueError naming the allowed names on an unknown one."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown agent {name!r}; allowed: {available_schedulers()}")
-    return _REGISTRY[name](**kwargs)
+    """Build a scheduler by name (:func:`scheduler_class`); ValueError naming the allowed names on
+    an unknown one."""
+    cls = scheduler_class(name)
+    sched = cls(**kwargs)
+    if name not in _REGISTRY and getattr(sched, "name", "base") == "base":
+        sched.name = name  # a plug-in that sets no name is known by the name it was asked by
+    return sched

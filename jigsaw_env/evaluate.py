@@ -131,6 +131,7 @@ def _import_schedulers() -> list[str]:
 def parse_agents(text: str) -> list[AgentSpec]:
     """Scheduler names and RUN_DIRs -> AgentSpecs; ValueError (one line) for anything else."""
     from agents import available_schedulers
+    from agents.base import is_import_path, scheduler_class
     from agents.rl import is_run_dir
 
     failed = _import_schedulers()
@@ -141,7 +142,8 @@ def parse_agents(text: str) -> list[AgentSpec]:
     out: list[AgentSpec] = []
     labels: set[str] = set()
     for it in items:
-        if it in names:
+        if it in names or is_import_path(it):
+            scheduler_class(it)  # a plug-in that does not load: one line saying why
             label, spec = it, AgentSpec(it, "heuristic", it, "spb" in it or it.startswith("jigsaw"))
         elif is_run_dir(it):
             base = re.sub(r"[^A-Za-z0-9_.+-]", "_", Path(it).resolve().name) or "run"
@@ -153,7 +155,7 @@ def parse_agents(text: str) -> list[AgentSpec]:
         else:
             extra = f" (modules that failed to import: {'; '.join(failed)})" if failed else ""
             raise ValueError(f"unknown agent {it!r}; expected a scheduler name (one of {names}) or a RUN_DIR "
-                             f"written by `jigsaw train`{extra}")
+                             f"written by `jigsaw train` (or a plug-in module.path:ClassName){extra}")
         k = 2
         while spec.label in labels:
             spec = replace(spec, label=f"{label}-{k}")
