@@ -93,6 +93,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "trace: their training splits' jobs are removed before windows are drawn; synthetic: "
                         "generator seeds from the held-out range)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    p.add_argument("--baseline", default=None, metavar="AGENT",
+                   help="report every other agent's per-seed paired difference from AGENT (one of --agents): "
+                        "mean JCT, saturated and cluster efficiency, with 95%% CIs (paired.csv, report, --json)")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary on stdout (per agent means and CIs; paired differences with --baseline)")
     add_trace_arguments(p)
     add_cluster_arguments(p)
 
@@ -453,6 +458,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     if tables:
         register_tables_dir(tables)
     specs = parse_agents(args.agents)
+    baseline = getattr(args, "baseline", None)
+    if baseline is not None and baseline not in [sp.label for sp in specs]:
+        raise ValueError(f"--baseline {baseline!r} is not one of --agents ({', '.join(sp.label for sp in specs)})")
     if args.spb_levels < 0:
         raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
     cluster, base_cfg, cluster_kwargs = evaluation_cluster(args)
@@ -513,6 +521,11 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     # in metadata.json "failed_runs" and at the top of report.html)
     df = metrics_frame(rows, [s.label for s in specs]) if rows else pd.DataFrame(columns=LEAD_COLUMNS + ["run_dir"])
     df.to_csv(out / "metrics.csv", index=False)
+    paired = None
+    if baseline is not None and rows:
+        from .report import paired_differences
+        paired = paired_differences(df, baseline)
+        paired.to_csv(out / "paired.csv", index=False)
 
     job_frames = [j for j, _ in sets.values()]
     eta_vals, eta_src = eta_table(job_frames, cluster, base_cfg.spb)
@@ -554,6 +567,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         "failed_runs": [asdict(f) for f in failures],
         "wall_s": time.perf_counter() - t_start,
     }
+    if paired is not None:
+        meta["paired"] = {"baseline": baseline, "file": "paired.csv",
+                          "rows": json.loads(paired.to_json(orient="records"))}
     (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     if rows:
         from .report import write_report
@@ -672,6 +688,18 @@ def run(args) -> int:
             print(f"wrote {e.out / 'metrics.csv'}, {e.out / 'report.html'}, {e.out / 'metadata.json'} "
                   f"({e.total - len(e.failures)} of {e.total} runs)")
         raise
+    if getattr(args, "json", False):
+        print(json.dumps(json_summary(df, meta, out), indent=1))
+        return 0
     print_summary(df, meta)
     print(f"wrote {out / 'metrics.csv'}, {out / 'report.html'}, {out / 'metadata.json'}")
     return 0
+
+
+def json_summary(df: pd.DataFrame, meta: dict, out: Path) -> dict:
+    """What ``--json`` prints: per agent (and load, eta) the mean and 95% CI half-width of each
+    summary metric over seeds (null where undefined: one seed), and the paired differences."""
+    from .report import summarize
+    summary = json.loads(summarize(df).to_json(orient="records"))
+    return {"out": str(out), "efficiency_form": meta["efficiency_form"]["form"], "seeds": meta["seeds"],
+            "summary": summary, "paired": meta.get("paired")}

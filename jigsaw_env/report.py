@@ -42,6 +42,36 @@ def ci95(values: Sequence[float]) -> tuple[float, float, int]:
     return m, float(t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)), n
 
 
+#: the metrics whose per-seed paired difference from a baseline agent evaluate reports (--baseline)
+PAIRED_METRICS = (("avg_jct_s", "mean JCT (h)", 1 / 3600), ("saturated_efficiency", "saturated efficiency", 1.0),
+                  ("cluster_efficiency", "cluster efficiency", 1.0))
+
+
+def paired_differences(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per (agent other than ``baseline``, load, eta, metric of :data:`PAIRED_METRICS`): the mean
+    over seeds of ``metric(agent, seed) - metric(baseline, seed)`` on the same job set, the
+    half-width of its 95% CI (t distribution; NaN with fewer than two seeds) and the number of
+    seeds both finished."""
+    keys = ["load", "eta", "seed"]
+    base = df[df["agent"] == baseline].copy()
+    base["eta"], base["load"] = base["eta"].astype(str), _num(base["load"])
+    rows = []
+    for agent in dict.fromkeys(df["agent"]):
+        if agent == baseline:
+            continue
+        a = df[df["agent"] == agent].copy()
+        a["eta"], a["load"] = a["eta"].astype(str), _num(a["load"])
+        m = a.merge(base, on=keys, suffixes=("", "_base"))
+        for (load, eta), g in m.groupby(["load", "eta"], sort=False, dropna=False):
+            for col, _, _ in PAIRED_METRICS:
+                if col not in g.columns:
+                    continue
+                mean, half, n = ci95((_num(g[col]) - _num(g[col + "_base"])).tolist())
+                rows.append({"agent": agent, "baseline": baseline, "load": load, "eta": eta, "metric": col,
+                             "mean_diff": mean, "ci95": half, "seeds": n})
+    return pd.DataFrame(rows, columns=["agent", "baseline", "load", "eta", "metric", "mean_diff", "ci95", "seeds"])
+
+
 def _num(s: pd.Series) -> pd.Series:
     return pd.to_numeric(s, errors="coerce")
 
@@ -73,8 +103,8 @@ def _fmt(v: float, scale: float = 1.0, ci: float | None = None, integer: bool = 
         return f"{int(x):,d}"
     digits = 3 if abs(x) < 10 else (2 if abs(x) < 100 else 0)
     s = f"{x:,.{digits}f}"
-    if ci is not None and np.isfinite(ci):
-        s += f" ± {ci * scale:,.{digits}f}"
+    if ci is not None:
+        s += f" ± {ci * scale:,.{digits}f}" if np.isfinite(ci) else " ± n/a"
     return s
 
 
@@ -192,8 +222,12 @@ def fig_bars(summary: pd.DataFrame, agents: Sequence[str], colors) -> bytes:
                                               ("cluster_efficiency", "cluster efficiency", 1.0),
                                               ("avg_jct_s", "mean JCT (h)", 1 / 3600))):
         m = s[col].to_numpy(float) * scale
-        e = np.nan_to_num(s[col + "_ci"].to_numpy(float) * scale, nan=0.0)
-        ax[k].bar(range(len(agents)), m, yerr=e, capsize=4, color=[colors[a] for a in agents])
+        e = s[col + "_ci"].to_numpy(float) * scale
+        # no bar where the interval is undefined (one seed): a zero-width bar would claim certainty
+        ax[k].bar(range(len(agents)), m, yerr=np.where(np.isfinite(e), e, np.nan) if np.isfinite(e).any() else None,
+                  capsize=4, color=[colors[a] for a in agents])
+        if not np.isfinite(e).all():
+            ax[k].text(0.99, 0.99, "CI n/a (one seed)", transform=ax[k].transAxes, ha="right", va="top", fontsize=8)
         ax[k].set_xticks(range(len(agents)), agents, rotation=20, ha="right")
         ax[k].set(title=f"{title} (mean, 95% CI)")
         ax[k].set_ylim(bottom=0)
@@ -378,6 +412,7 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
              "mean ± t<sub>0.975, n−1</sub> · sd / √n. Metrics as defined in docs/design.md section 5 "
              "(docs/evaluation.md).</p>",
              _summary_html(summary, len(loads) > 1, len(etas) > 1 or etas[0] != "table"),
+             *_paired_html(meta),
              f"<h2>Figures</h2><p class=note>Figures 1–5 show the condition {html.escape(cond)}.</p>"]
     for i, (name, title, png) in enumerate(figs, 1):
         parts.append(f"<h3>{i}. {html.escape(title)}</h3>")
@@ -391,6 +426,27 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     path = out / "report.html"
     path.write_text("\n".join(parts))
     return path
+
+
+def _paired_html(meta: dict) -> list[str]:
+    """The paired-difference table of ``meta["paired"]`` (evaluate --baseline), or nothing."""
+    paired = meta.get("paired")
+    if not paired:
+        return []
+    head = "".join(f"<th>{h}</th>" for h in ("agent", "load", "eta", "metric", "mean difference", "95% CI", "seeds"))
+    body = []
+    for r in paired["rows"]:
+        scale = dict((c, sc) for c, _, sc in PAIRED_METRICS).get(r["metric"], 1.0)
+        label = dict((c, lb) for c, lb, _ in PAIRED_METRICS).get(r["metric"], r["metric"])
+        load = "trace" if r["load"] is None or not np.isfinite(r["load"]) else f"{r['load']:g}"
+        ci = "n/a" if r["ci95"] is None or not np.isfinite(r["ci95"]) else f"± {r['ci95'] * scale:,.3f}"
+        body.append(f"<tr><td>{html.escape(r['agent'])}</td><td>{load}</td><td>{html.escape(str(r['eta']))}</td>"
+                    f"<td>{html.escape(label)}</td><td>{_fmt(r['mean_diff'], scale)}</td><td>{ci}</td>"
+                    f"<td>{r['seeds']}</td></tr>")
+    return [f"<h2>Paired differences from {html.escape(paired['baseline'])}</h2>",
+            "<p class=note>Per seed, the agent's metric minus the baseline's on the same job set; mean over seeds "
+            "± half-width of the 95% confidence interval (t distribution); n/a with one seed.</p>",
+            f"<table><tr>{head}</tr>{''.join(body)}</table>"]
 
 
 # ----------------------------------------------------------------------------------------------- stdout
