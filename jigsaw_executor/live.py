@@ -707,10 +707,19 @@ class LiveExecutor:
             self.store.set(Keys.lk_abort(f"{rec['round']}.{rec['comp']}"), "1")
 
     def _checkpoint_iteration(self, jid: int) -> int:
-        from .spb_worker import read_checkpoint_meta
+        """The iteration of the job's newest checkpoint that loads (0: none saved), which its next
+        incarnation loads. A truncated newest one is dropped for the one before it (a ``warning``
+        event and one echoed line); when no kept checkpoint loads, :class:`JobFailed` (one line)."""
+        from .spb_worker import CheckpointUnreadable, select_checkpoint
 
-        meta = read_checkpoint_meta(self.checkpoint_dir(jid))
-        return 0 if meta is None else int(meta["iteration"])
+        try:
+            return select_checkpoint(self.checkpoint_dir(jid), log=lambda line: self._checkpoint_warning(jid, line))
+        except CheckpointUnreadable as e:
+            raise JobFailed(f"job {jid} ({self.state.jobs[jid].model}) cannot go on: {e}", jid, None, {}) from None
+
+    def _checkpoint_warning(self, jid: int, line: str) -> None:
+        self.event("warning", job=jid, message=line)
+        self.echo(f"job {jid}: {line}")
 
     # ----- progress ledger: which iterations were credited at which eta (for rollbacks)
     def _credit(self, jid: int, t0: int, t1: int, eta: float) -> None:
