@@ -874,7 +874,12 @@ class SPBTrainer:
                              f"{meta['model_sha256'][:12]}")
         rng = path / meta.get("rng_pattern", "rng-rank{rank}.pt").format(rank=self.rank)
         if int(meta["world_size"]) == self.world and rng.exists():
-            self._set_rng_state(torch.load(rng, map_location="cpu", weights_only=True))
+            try:
+                rng_state = torch.load(rng, map_location="cpu", weights_only=True)
+            except Exception as e:  # noqa: BLE001 - e.g. a numpy RNG state pickled by an earlier version
+                raise ValueError(f"{rng}: not an RNG state of tensors and plain data ({type(e).__name__}); "
+                                 f"a checkpoint written by an earlier version of jigsaw does not load") from None
+            self._set_rng_state(rng_state)
         self.barrier()
         return int(state["iteration"])
 
