@@ -14,6 +14,9 @@ from jigsaw_env.state import ClusterState, Decision
 
 _REGISTRY: dict[str, Callable[..., "Scheduler"]] = {}
 
+#: the layout of :meth:`Scheduler.state_dict` (a field ``"version"`` of every state)
+STATE_VERSION = 1
+
 
 class Scheduler:
     """Base class. Subclasses set ``name`` and implement :meth:`schedule`."""
@@ -25,6 +28,28 @@ class Scheduler:
 
     def schedule(self, state: ClusterState) -> Decision:
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ plain-data state
+    def state_dict(self) -> dict:
+        """What the scheduler carries from one round to the next, as plain data (JSON-serialisable):
+        ``{"version", "scheduler", ...}``. Arguments are not in it (the caller rebuilds the scheduler
+        from its name and arguments, then calls :meth:`load_state_dict`), and neither are caches
+        that the scheduler rebuilds from the cluster state. Subclasses with memory extend
+        :meth:`_state` and :meth:`_load_state`."""
+        return {"version": STATE_VERSION, "scheduler": self.name, **self._state()}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Take a state written by :meth:`state_dict` of a scheduler of the same name; ValueError
+        (one line naming the field and what was expected) otherwise."""
+        check_state_dict(d, self.name)
+        self.reset()
+        self._load_state(d)
+
+    def _state(self) -> dict:
+        return {}  # stateless between rounds
+
+    def _load_state(self, d: dict) -> None:
+        pass
 
     def __call__(self, state: ClusterState) -> Decision:
         return self.schedule(state)
@@ -51,6 +76,30 @@ class Scheduler:
             return GpuLedger(state, state.current_decision(), checked=True)
         dec = led.decision
         return led.copy(Decision({jid: dec[jid] for jid in state.running_ids_by_arrival()}))
+
+
+def check_state_dict(d, name: str) -> None:
+    """ValueError (one line) unless ``d`` is a scheduler state of this layout for scheduler ``name``."""
+    if not isinstance(d, dict):
+        raise ValueError(f"scheduler state: expected a JSON object, got {type(d).__name__}")
+    if d.get("version") != STATE_VERSION:
+        raise ValueError(f"scheduler state: field 'version': expected {STATE_VERSION}, got {d.get('version')!r}")
+    if d.get("scheduler") != name:
+        raise ValueError(f"scheduler state: field 'scheduler': expected {name!r}, got {d.get('scheduler')!r}")
+
+
+def host_pairs(host_of: dict[int, int]) -> list[list[int]]:
+    """A guest -> host map as ``[guest, host]`` pairs (JSON keys would be strings)."""
+    return [[int(g), int(h)] for g, h in host_of.items()]
+
+
+def host_of_from_pairs(rows) -> dict[int, int]:
+    """:func:`host_pairs`'s inverse; ValueError (one line) on anything else."""
+    ok = isinstance(rows, list) and all(isinstance(r, list) and len(r) == 2 and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in r) for r in rows)
+    if not ok:
+        raise ValueError("scheduler state: field 'host_of': expected a list of [guest job id, host job id] pairs")
+    return {g: h for g, h in rows}
 
 
 def register_scheduler(name: str):

@@ -5,7 +5,7 @@ from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState
 
-from .base import Scheduler, register_scheduler
+from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
 from .common import LEVEL0, best_pairing, current_pairs, solo_rate
 
 
@@ -38,6 +38,12 @@ class Gandiva(Scheduler):
 
     def reset(self) -> None:
         self._host_of: dict[int, int] = {}
+
+    def _state(self) -> dict:
+        return {"host_of": host_pairs(self._host_of)}  # which guest runs on which host
+
+    def _load_state(self, d: dict) -> None:
+        self._host_of = host_of_from_pairs(d.get("host_of", []))
 
     # ----------------------------------------------------------------------------------------
     def _pair_ratio(self, state: ClusterState, host: JobState, host_gpus, guest: JobState, orders=None):

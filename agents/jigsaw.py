@@ -31,7 +31,7 @@ from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
-from .base import Scheduler, register_scheduler
+from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
                      job_decision, pairing_layout, parse_thresholds, phase_mod, placement_sig, profile_summary,
                      select_by_budget, spb_configs)
@@ -84,6 +84,15 @@ class Jigsaw(Scheduler):
         self._hosts = {}
         self._memo_costs = None
         self._memo = {}
+
+    def _state(self) -> dict:
+        """The LAS bookkeeping and which guest runs on which host (``[guest, host]`` pairs). The
+        memo tables (``_memo``, ``_hosts``) are caches of pure functions: rebuilt on demand."""
+        return {"las": self.las.state_dict(), "host_of": host_pairs(self._host_of)}
+
+    def _load_state(self, d: dict) -> None:
+        self.las.load_state_dict(d.get("las"))
+        self._host_of = host_of_from_pairs(d.get("host_of", []))
 
     # ----------------------------------------------------------------------------------------
     # memos of pure functions of static inputs (speed only: each returns what the call would)

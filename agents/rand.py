@@ -27,6 +27,20 @@ class RandomMasked(Scheduler):
         self.rng = np.random.default_rng(self.seed)
         self._codec: ActionCodec | None = None
 
+    def _state(self) -> dict:
+        # numpy's bit generator state is a dict of ints and a name (plain data); the codec is a cache
+        return {"rng": self.rng.bit_generator.state}
+
+    def _load_state(self, d: dict) -> None:
+        rng = d.get("rng")
+        if not isinstance(rng, dict) or rng.get("bit_generator") != type(self.rng.bit_generator).__name__:
+            raise ValueError(f"scheduler state: field 'rng': expected a {type(self.rng.bit_generator).__name__} "
+                             f"bit generator state")
+        try:
+            self.rng.bit_generator.state = rng
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"scheduler state: field 'rng': not a bit generator state ({e})") from None
+
     def schedule(self, state: ClusterState) -> Decision:
         if self._codec is None or self._codec.spb != state.spb:
             self._codec = ActionCodec(self.window_k, state.spb)

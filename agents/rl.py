@@ -311,6 +311,15 @@ class LearnedScheduler(Scheduler):
         """A new run: the observation's LAS queue (features 19-21) starts afresh."""
         self._encoder.reset()
 
+    def _state(self) -> dict:
+        """The observation's LAS queue and when it was last updated; the encoder's other tables and
+        the action codec are caches of one round or of the SPB layout, rebuilt on demand. The
+        policy's weights are its file's, not state."""
+        return {"las": self._encoder.las_state_dict()}
+
+    def _load_state(self, d: dict) -> None:
+        self._encoder.load_las_state_dict(d.get("las"))
+
     def schedule(self, state: ClusterState) -> Decision:
         from jigsaw_env.env import OBS_HIGH, OBS_LOW
         if self._codec is None or self._codec.spb != state.spb:

@@ -29,6 +29,13 @@ class SPBLevels(Scheduler):
         self.base.reset()
         self.last_base_decision = None
 
+    def _state(self) -> dict:
+        # last_base_decision is this round's output, not memory: only the base's state is kept
+        return {"base": self.base.state_dict()}
+
+    def _load_state(self, d: dict) -> None:
+        self.base.load_state_dict(d.get("base"))
+
     def quiet_until(self, state: ClusterState) -> float:
         # the level rule reads placements, statuses and static costs only
         return self.base.quiet_until(state)

@@ -25,6 +25,12 @@ class Tiresias(Scheduler):
     def reset(self) -> None:
         self.las.reset()
 
+    def _state(self) -> dict:
+        return {"las": self.las.state_dict()}  # the LAS bookkeeping; its queues are a cache
+
+    def _load_state(self, d: dict) -> None:
+        self.las.load_state_dict(d.get("las"))
+
     def quiet_until(self, state: ClusterState) -> float:
         return self.las.quiet_until(state)
 

@@ -112,6 +112,20 @@ class ObservationEncoder:
         self._las_t = None
         self._round_state = None
 
+    def las_state_dict(self) -> dict:
+        """The LAS queue's bookkeeping (``LASQueues.state_dict``) and when it was last updated,
+        as plain data: the only memory the encoder carries between rounds (its other tables are
+        caches of one round or one state object)."""
+        return {"queues": self._las.state_dict(), "t": self._las_t}
+
+    def load_las_state_dict(self, d: dict) -> None:
+        """:meth:`las_state_dict`'s inverse; ValueError (one line naming the field) otherwise."""
+        if not isinstance(d, dict) or not (d.get("t") is None or isinstance(d.get("t"), (int, float))):
+            raise ValueError("scheduler state: field 'las': expected {\"queues\": ..., \"t\": seconds or null}")
+        self._las.load_state_dict(d.get("queues"))
+        self._las_t = None if d.get("t") is None else float(d["t"])
+        self._round_state = None
+
     @property
     def size(self) -> int:
         return observation_size(self.window_k)

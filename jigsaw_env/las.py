@@ -70,6 +70,32 @@ class LASQueues:
         for name, value in d.items():
             setattr(self, name, value)
 
+    def state_dict(self) -> dict:
+        """What the queues carry from round to round, as plain data (JSON): each job's run and
+        wait bookkeeping and the starvation guard's service bases, as ``[job id, value]`` pairs in
+        insertion order. The thresholds and starve factor are configuration (the scheduler's
+        arguments), and ``_kept``/``_changes`` are caches of one state object, rebuilt on demand."""
+        return {"run_since": _pairs(self._run_since), "last_run": _pairs(self._last_run),
+                "wait_since": _pairs(self._wait_since), "base": _pairs(self._base),
+                "promotions": int(self.promotions), "promoted": sorted(int(x) for x in self._promoted)}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Take the bookkeeping of :meth:`state_dict`'s ``d`` (checked: ValueError naming the field
+        that is not what :meth:`state_dict` writes); the caches start afresh."""
+        if not isinstance(d, dict):
+            raise ValueError(f"LAS state: expected a JSON object, got {type(d).__name__}")
+        self.reset()
+        self._run_since = _from_pairs(d, "run_since")
+        self._last_run = _from_pairs(d, "last_run")
+        self._wait_since = _from_pairs(d, "wait_since")
+        self._base = _from_pairs(d, "base")
+        promotions, promoted = d.get("promotions", 0), d.get("promoted", [])
+        if isinstance(promotions, bool) or not isinstance(promotions, int) or not isinstance(promoted, list) \
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in promoted):
+            raise ValueError("LAS state: fields 'promotions' and 'promoted': expected an integer and a list of job ids")
+        self.promotions = promotions
+        self._promoted = set(promoted)
+
     def observe(self, state: ClusterState) -> None:
         """Update run/wait bookkeeping from the state at the start of a round; promote starved jobs.
 
@@ -330,6 +356,21 @@ class LASQueues:
 
 
 _ARRIVAL_KEY = operator.attrgetter("arrival_s", "job_id")
+
+
+def _pairs(d: dict) -> list[list]:
+    return [[int(k), float(v)] for k, v in d.items()]
+
+
+def _from_pairs(d: dict, field: str) -> dict[int, float]:
+    """``d[field]``, a list of ``[job id, seconds]`` pairs, as a dict; ValueError naming the field."""
+    rows = d.get(field, [])
+    ok = isinstance(rows, list) and all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and not isinstance(r[0], bool)
+        and isinstance(r[1], (int, float)) and not isinstance(r[1], bool) for r in rows)
+    if not ok:
+        raise ValueError(f"LAS state: field {field!r}: expected a list of [job id, seconds] pairs")
+    return {int(k): float(v) for k, v in rows}
 
 
 def parse_thresholds(value) -> tuple[float, ...]:

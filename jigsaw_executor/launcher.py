@@ -21,6 +21,7 @@ hash (parameters and buffers, optionally optimizer state), recorded gradients, h
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -37,7 +38,10 @@ from typing import Any, Callable, Sequence
 from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
-from .spb_worker import IterationReport, read_checkpoint_meta
+from .spb_worker import IterationReport, read_checkpoint_meta, select_checkpoint
+
+#: where a checkpoint fallback is logged (one line: which checkpoint was unreadable, which loads)
+CHECKPOINT_LOG = logging.getLogger("jigsaw_executor.checkpoint")
 
 __all__ = ["Decision", "JobFailed", "JobResult", "run_job_local", "FAIL_MODES"]
 
@@ -424,9 +428,8 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
     if resume:
         if checkpoint_dir is None:
             raise ValueError("resume=True needs a checkpoint_dir")
-        meta = read_checkpoint_meta(checkpoint_dir)
-        if meta is not None:
-            start = int(meta["iteration"])
+        # the newest checkpoint that loads (a truncated newest one: the one before it, one line logged)
+        start = select_checkpoint(checkpoint_dir, log=CHECKPOINT_LOG.warning)
     decs = _normalise_decisions(decisions, start, iterations)
     for d in decs:
         spb_config.check_level(d.level)
@@ -504,7 +507,7 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
             f = out / f"result-rank{r}.pt"
             if not f.exists():
                 raise JobFailed(f"SPB job {model_name}: worker rank {r} exited without a result", r, {})
-            results.append(torch.load(f, weights_only=False))
+            results.append(torch.load(f, weights_only=True))
     wall = time.perf_counter() - t0
     del store
     return JobResult(

@@ -27,11 +27,9 @@ detached host actors for the next decision.
 """
 from __future__ import annotations
 
-import base64
 import json
 import math
 import os
-import pickle
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -53,7 +51,9 @@ from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_
 
 __all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of"]
 
-SNAPSHOT_FORMAT = "jigsaw-live-state/1"
+SNAPSHOT_FORMAT = "jigsaw-live-state/2"
+#: the field that held a pickled scheduler in run folders written by an earlier version (refused)
+PICKLED_SCHEDULER_FIELD = "scheduler_pickle"
 RECOVERY_MODES = ("full", "partial")
 
 
@@ -707,10 +707,19 @@ class LiveExecutor:
             self.store.set(Keys.lk_abort(f"{rec['round']}.{rec['comp']}"), "1")
 
     def _checkpoint_iteration(self, jid: int) -> int:
-        from .spb_worker import read_checkpoint_meta
+        """The iteration of the job's newest checkpoint that loads (0: none saved), which its next
+        incarnation loads. A truncated newest one is dropped for the one before it (a ``warning``
+        event and one echoed line); when no kept checkpoint loads, :class:`JobFailed` (one line)."""
+        from .spb_worker import CheckpointUnreadable, select_checkpoint
 
-        meta = read_checkpoint_meta(self.checkpoint_dir(jid))
-        return 0 if meta is None else int(meta["iteration"])
+        try:
+            return select_checkpoint(self.checkpoint_dir(jid), log=lambda line: self._checkpoint_warning(jid, line))
+        except CheckpointUnreadable as e:
+            raise JobFailed(f"job {jid} ({self.state.jobs[jid].model}) cannot go on: {e}", jid, None, {}) from None
+
+    def _checkpoint_warning(self, jid: int, line: str) -> None:
+        self.event("warning", job=jid, message=line)
+        self.echo(f"job {jid}: {line}")
 
     # ----- progress ledger: which iterations were credited at which eta (for rollbacks)
     def _credit(self, jid: int, t0: int, t1: int, eta: float) -> None:
@@ -1178,15 +1187,10 @@ class LiveExecutor:
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self, log_pos: int) -> dict:
-        try:
-            sched_blob = base64.b64encode(pickle.dumps(self.scheduler)).decode("ascii") \
-                if self.scheduler_spec.get("kind") == "heuristic" else None
-        except Exception:  # noqa: BLE001 - an unpicklable custom scheduler: rebuilt fresh on restore
-            sched_blob = None
         return {"format": SNAPSHOT_FORMAT, "run_id": self.run_id, "epoch": self.epoch, "saved": time.time(),
                 "round": self.state.round, "state": state_to_dict(self.state), "config": self.cfg.to_dict(),
                 "jobs": [j.to_dict() for j in self.jobs], "scheduler_spec": self.scheduler_spec,
-                "scheduler_pickle": sched_blob, "inc": {str(k): v for k, v in self.inc.items()},
+                "scheduler_state": self.scheduler_state(), "inc": {str(k): v for k, v in self.inc.items()},
                 "launched": {f"{k[0]}/{k[1]}": v for k, v in self.launched.items()},
                 "hosts": self.pool.occupancy(), "pool_prefix": self.pool.prefix, "hub": self.run_id + "-hub",
                 "store": list(self.store_addr), "decision_log_bytes": log_pos, "pending_pos": self.pending_pos,
@@ -1194,6 +1198,12 @@ class LiveExecutor:
                 "last_records": {str(k): v for k, v in self._last_records.items()},
                 "gens": {f"{k[0]}/{k[1]}": v for k, v in self.gens.items()}, "address": self.address,
                 "scenario": self.scenario.state_dict() if hasattr(self.scenario, "state_dict") else None}
+
+    def scheduler_state(self) -> dict | None:
+        """The scheduler's plain-data state (``Scheduler.state_dict``), or None for a scheduler
+        without one (a callable handed in by a caller: rebuilt fresh on restore)."""
+        state_dict = getattr(self.scheduler, "state_dict", None)
+        return state_dict() if callable(state_dict) else None
 
     def persist(self, log_pos: int) -> None:
         import ray
@@ -1210,7 +1220,9 @@ class LiveExecutor:
                 from_hub: str | None = None, echo=None, address: str | None = None) -> "LiveExecutor":
         """A new executor (a restarted scheduler) that continues the run persisted in ``out_dir``
         (or, with ``from_hub=RUN_ID``, in the detached hub actor): the same jobs, the scheduler
-        rebuilt from its spec and its pickled memory.
+        rebuilt from its spec (name and arguments, or policy file) and its plain-data state
+        (``Scheduler.load_state_dict``). Nothing in the state file is unpickled: a state written
+        by an earlier version with a pickled scheduler is refused (ValueError, one line).
 
         *Warm* (the Ray cluster and its detached hub and hosts are still up, e.g. ``--address``):
         held workers continue in their incarnations; one that ended or failed meanwhile is
@@ -1238,18 +1250,13 @@ class LiveExecutor:
             if not isinstance(snap, dict):
                 raise ValueError(f"{p}: expected a JSON object (a jigsaw live state), got "
                                  f"{'null' if snap is None else type(snap).__name__}")
-        if snap.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"{out}: not a jigsaw live state (format {snap.get('format')!r})")
+        check_snapshot_format(snap, out / "scheduler_state.json" if from_hub is None else f"the hub of run {from_hub}")
         cfg = LiveConfig.from_dict(snap["config"])
         jobs = [LiveJob(**j) for j in snap["jobs"]]
         spec = snap["scheduler_spec"]
         if scheduler is None:
-            if spec["kind"] == "heuristic" and snap.get("scheduler_pickle"):
-                scheduler = pickle.loads(base64.b64decode(snap["scheduler_pickle"]))
-            else:
-                from .policies import build_scheduler
-
-                scheduler, recorder = build_scheduler(spec, cfg.spb)
+            scheduler, recorder = restore_scheduler(spec, snap.get("scheduler_state"), cfg.spb,
+                                                    out / "scheduler_state.json")
         scenario = None
         if snap.get("scenario") is not None:
             from .deploy import DemoScenario
@@ -1446,6 +1453,33 @@ class LiveExecutor:
                 pass
         if self._own_session and self.session is not None:
             self.session.stop()
+
+
+def check_snapshot_format(snap: dict, where) -> None:
+    """ValueError (one line) unless ``snap`` is a live state of :data:`SNAPSHOT_FORMAT`; a state
+    written by an earlier version (a pickled scheduler) is refused without reading that field."""
+    if PICKLED_SCHEDULER_FIELD in snap:
+        raise ValueError(f"{where}: written by an earlier version of jigsaw (field {PICKLED_SCHEDULER_FIELD!r}: a "
+                         f"pickled scheduler, never loaded since unpickling can run code); start the run afresh "
+                         f"with jigsaw deploy --out ANOTHER_FOLDER")
+    if snap.get("format") != SNAPSHOT_FORMAT:
+        raise ValueError(f"{where}: not a jigsaw live state (field 'format': expected {SNAPSHOT_FORMAT!r}, "
+                         f"got {snap.get('format')!r})")
+
+
+def restore_scheduler(spec: dict, state: dict | None, spb: SPBConfig, where):
+    """(scheduler, recorder or None) rebuilt from ``spec`` (``policies.scheduler_spec``) with the
+    plain-data ``state`` of ``Scheduler.state_dict`` loaded (None: a fresh scheduler); a state that
+    does not fit raises ValueError naming ``where``."""
+    from .policies import build_scheduler
+
+    scheduler, recorder = build_scheduler(spec, spb)
+    if state is not None:
+        try:
+            scheduler.load_state_dict(state)
+        except ValueError as e:
+            raise ValueError(f"{where}: field 'scheduler_state': {e}") from None
+    return scheduler, recorder
 
 
 def _none(x: float) -> float | None:

@@ -238,6 +238,8 @@ BUILDERS.update({
     # deploy --resume folders
     "resume_truncated": folder({"scheduler_state.json": '{"format": "jigsaw-live'}),
     "resume_not_object": folder({"scheduler_state.json": "[1, 2]"}),
+    "resume_pickled": folder({"scheduler_state.json": json.dumps(
+        {"format": "jigsaw-live-state/1", "scheduler_pickle": "gASVAAAAAAAAAAA="})}),
     # canonical csv, read exactly
     "jobs_huge_id.csv": text_file("job_id,arrival_s,num_gpus,duration_s\n99999999999999999999,0,1,100\n"),
     "jobs_duplicate_column.csv": text_file("job_id,arrival_s,num_gpus,duration_s,arrival_s\n1,0,1,100,5\n"),

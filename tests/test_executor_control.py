@@ -383,7 +383,7 @@ def test_held_workers_continue_in_the_same_incarnation_after_a_restart(ray_env, 
     it_before = {jid: j.iteration for jid, j in ex.state.jobs.items()}
     ex.close(keep=True)
     del ex
-    ex2 = LiveExecutor.restore(out, pool=ray_env["pool"], hub=ray_env["hub"])  # the pickled fifo
+    ex2 = LiveExecutor.restore(out, pool=ray_env["pool"], hub=ray_env["hub"])  # fifo from its spec and state
     assert {jid: j.iteration for jid, j in ex2.state.jobs.items()} == it_before
     summary = ex2.run()
     ex2.close()

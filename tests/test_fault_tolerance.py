@@ -261,8 +261,8 @@ def test_rollback_credits_progress_per_iteration(tmp_path):
 
 def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp_path, monkeypatch):
     """A save that dies after writing the new weights but before meta.json (a process killed
-    mid-save) leaves meta.json naming the previous, complete checkpoint; a completed save removes
-    the previous files."""
+    mid-save) leaves meta.json naming the previous, complete checkpoint; a completed save keeps
+    the last two complete checkpoints and removes the rest (the unfinished one included)."""
     import torch
 
     from jigsaw_executor import spb_worker
@@ -292,8 +292,51 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp
     assert read_checkpoint_meta(ck)["iteration"] == 10
     assert tr.load_checkpoint(ck) == 10 and tr.state_hash() == h10
     tr.save_checkpoint(ck, 30)
-    assert sorted(f.name for f in ck.iterdir()) == ["meta.json", "rng-rank0-000000030.pt", "state-000000030.pt"]
+    assert sorted(f.name for f in ck.iterdir()) == ["meta.json", "rng-rank0-000000010.pt", "rng-rank0-000000030.pt",
+                                                    "state-000000010.pt", "state-000000030.pt"]
     assert tr.load_checkpoint(ck) == 30
+
+
+def _two_checkpoints(ck):
+    import torch
+
+    from jigsaw_executor.models import build_executor_model
+    from jigsaw_executor.spb_worker import SPBTrainer
+
+    torch.manual_seed(0)
+    model = build_executor_model("tiny_mlp")
+    tr = SPBTrainer(model, model.make_optimizer())
+    tr.save_checkpoint(ck, 10)
+    tr.save_checkpoint(ck, 20)
+    return tr
+
+
+def test_the_executor_rolls_back_past_a_truncated_newest_checkpoint(tmp_path):
+    """No Ray: the executor's rollback target skips a truncated newest checkpoint for the previous
+    one, logs one warning line, and the trainer then loads that one."""
+    ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path, echo=(said := []).append)
+    ex._open_logs()
+    ck = ex.checkpoint_dir(0)
+    tr = _two_checkpoints(ck)
+    newest = ck / read_checkpoint_meta(ck)["state_file"]
+    newest.write_bytes(newest.read_bytes()[:64])
+    assert ex._checkpoint_iteration(0) == 10
+    warnings = [json.loads(x) for x in (tmp_path / "run_log.jsonl").read_text().splitlines()]
+    assert [w["event"] for w in warnings] == ["warning"] and "iteration 10" in warnings[0]["message"]
+    assert len(said) == 1 and "unreadable" in said[0]
+    assert tr.load_checkpoint(ck) == 10
+
+
+def test_no_loadable_checkpoint_fails_the_job_in_one_line(tmp_path):
+    ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path)
+    ex._open_logs()
+    ck = ex.checkpoint_dir(0)
+    _two_checkpoints(ck)
+    for f in ck.glob("state-*.pt"):
+        f.write_bytes(f.read_bytes()[:10])
+    with pytest.raises(JobFailed) as e:
+        ex._checkpoint_iteration(0)
+    assert str(e.value).startswith("job 0 (tiny_mlp) cannot go on: no checkpoint in ") and "\n" not in str(e.value)
 
 
 # ------------------------------------------------------------------------------------ scheduler restart
