@@ -34,8 +34,14 @@ venv: $(ACCEL_STAMP)
 
 accel: $(ACCEL_STAMP)
 
+# The main job: FIFO, Tiresias, Gandiva and Jigsaw on the same five crowded synthetic job sets
+# (64 GPUs, 500 jobs each, offered load 1.5); the summary table, the paired differences from
+# Tiresias, and reports/demo/report.html
+DEMO_OUT ?= reports/demo
 demo: $(STAMP)
-	$(VENV)/bin/jigsaw simulate --trace synthetic --agent fifo --gpus 64 --max-jobs 200 --seed 0 --json
+	$(VENV)/bin/jigsaw evaluate --agents fifo,tiresias,gandiva,jigsaw --trace synthetic --gpus 64 --max-jobs 500 \
+		--load 1.5 --seeds 5 --baseline tiresias --out $(DEMO_OUT)
+	@echo "report: $(DEMO_OUT)/report.html"
 
 test: $(ACCEL_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -482,4 +482,37 @@ def print_summary(df: pd.DataFrame, meta: dict, file=None) -> None:
         for col, _, scale, with_ci in cols:
             cells.append(_fmt(r.get(col), scale, r.get(col + "_ci") if with_ci else None, integer=col == "jobs_completed"))
         t.add_row(*cells)
-    Console(file=file or sys.stdout, width=200).print(t)
+    console = Console(file=file or sys.stdout, width=200)
+    console.print(t)
+    if meta.get("paired"):
+        console.print(_paired_table(meta["paired"], show_load, show_eta))
+
+
+def _paired_table(paired: dict, show_load: bool, show_eta: bool):
+    """The terminal table of the paired differences from the baseline (one row per agent and
+    condition, one column per metric)."""
+    from rich.table import Table
+
+    t = Table(title=f"paired difference from {paired['baseline']} · per seed, mean ± 95% CI")
+    t.add_column("agent")
+    if show_load:
+        t.add_column("load", justify="right")
+    if show_eta:
+        t.add_column("eta", justify="right")
+    for _, label, _ in PAIRED_METRICS:
+        t.add_column(f"Δ {label}", justify="right")
+    cells: dict[tuple, dict] = {}
+    for r in paired["rows"]:
+        cells.setdefault((r["agent"], r["load"], str(r["eta"])), {})[r["metric"]] = r
+    for (agent, load, eta), by_metric in cells.items():
+        row = [agent]
+        if show_load:
+            row.append("trace" if load is None or not np.isfinite(load) else f"{load:g}")
+        if show_eta:
+            row.append(eta)
+        for col, _, scale in PAIRED_METRICS:
+            r = by_metric.get(col)
+            ci = None if r is None or r["ci95"] is None else r["ci95"]
+            row.append("n/a" if r is None else _fmt(r["mean_diff"], scale, float("nan") if ci is None else ci))
+        t.add_row(*row)
+    return t
