@@ -134,6 +134,19 @@ def test_render_modes_are_listed_and_an_unknown_one_names_them():
         make_env().render()
 
 
+def test_gymnasium_checker_renders_every_listed_mode_without_a_warning():
+    """With a spec, Gymnasium's checker makes the env again in each of metadata["render_modes"]
+    and checks its frames; any warning fails."""
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("jigsaw_env:JigsawCluster-v0", render_mode="rgb_array", **TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped, skip_render_check=False)
+
+
 # ------------------------------------------------------------------ the mask in info
 def test_info_action_mask_is_action_masks_after_reset_and_every_step():
     env = make_env(trace="synthetic", max_jobs=8, gpus=8, load=2.0, render_mode=None)
