@@ -40,8 +40,9 @@ def make_env(**kw) -> JigsawClusterEnv:
 
 def _band_pixel(env: JigsawClusterEnv, gpu: int, index: int = 0) -> tuple[int, ...]:
     """The colour of the middle of a GPU cell's ``index``-th worker band, above its level bar."""
+    frame = env.render()
     y0, y1, x0, x1 = env._renderer.band_box(gpu, index)
-    return tuple(int(v) for v in env.render()[y0 + 2, (x0 + x1) // 2])
+    return tuple(int(v) for v in frame[y0 + 2, (x0 + x1) // 2])
 
 
 # ------------------------------------------------------------------ rgb_array
@@ -149,7 +150,7 @@ def test_gymnasium_checker_renders_every_listed_mode_without_a_warning():
 
 # ------------------------------------------------------------------ the mask in info
 def test_info_action_mask_is_action_masks_after_reset_and_every_step():
-    env = make_env(trace="synthetic", max_jobs=8, gpus=8, load=2.0, render_mode=None)
+    env = make_env(trace="synthetic", max_jobs=8, gpus=8, load=2.0)
     rng = np.random.default_rng(0)
     _, info = env.reset(seed=3)
     steps = 0
@@ -168,6 +169,8 @@ def test_info_action_mask_is_action_masks_after_reset_and_every_step():
     assert not info["action_mask"].any() and not env.action_masks().any()
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step(env.codec.advance)
+    # and the last frame shows every GPU free (every job finished)
+    assert all(_band_pixel(env, g, i) == FREE_GPU for g in range(8) for i in range(2))
 
 
 def test_masks_handed_out_are_copies():
