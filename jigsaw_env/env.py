@@ -10,7 +10,9 @@ ACTIONS
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
     spread, packed, paired) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
-    exactly the feasible actions (sb3-contrib protocol). A job is decided at most once per round,
+    exactly the feasible actions (sb3-contrib protocol; all False once the episode is over, and a
+    RuntimeError before the first ``reset()``), and ``info["action_mask"]`` of ``reset`` and of
+    every ``step`` holds the same mask (computed once per state). A job is decided at most once per round,
     and the window slides: a decided job's slot shows the next job behind the window, so one round
     can start a whole arrival burst. After ``2K + 2`` steps plus one per job behind the window the
     env advances by itself. ``step`` takes a Python or numpy integer (or a 0-d integer array, as
@@ -24,8 +26,17 @@ EPISODE
     of simulated time has passed, or when the policy has run nothing for ``max_stalled_rounds``
     rounds in a row while jobs waited (default 1000; ``info["policy_stalled"]`` says so), so an
     untrained policy that only advances cannot hang an evaluation. ``info["episode_metrics"]`` holds every metric at the end.
+    ``gymnasium.make`` adds a ``TimeLimit`` of ``max_episode_steps`` env steps, by default
+    ``jigsaw_env.MAX_EPISODE_STEPS`` = 200,000: a safety net that episodes of the default settings
+    do not reach (at most 56,222 steps over 120 seeds of a random masked policy; see
+    ``bench/episode_steps.py``).
     Each ``reset(seed=...)`` draws the episode's jobs: a new synthetic trace, or a window of
     ``max_jobs`` consecutive jobs at a seeded random offset of a real trace.
+RENDER
+    ``render_mode`` None, ``"ansi"`` (a text: the GPU map per node and the window) or
+    ``"rgb_array"`` (an ``(H, W, 3)`` uint8 frame of the GPUs by node in their jobs' colours, each
+    worker's SPB level, shared GPUs, the waiting queue and the simulated clock; drawn with numpy,
+    :mod:`jigsaw_env.render`). ``metadata["render_modes"]`` lists both.
 LOGS
     The episode's simulator (``env.unwrapped.sim``) keeps the per-job and per-round logs that
     metrics are computed from (``jobs_frame()``, ``cluster_frame()``). Its per-job-per-round log
@@ -48,10 +59,13 @@ from .actions import ActionCodec, InvalidAction, RoundBuilder
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder
 from .interference import DEFAULT_SHARING, check_sharing
+from .render import FrameRenderer
 from .simulator import SimConfig, Simulator, check_job_table, jobs_from_table
 from .spb import SPBConfig
 
 _REWARDS = ("jct", "efficiency")
+#: the values ``render_mode`` takes besides None (``metadata["render_modes"]``)
+RENDER_MODES = ("ansi", "rgb_array")
 OBS_LOW, OBS_HIGH = -1.0, 10.0  # every encoder feature lies well inside (see encoder docstring)
 _INVALID = ("noop", "raise")
 #: spellings of iteration granularity for ``round_s`` (those of ``jigsaw simulate --round-s``)
@@ -127,7 +141,7 @@ def _round_s_arg(v: Any) -> float | None:
 class JigsawClusterEnv(gym.Env):
     """See the module docstring for STATE / ACTIONS / REWARD."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
 
     def __init__(self, gpus: int = 64, gpus_per_node: int = 8, gpu_type: str = "v100",
                  gpu_memory_gib: float | None = None, trace: str | pd.DataFrame = "synthetic",
@@ -145,8 +159,8 @@ class JigsawClusterEnv(gym.Env):
             raise ValueError(f"reward must be one of {list(_REWARDS)}, got {reward!r}")
         if invalid_action not in _INVALID:
             raise ValueError(f"invalid_action must be one of {list(_INVALID)}, got {invalid_action!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be None or one of {list(RENDER_MODES)}, got {_shown(render_mode)}")
         max_jobs_given = max_jobs is not _MAX_JOBS_DEFAULT
         max_jobs = _int_arg("max_jobs", max_jobs, 1)
         _number_arg("reward_scale", reward_scale, 0, strict=True)
@@ -206,6 +220,8 @@ class JigsawClusterEnv(gym.Env):
         self.builder: RoundBuilder | None = None
         self._steps_in_round = 0
         self._mask_cache: dict = {}
+        self._mask: np.ndarray | None = None  # the current state's action mask (computed once per state)
+        self._renderer: FrameRenderer | None = None
 
     # ------------------------------------------------------------------ trace checks
     def _check_trace_spec(self, spec: str, max_jobs_given: int | None) -> None:
@@ -314,7 +330,7 @@ class JigsawClusterEnv(gym.Env):
         self._stalled_rounds = 0
         self.encoder.reset()  # the observation's LAS queue (features 19-21) starts afresh
         self._new_round()
-        return self._obs(), {"time_s": self.sim.state.time_s}
+        return self._obs(), {"time_s": self.sim.state.time_s, "action_mask": self._refresh_mask()}
 
     def _new_round(self) -> None:
         self.builder = RoundBuilder(self.sim.state, self.codec, self.sim.in_force_ledger(), self._mask_cache)
@@ -327,8 +343,23 @@ class JigsawClusterEnv(gym.Env):
         return np.minimum(np.maximum(obs, OBS_LOW, out=obs), OBS_HIGH, out=obs)
 
     def action_masks(self) -> np.ndarray:
-        """Boolean mask, True for every feasible action (exact)."""
-        return self.builder.masks()
+        """Boolean mask over the actions, True for every feasible one (exact); all False once the
+        episode is over (``step`` takes no action then). The same values as ``info["action_mask"]``
+        of the last ``reset``/``step``; a fresh array each call."""
+        if self.sim is None:
+            raise RuntimeError("action_masks() needs a state: call reset() first")
+        if self._mask is None:
+            self._refresh_mask()
+        return self._mask.copy()
+
+    def _refresh_mask(self) -> np.ndarray:
+        """Compute the current state's mask once, keep it for :meth:`action_masks`, and return a
+        copy (the one ``info["action_mask"]`` holds)."""
+        if self.sim.done:
+            self._mask = np.zeros(self.codec.n, dtype=bool)
+        else:
+            self._mask = self.builder.masks()
+        return self._mask.copy()
 
     def step(self, action):
         if self.sim is None:
@@ -379,6 +410,7 @@ class JigsawClusterEnv(gym.Env):
                                       f"waited (simulated time {self.sim.state.time_s:,.0f} s)")
         if terminated or truncated:
             info["episode_metrics"] = self.sim.metrics()
+        info["action_mask"] = self._refresh_mask()
         obs = self._obs()
         return obs, float(reward), terminated, truncated, info
 
@@ -397,9 +429,28 @@ class JigsawClusterEnv(gym.Env):
         raise InvalidAction(f"action must be an integer in 0..{self.codec.n - 1} (a Python or numpy integer, or a "
                             f"0-d integer array), got {got}{hint}")
 
-    def render(self):
-        if self.render_mode != "ansi":
+    def render(self) -> str | np.ndarray | None:
+        """The current state in ``render_mode``: ``"ansi"`` a text (the GPU map per node and the
+        window), ``"rgb_array"`` an ``(H, W, 3)`` uint8 frame (:mod:`jigsaw_env.render` describes
+        it); None without a render mode."""
+        if self.render_mode is None:
             return None
+        if self.sim is None:
+            raise RuntimeError("render() needs a state: call reset() first")
+        if self.render_mode == "rgb_array":
+            return self._rgb_frame()
+        return self._ansi_text()
+
+    def _rgb_frame(self) -> np.ndarray:
+        """The frame of the decision being built (the allocation in force once the episode is over)."""
+        if self._renderer is None:
+            c = self.cluster
+            self._renderer = FrameRenderer(c.num_nodes, c.gpus_per_node, self.sim_config.max_workers_per_gpu,
+                                           self.spb.max_level)
+        decision = self.sim.state.current_decision() if self.sim.done else self.builder.ledger.decision
+        return self._renderer.frame(self.sim.state, decision, self.sim.num_finished)
+
+    def _ansi_text(self) -> str:
         st = self.sim.state
         lines = [f"t={st.time_s:,.0f}s round={st.round} waiting={len(st.queued())} running={len(st.running())} "
                  f"done={self.sim.num_finished}/{len(st.jobs)}"]
