@@ -518,6 +518,18 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     return None if best is None else best[:7]
 
 
+def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
+                          guest_load: float, guest_slowest: float, guest_sync: float, host_width: int) -> float:
+    """A lower bound (s) on the mean lockstep step of a host and a guest on its GPUs, from
+    :func:`profile_summary`'s means: the busiest GPU computes at least either job's slowest worker
+    and, time-sliced, at least the average summed load (under the fitted model two workers may
+    take less than their sum: the host's own average load then), and the sync lasts at least the
+    longer mean sync (eq. L1 can only add to it)."""
+    fitted = state.sharing is not None and state.sharing.fitted
+    mean_load = host_load / host_width if fitted else (host_load + guest_load) / host_width
+    return max(mean_load, host_slowest, guest_slowest) + max(host_sync, guest_sync)
+
+
 def _pair_sync(state, host_sync: np.ndarray, guest_sync: np.ndarray, host_gpus, guest_cols) -> np.ndarray:
     """A pair's sync time per step, as the engine times it: the sum when the two syncs cross one
     link (eq. L1: a guest on the host's GPUs shares a link with it when both span nodes or
@@ -640,11 +652,7 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
             for idx in groups.values():
                 pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
                 tg, mg, cg = profile_summary(costs, pg)
-                # the busiest GPU carries at least either job's slowest worker, and, time-sliced,
-                # at least the average load (under the fitted model two workers may take less
-                # than their sum: the average of the host's own load then)
-                mean_load = (th + tg) / wa if state.sharing is None else th / wa
-                lb = max(mean_load, mh, mg) + max(ch, cg)
+                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
                 ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
                 cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
     cands.sort(key=lambda c: (c[0], c[1]))

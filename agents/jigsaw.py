@@ -33,8 +33,8 @@ from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobS
 
 from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
-                     job_decision, pairing_layout, parse_thresholds, phase_mod, placement_sig, profile_summary,
-                     select_by_budget, spb_configs)
+                     job_decision, pair_step_lower_bound, pairing_layout, parse_thresholds, phase_mod,
+                     placement_sig, profile_summary, select_by_budget, spb_configs)
 
 
 _JOB_ID = operator.attrgetter("job_id")
@@ -167,7 +167,8 @@ class Jigsaw(Scheduler):
         host's placement signature and its guest orders' signatures, which that id covers):
         ``{(guest model, batch size): bound}``."""
         memo = self._memos(state)["bound"]
-        key = (host.model, host.batch_size, host.num_gpus, width, pairing_layout(state, hgpus, width)[0])
+        key = (host.model, host.batch_size, host.num_gpus, width, pairing_layout(state, hgpus, width)[0],
+               None if state.sharing is None else state.sharing.mode)
         bounds = memo.get(key)
         if bounds is None:
             if len(memo) > 10_000:
@@ -179,8 +180,8 @@ class Jigsaw(Scheduler):
         """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
         candidate order): the bound its own branch and bound ranks candidates by, maximised over
         every (host config, guest config, guest placement group). The mean shared step is at least
-        ``max(mean summed load / host GPUs, either job's mean slowest worker) + max(either job's
-        mean sync)``, so no candidate's value exceeds it. It does not depend on the jobs' phases,
+        :func:`common.pair_step_lower_bound` (which depends on the sharing mode), so no candidate's
+        value exceeds it. It does not depend on the jobs' phases,
         so it is memoised by models, batch sizes, the guest's width and what the pairing reads in
         the host's GPUs (``common.pairing_layout``: the host's and the guest orders' placement
         signatures; the profiles depend on nothing else in the GPUs) (:meth:`_bounds_of`;
@@ -200,7 +201,7 @@ class Jigsaw(Scheduler):
                 for g in reps.values():
                     pg = costs.profile(guest, gc[0], gc[1], g)
                     tg, mg, cg = profile_summary(costs, pg)
-                    lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
+                    lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
                     ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
         return ub
 

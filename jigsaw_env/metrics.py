@@ -53,8 +53,8 @@ def fairness(jobs: pd.DataFrame, cluster_rounds: pd.DataFrame, num_gpus: int) ->
 
 def saturated_work(cluster_rounds: pd.DataFrame) -> tuple[float, float]:
     """(useful GPU-seconds, seconds) summed over the rounds that start with a job waiting."""
-    if len(cluster_rounds) == 0:
-        return 0.0, 0.0
+    if len(cluster_rounds) == 0 or "queued" not in cluster_rounds.columns:
+        return 0.0, 0.0  # (a cluster log without the waiting count: the form is undefined)
     waiting = cluster_rounds["queued"].to_numpy() > 0
     seconds = (cluster_rounds["end_s"].to_numpy(float) - cluster_rounds["start_s"].to_numpy(float))[waiting]
     return float(cluster_rounds["useful_gpu_s"].to_numpy(float)[waiting].sum()), float(seconds.sum())

@@ -260,6 +260,11 @@ class Tracker:
                 assert k == "efficiency_form" and v == "trace-window"
             elif k == "cluster_efficiency" and sim.window_end_s == sim.first_arrival_s:
                 assert v is None  # trace-window form over a zero-length window: undefined, said so
+            elif k == "saturated_efficiency":
+                # undefined (None) exactly when no round starts with a job waiting
+                waited = bool((sim.cluster_frame()["queued"] > 0).any())
+                assert (v is not None) == waited and (v is None or math.isfinite(v)), (k, v)
+                assert (m["saturated_s"] > 0) == waited
             else:
                 assert v is not None and math.isfinite(v), (k, v)
         assert m["jobs_completed"] == n_jobs and m["compute_utilization"] <= m["gpu_utilization"] + 1e-9 <= 1 + 2e-9
