@@ -156,7 +156,7 @@ def parse_agents(text: str) -> list[AgentSpec]:
             spec = AgentSpec(label, "learned", str(Path(it).resolve()), True)
         elif Path(it).is_dir():
             raise ValueError(f"agent {it!r} is a folder but not a training run: expected config.json, model.zip and "
-                             f"vecnormalize.pkl written by `jigsaw train`")
+                             f"vecnormalize.npz written by `jigsaw train`")
         else:
             extra = f" (modules that failed to import: {'; '.join(failed)})" if failed else ""
             raise ValueError(f"unknown agent {it!r}; expected a scheduler name (one of {names}) or a RUN_DIR "
