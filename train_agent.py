@@ -23,7 +23,7 @@ jobs (a new synthetic trace, or a random window of the trace), optionally with a
 (``--load 0.5,1.0,1.5``) and a curriculum (``--curriculum``), so one agent generalises across
 trace windows.
 
-RUN_DIR/ gets model.zip, vecnormalize.pkl, config.json, eval.csv, eval.png, best/ (the best
+RUN_DIR/ gets model.zip, vecnormalize.npz, config.json, eval.csv, eval.png, best/ (the best
 evaluation's model as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/ and tb/
 (TensorBoard). docs/evaluation.md describes them.
 """
@@ -400,11 +400,12 @@ def _atomic_write(path: Path, write) -> None:
 def save_state(model, venv, model_path: Path, vecnorm_path: Path) -> None:
     """Save the VecNormalize statistics, then the model, each atomically: a model file on disk
     always has its statistics beside it, and no file is ever half-written (``--resume`` after a
-    SIGKILL finds the last complete checkpoint)."""
-    import pickle
+    SIGKILL finds the last complete checkpoint). The statistics are plain arrays
+    (``vecnormalize.npz``, agents/vecnorm_file.py)."""
+    from agents.vecnorm_file import write_vecnormalize
 
     if venv is not None:
-        _atomic_write(Path(vecnorm_path), lambda f: pickle.dump(venv, f))
+        _atomic_write(Path(vecnorm_path), lambda f: write_vecnormalize(venv, f))
     _atomic_write(Path(model_path), lambda f: model.save(f))
 
 
@@ -433,8 +434,7 @@ def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
             m = re.fullmatch(rf"{CHECKPOINT_PREFIX}_(\d+)_steps\.zip", f.name)
             if m:
                 steps = int(m.group(1))
-                vn = ck / f"{CHECKPOINT_PREFIX}_vecnormalize_{steps}_steps.pkl"
-                cands.append((steps, f, vn if vn.is_file() else None))
+                cands.append((steps, f, _stats_beside(ck, f"{CHECKPOINT_PREFIX}_vecnormalize_{steps}_steps")))
     final = run_dir / "model.zip"
     if final.is_file():
         try:
@@ -442,10 +442,29 @@ def _latest_checkpoint(run_dir: Path) -> tuple[int, Path, Path | None] | None:
             steps = int(c.get("trained_timesteps") or 0) if isinstance(c, dict) else 0
         except (OSError, ValueError, TypeError):
             steps = 0
-        vn = run_dir / "vecnormalize.pkl"
-        cands.append((steps, final, vn if vn.is_file() else None))
+        cands.append((steps, final, _stats_beside(run_dir, "vecnormalize")))
     cands = [c for c in cands if _readable(c[1], c[2])]
     return max(cands, key=lambda c: (c[0], c[1].name == "model.zip")) if cands else None
+
+
+def _stats_beside(folder: Path, stem: str) -> Path | None:
+    """``folder/<stem>.npz``, else ``<stem>.pkl`` (refused when read, by :func:`_resume_venv`), else None."""
+    for suffix in (".npz", ".pkl"):
+        if (folder / f"{stem}{suffix}").is_file():
+            return folder / f"{stem}{suffix}"
+    return None
+
+
+def _resume_venv(venv, vn_path: Path):
+    """``venv`` wrapped in a VecNormalize with the statistics of ``vn_path`` (an .npz), training
+    and normalizing rewards; a pickled file is refused unread (one line)."""
+    from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize
+
+    if vn_path.suffix != ".npz":
+        raise ValueError(legacy_refusal(vn_path))
+    vn = wrap_vecnormalize(venv, read_vecnormalize(vn_path), vn_path)
+    vn.training, vn.norm_reward = True, True
+    return vn
 
 
 # ----------------------------------------------------------------------------------------------- callbacks
@@ -527,7 +546,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
         def _on_step(self) -> bool:
             d = run_dir / "best"
             d.mkdir(parents=True, exist_ok=True)
-            save_state(self.model, self.model.get_vec_normalize_env(), d / "model.zip", d / "vecnormalize.pkl")
+            save_state(self.model, self.model.get_vec_normalize_env(), d / "model.zip", d / "vecnormalize.npz")
             _write_json(d / "config.json", dict(cfg, trained_timesteps=int(self.model.num_timesteps),
                                                 selected_on=cfg["sampling"].get("select_on", "eval")))
             return True
@@ -558,7 +577,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             if self.n_calls % self.save_freq == 0:
                 save_state(self.model, self.model.get_vec_normalize_env(),
                            Path(self._checkpoint_path(extension="zip")),
-                           Path(self._checkpoint_path("vecnormalize_", extension="pkl")))
+                           Path(self._checkpoint_path("vecnormalize_", extension="npz")))
             return True
 
     class StopAtWallTime(BaseCallback):
@@ -592,7 +611,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
         evaluator.best_mean_reward = max(kept)
     cbs = [
         AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
-                         name_prefix=CHECKPOINT_PREFIX, save_vecnormalize=True),
+                         name_prefix=CHECKPOINT_PREFIX),  # AtomicCheckpoint saves the statistics itself
         evaluator,
     ]
     if cfg.get("max_wall_s"):
@@ -948,11 +967,7 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
             steps, model_path, vn_path = resume_from
             if vn_path is None:
                 raise ValueError(f"--resume: {run_dir} has {model_path.name} but no VecNormalize statistics beside it")
-            try:
-                venv = VecNormalize.load(str(vn_path), venv)
-            except Exception as e:  # a corrupt pickle: say which file, in one line
-                raise ValueError(f"{vn_path}: cannot read the VecNormalize statistics ({type(e).__name__}: {e})") from None
-            venv.training, venv.norm_reward = True, True
+            venv = _resume_venv(venv, vn_path)
         else:
             venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=cfg["hyperparameters"]["gamma"])
         eval_env = VecNormalize(eval_raw, norm_obs=True, norm_reward=False, training=False)
@@ -1080,7 +1095,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     # the cloned policy before RL, as a RUN_DIR of its own (jigsaw evaluate --agents RUN_DIR/warm_start)
     bc_dir = run_dir / "warm_start"
     bc_dir.mkdir(parents=True, exist_ok=True)
-    save_state(model, venv, bc_dir / "model.zip", bc_dir / "vecnormalize.pkl")
+    save_state(model, venv, bc_dir / "model.zip", bc_dir / "vecnormalize.npz")
     _write_json(bc_dir / "config.json", dict(cfg, trained_timesteps=0))
     cols = list(hist[0])
     (run_dir / "warm_start.csv").write_text(",".join(cols) + "\n" + "".join(
@@ -1141,7 +1156,7 @@ def _sigterm_as_interrupt(signum, frame) -> None:
 
 
 def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:
-    save_state(model, venv, run_dir / "model.zip", run_dir / "vecnormalize.pkl")
+    save_state(model, venv, run_dir / "model.zip", run_dir / "vecnormalize.npz")
     cfg["trained_timesteps"] = int(model.num_timesteps)
     cfg["train_wall_s"] = float(cfg.get("train_wall_s", 0.0)) + float(wall_s)
     _write_json(run_dir / "config.json", cfg)

@@ -3,7 +3,8 @@
 A RUN_DIR is what ``train_agent.py`` / ``jigsaw train`` writes::
 
     RUN_DIR/model.zip          the policy (stable-baselines3 / sb3-contrib .zip)
-    RUN_DIR/vecnormalize.pkl   VecNormalize observation statistics
+    RUN_DIR/vecnormalize.npz   VecNormalize observation statistics (plain arrays, agents/vecnorm_file.py)
+    RUN_DIR/policy.onnx        optional: the policy exported by ``jigsaw export`` (used when present)
     RUN_DIR/config.json        the env config, the spaces, the algorithm, versions
 
 :class:`LearnedAgent` loads the three, checks that the run's spaces fit an evaluation's config
@@ -19,8 +20,8 @@ any simulator or live state round by round, like a heuristic.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import pickle
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, Decision
 
 from .base import Scheduler
+from .vecnorm_file import FILE_NAME as VECNORM_FILE
+from .vecnorm_file import read_vecnormalize, stats_path
 
 RUN_FORMAT = "jigsaw-run/1"
 ALGOS = ("maskable_ppo", "ppo", "a2c")
@@ -135,7 +138,7 @@ def read_run_config(run_dir: str | Path) -> dict:
     if not p.is_dir():
         raise FileNotFoundError(f"run directory not found: {p}")
     if not cfg_path.is_file():
-        raise ValueError(f"{p} is not a training run: expected config.json, model.zip and vecnormalize.pkl "
+        raise ValueError(f"{p} is not a training run: expected config.json, model.zip and vecnormalize.npz "
                          f"(written by `jigsaw train`)")
     try:
         cfg = json.loads(cfg_path.read_text())
@@ -144,6 +147,51 @@ def read_run_config(run_dir: str | Path) -> dict:
     except UnicodeDecodeError as e:
         raise ValueError(f"{cfg_path}: not a text file ({e.reason} at byte {e.start})") from None
     return check_run_config(cfg, cfg_path)
+
+
+def exported_policy(run_dir: Path, model_file: str = "model.zip"):
+    """RUN_DIR's ``policy.onnx`` as an OnnxPolicy when it was exported from ``model_file``
+    (``model.zip`` only) and that file is unchanged since (the metadata's ``model_sha256``), or
+    when there is no ``model_file``; None otherwise (no export, a stale one, or no onnxruntime)."""
+    onnx_path = run_dir / "policy.onnx"
+    if model_file != "model.zip" or not onnx_path.is_file():
+        return None
+    try:
+        from jigsaw_executor.onnx_policy import OnnxPolicy
+    except ImportError:
+        return None
+    pol = OnnxPolicy(onnx_path)  # ValueError (one line) for a file that is not a jigsaw policy
+    model_path = run_dir / model_file
+    if model_path.is_file() and pol.raw_metadata.get("model_sha256") != _sha256(model_path):
+        return None
+    return pol
+
+
+def _sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _load_sb3_model(model_path: Path, run_dir: Path, model_file: str, algo: str):
+    """The stable-baselines3 model of a run (trusted input: SB3's zip may carry cloudpickle)."""
+    if not model_path.is_file():
+        raise ValueError(f"{run_dir}: expected the trained model {model_file} (is training finished?)")
+    cls = algo_class(algo)
+    if not zipfile.is_zipfile(model_path):
+        raise ValueError(f"{model_path}: not a stable-baselines3 model (not a zip archive; corrupted?)")
+    import torch
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return cls.load(str(model_path), device="cpu")
+    except Exception as e:  # noqa: BLE001 - a corrupted or foreign zip: one line for the user
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"{model_path}: cannot load it as a {algo} model ({type(e).__name__}: {first})") from None
 
 
 @dataclass
@@ -156,43 +204,43 @@ class EvalSpaces:
 
 
 class LearnedAgent:
-    """A trained policy loaded from RUN_DIR (module docstring)."""
+    """A trained policy loaded from RUN_DIR (module docstring).
 
-    def __init__(self, run_dir: str | Path, model_file: str = "model.zip", name: str | None = None):
+    When RUN_DIR holds ``policy.onnx`` exported from its ``model.zip`` (the ONNX metadata's
+    ``model_sha256`` is that file's, or there is no ``model.zip``), the agent acts with the ONNX
+    graph (:class:`~jigsaw_executor.onnx_policy.OnnxPolicy`) and ``model.zip`` is never opened;
+    ``prefer_onnx=False`` always loads the stable-baselines3 model."""
+
+    def __init__(self, run_dir: str | Path, model_file: str = "model.zip", name: str | None = None, *,
+                 prefer_onnx: bool = True):
         self.run_dir = Path(run_dir)
         #: what error messages call this agent (``jigsaw evaluate`` passes its label)
         self.name = name or self.run_dir.name
         self.config = read_run_config(self.run_dir)
         self.algo = str(self.config["algo"])
-        model_path = self.run_dir / model_file
-        if not model_path.is_file():
-            raise ValueError(f"{self.run_dir}: expected the trained model {model_file} (is training finished?)")
-        cls = algo_class(self.algo)
-        if not zipfile.is_zipfile(model_path):
-            raise ValueError(f"{model_path}: not a stable-baselines3 model (not a zip archive; corrupted?)")
-        import torch
-        torch.set_num_threads(1)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.model = cls.load(str(model_path), device="cpu")
-        except Exception as e:  # noqa: BLE001 - a corrupted or foreign zip: one line for the user
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise ValueError(f"{model_path}: cannot load it as a {self.algo} model ({type(e).__name__}: {first})") from None
-        self.obs_rms = None
+        self.obs_mean: np.ndarray | None = None
+        self.obs_var: np.ndarray | None = None
         self.clip_obs = 10.0
         self.epsilon = 1e-8
-        vn = self.run_dir / "vecnormalize.pkl"
-        if vn.is_file():
-            try:
-                with open(vn, "rb") as f:
-                    v = pickle.load(f)
-            except Exception as e:  # truncated or corrupted pickle
-                raise ValueError(f"{vn}: cannot read the VecNormalize statistics ({type(e).__name__}: {e})") from None
-            if getattr(v, "norm_obs", False):
-                self.obs_rms, self.clip_obs, self.epsilon = v.obs_rms, float(v.clip_obs), float(v.epsilon)
-        elif self.config.get("normalize_obs", True):
-            raise ValueError(f"{self.run_dir}: expected vecnormalize.pkl (the observation statistics)")
+        self.model = None
+        self.onnx = exported_policy(self.run_dir, model_file) if prefer_onnx else None
+        #: the file the agent acts with (``policy.onnx`` or the model zip)
+        self.policy_file = self.onnx.path.name if self.onnx is not None else model_file
+        if self.onnx is None:
+            self.model = _load_sb3_model(self.run_dir / model_file, self.run_dir, model_file, self.algo)
+            self._load_statistics()
+
+    def _load_statistics(self) -> None:
+        """The observation mean/variance of ``vecnormalize.npz`` (data only; a folder with only
+        ``vecnormalize.pkl`` is refused unread, agents/vecnorm_file.py)."""
+        vn = stats_path(self.run_dir)
+        if vn is None:
+            if self.config.get("normalize_obs", True):
+                raise ValueError(f"{self.run_dir}: expected {VECNORM_FILE} (the observation statistics)")
+            return
+        st = read_vecnormalize(vn)
+        if st.norm_obs:
+            self.obs_mean, self.obs_var, self.clip_obs, self.epsilon = st.obs_mean, st.obs_var, st.clip_obs, st.epsilon
 
     # ------------------------------------------------------------------ compatibility
     @property
@@ -212,6 +260,9 @@ class LearnedAgent:
                            ("observation_size", "observation size"), ("n_actions", "action count")):
             if run.get(key) != want[key]:
                 raise ValueError(f"{where} {label} expected {want[key]}, found {run.get(key)} in config.json")
+        if self.onnx is not None:
+            self.onnx.check_layout(spaces.spb_levels, spaces.spb_slots, int(k))
+            return
         obs_shape = tuple(self.model.observation_space.shape or ())
         if obs_shape != (want["observation_size"],):
             raise ValueError(f"{where} observation size expected {want['observation_size']}, found {obs_shape} "
@@ -219,15 +270,16 @@ class LearnedAgent:
         n = getattr(self.model.action_space, "n", None)
         if n is None or int(n) != want["n_actions"]:
             raise ValueError(f"{where} action count expected {want['n_actions']}, found {n} in model.zip")
-        if self.obs_rms is not None and tuple(self.obs_rms.mean.shape) != (want["observation_size"],):
+        if self.obs_mean is not None and tuple(self.obs_mean.shape) != (want["observation_size"],):
             raise ValueError(f"{where} observation size expected {want['observation_size']}, "
-                             f"found {tuple(self.obs_rms.mean.shape)} in vecnormalize.pkl")
+                             f"found {tuple(self.obs_mean.shape)} in {VECNORM_FILE}")
 
     # ------------------------------------------------------------------ acting
     def normalize(self, obs: np.ndarray) -> np.ndarray:
-        if self.obs_rms is None:
+        """VecNormalize's observation normalization (float64, clipped to +-clip_obs, then float32)."""
+        if self.obs_mean is None:
             return obs.astype(np.float32)
-        o = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        o = (obs - self.obs_mean) / np.sqrt(self.obs_var + self.epsilon)
         return np.clip(o, -self.clip_obs, self.clip_obs).astype(np.float32)
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
@@ -235,6 +287,8 @@ class LearnedAgent:
 
         ValueError (one line naming the agent and its RUN_DIR) when the observation or the
         policy's logits are not finite (NaN or infinite weights: a diverged model)."""
+        if self.onnx is not None:
+            return self._act_onnx(obs, mask)
         import torch
         policy = self.model.policy
         raw = np.asarray(obs, dtype=np.float32)
@@ -244,7 +298,7 @@ class LearnedAgent:
         o = self.normalize(raw)
         if not np.isfinite(o).all():
             raise ValueError(f"agent {self.name} ({self.run_dir}): the observation is not finite after normalization "
-                             f"with vecnormalize.pkl (non-finite mean or variance: corrupted statistics?)")
+                             f"with {VECNORM_FILE} (non-finite mean or variance: corrupted statistics?)")
         diverged = (f"agent {self.name} ({self.run_dir}): the policy produced non-finite logits "
                     f"(a diverged model?)")
         with torch.no_grad():
@@ -262,6 +316,13 @@ class LearnedAgent:
             raise ValueError(diverged)
         logits[~np.asarray(mask, dtype=bool)] = -np.inf
         return int(np.argmax(logits))
+
+    def _act_onnx(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        """The exported graph's action; its errors name the agent (one line)."""
+        try:
+            return self.onnx.act(obs, mask)
+        except ValueError as e:
+            raise ValueError(f"agent {self.name} ({self.onnx.path}): {e}") from None
 
     def make_env(self, *, cluster_kwargs: dict, sim_config, observe_remaining: bool | None = None):
         """A JigsawClusterEnv with the evaluation's cluster and the exact SimConfig the heuristics
@@ -341,7 +402,7 @@ class LearnedScheduler(Scheduler):
 
 def describe(agent: LearnedAgent) -> dict[str, Any]:
     c = agent.config
-    return {"run_dir": str(agent.run_dir), "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
+    return {"run_dir": str(agent.run_dir), "policy_file": agent.policy_file, "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
                                                         "backlogged", "observe_remaining")}}

@@ -549,7 +549,7 @@ def main(argv=None) -> dict:
                 import shutil
                 steps = int(ck[-1].stem.split("_")[2])
                 shutil.copy(ck[-1], rdir / "model.zip")
-                shutil.copy(rdir / "checkpoints" / f"rl_model_vecnormalize_{steps}_steps.pkl", rdir / "vecnormalize.pkl")
+                shutil.copy(rdir / "checkpoints" / f"rl_model_vecnormalize_{steps}_steps.npz", rdir / "vecnormalize.npz")
                 c = run_config(rdir)
                 c["trained_timesteps"] = steps
                 (rdir / "config.json").write_text(json.dumps(c, indent=1))

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from .cli_args import positive_int
+from .overload import overload_warning, show_progress, warn
 
 LEAD_COLUMNS = ["agent", "seed", "load", "eta", "efficiency_form"]
 EXTRA_COLUMNS = ["offered_load", "trace_digest"]
@@ -92,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="draw the job sets only from jobs no learned agent among --agents trained on (a real "
                         "trace: their training splits' jobs are removed before windows are drawn; synthetic: "
                         "generator seeds from the held-out range)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: on when stderr is a terminal, off with --json piped)")
     p.add_argument("--baseline", default=None, metavar="AGENT",
                    help="report every other agent's per-seed paired difference from AGENT (one of --agents): "
                         "mean JCT, saturated and cluster efficiency, with 95%% CIs (paired.csv, report, --json)")
@@ -156,7 +158,7 @@ def parse_agents(text: str) -> list[AgentSpec]:
             spec = AgentSpec(label, "learned", str(Path(it).resolve()), True)
         elif Path(it).is_dir():
             raise ValueError(f"agent {it!r} is a folder but not a training run: expected config.json, model.zip and "
-                             f"vecnormalize.pkl written by `jigsaw train`")
+                             f"vecnormalize.npz written by `jigsaw train`")
         else:
             extra = f" (modules that failed to import: {'; '.join(failed)})" if failed else ""
             raise ValueError(f"unknown agent {it!r}; expected a scheduler name (one of {names}) or a RUN_DIR "
@@ -253,6 +255,18 @@ def job_set(args, cluster_gpus: int, seed: int, load: float | None,
         off = float("nan")
     return jobs, {"digest": digest_of(jobs), "offered_load": off, "jobs": int(len(jobs)),
                   "first_job_id": int(jobs["job_id"].iloc[0]), "span_s": float(jobs["arrival_s"].max())}
+
+
+def _warn_overload(sets: dict, gpus: int, args) -> None:
+    """One stderr line per offered load whose job set (first seed) is far above 1 (jigsaw_env/overload.py)."""
+    seen: set = set()
+    for (load, _seed), (jobs, info) in sets.items():
+        if load in seen or len(jobs) == 0:
+            continue
+        seen.add(load)
+        span = float(jobs["arrival_s"].max() - jobs["arrival_s"].min())
+        warn(overload_warning(info["offered_load"], gpus, len(jobs), span,
+                              f"--load {load:g}" if load is not None else ""), args)
 
 
 # ----------------------------------------------------------------------------------------------- one run
@@ -509,7 +523,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                     d = out / "runs" / spec.label / cond / str(seed) if cond else out / "runs" / spec.label / str(seed)
                     tasks.append(Task(spec, seed, _nominal_load(args, load), eta, str(d), jobs, cluster_kwargs, cfg,
                                       tables, info["digest"], info["offered_load"]))
-    results = _run_tasks(tasks, args.workers, bool(args.progress))
+    if not args.backlogged:
+        _warn_overload(sets, cluster.num_gpus, args)
+    results = _run_tasks(tasks, args.workers, show_progress(args))
     rows, failures = [], []
     for res, t in zip(results, tasks):
         if isinstance(res, RunFailure):

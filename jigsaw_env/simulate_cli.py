@@ -25,6 +25,7 @@ def _round_s(v: str) -> float | None:
 
 
 from .interference import DEFAULT_SHARING, SHARING_MODES
+from .overload import overload_warning, show_progress, warn
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,7 +100,8 @@ def register(subparsers) -> None:
     p.add_argument("--list-agents", action="store_true", help="list the scheduler names and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="write jobs.csv, rounds.csv and cluster.csv to this folder")
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: on when stderr is a terminal, off with --json piped)")
     p.set_defaults(func=run)
 
 
@@ -118,9 +120,11 @@ def run(args) -> int:
     cluster, config = build_cluster_and_config(args)
     trace = trace_from_args(args, cluster.num_gpus)
     require_jobs(trace)
+    if not args.backlogged:
+        warn(trace_overload_warning(trace.jobs, cluster.num_gpus), args)
     sim = Simulator(cluster, trace.jobs, config)
     agent.reset()
-    metrics = sim.run(agent, progress=args.progress)
+    metrics = sim.run(agent, progress=show_progress(args))
     metrics["wall_s"] = time.perf_counter() - t0
     metrics.update(agent=args.agent, trace=trace.source, gpus=cluster.num_gpus)
     if args.out:
@@ -130,6 +134,20 @@ def run(args) -> int:
     else:
         _print_table(metrics)
     return 0
+
+
+def trace_overload_warning(jobs, gpus: int, label: str = "") -> str | None:
+    """:func:`~jigsaw_env.overload.overload_warning` for a job table (durations estimated as
+    ``jigsaw evaluate`` does); None when the load cannot be estimated."""
+    from traces import offered_load
+    from traces.models import default_throughput_fn, estimated_durations
+
+    try:
+        load = float(offered_load(jobs, gpus, estimated_durations(jobs, default_throughput_fn())))
+    except Exception:  # noqa: BLE001 -- informative only
+        return None
+    span = float(jobs["arrival_s"].max() - jobs["arrival_s"].min()) if len(jobs) else 0.0
+    return overload_warning(load, gpus, len(jobs), span, label)
 
 
 def _fmt(v) -> str:

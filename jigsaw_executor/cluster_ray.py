@@ -327,14 +327,29 @@ class SlotPool:
         self.hosts.clear()
 
 
-def get_or_create_hub(name: str, advertise_host: str = "127.0.0.1"):
-    """The named, detached :class:`~jigsaw_executor.control.ControlHub` (created if absent)."""
+def store_host() -> str | None:
+    """The address the hub's store listens on: loopback when every alive Ray node is this
+    machine (an embedded Ray, or a one-node cluster here); None otherwise, so that the hub binds
+    to its own node's address as Ray knows it (``ray.util.get_node_ip_address()`` in the actor)."""
+    import ray
+
+    here = ray.util.get_node_ip_address()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if nodes and all(n.get("NodeManagerAddress") == here for n in nodes):
+        return "127.0.0.1"
+    return None
+
+
+def get_or_create_hub(name: str, advertise_host: str | None = None):
+    """The named, detached :class:`~jigsaw_executor.control.ControlHub` (created if absent).
+    ``advertise_host``: the address its store binds to and advertises; default :func:`store_host`."""
     import ray
 
     from .control import ControlHub
 
+    host = advertise_host if advertise_host is not None else store_host()
     return ray.remote(ControlHub).options(name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0,
-                                          get_if_exists=True, max_restarts=0).remote(advertise_host)
+                                          get_if_exists=True, max_restarts=0).remote(host)
 
 
 def kill_actor(handle) -> None:

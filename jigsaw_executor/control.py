@@ -7,10 +7,14 @@ outlives the scheduler process that created it). It holds, per run and job, the 
 ``torch.distributed.TCPStore`` (OS-chosen port) that is the wire between the scheduler and the
 workers: a Ray actor call costs about a millisecond, a store read tens of microseconds, which is
 what a per-iteration read can afford. Every key is under the run's prefix (``PrefixStore``).
+The store listens only on the hub's node address as Ray knows it (loopback for an embedded Ray),
+and decision records are sealed with the run's secret token (:mod:`jigsaw_executor.store_seal`:
+encrypted and authenticated; the token reaches the workers as a Ray actor argument), so a client
+without the token can neither read nor forge them (docs/security.md).
 
 Keys (all JSON unless said otherwise)::
 
-    ctl/{job}                the job's latest decision record (below)
+    ctl/{job}                the job's latest decision record (below), sealed with the run's token
     npub/{job}               publication counter (int, TCPStore ``add``)
     pub/{job}/{seq}          "1" once publication ``seq`` is in ``ctl/{job}`` (workers ``wait`` on it)
     pg/{job}/{inc}/...       the job incarnation's gloo rendezvous (torch's own keys)
@@ -91,7 +95,7 @@ from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
 __all__ = ["ControlHub", "WorkerSpec", "run_worker", "Keys", "FastDigits", "CMD_NAMES", "ACTIONS",
-           "read_json", "wait_key"]
+           "read_json", "read_record", "wait_key"]
 
 ACTIONS = ("run", "hold", "pause", "stop")
 CMD_STEP, CMD_HOLD, CMD_WAIT, CMD_PAUSE, CMD_DONE, CMD_STOP = range(6)
@@ -171,8 +175,36 @@ def read_json(store, key: str) -> Any | None:
     return json.loads(store.get(key))
 
 
+def read_record(store, key: str, seal) -> Any | None:
+    """The decision record at ``key`` opened with the run's :class:`~jigsaw_executor.store_seal.RecordSeal`,
+    or None if absent; ForgedRecord (a ValueError) if it was not sealed with the run's token."""
+    if not store.check([key]):
+        return None
+    return seal.open(key, store.get(key))
+
+
 def wait_key(store, key: str, timeout_s: float) -> None:
     store.wait([key], timedelta(seconds=float(timeout_s)))
+
+
+def _node_address() -> str:
+    """The address of this node as Ray knows it (the hub actor's own node)."""
+    import ray
+
+    return str(ray.util.get_node_ip_address())
+
+
+def _listening_socket(host: str):
+    """A TCP socket bound to ``host`` on an OS-chosen port and listening (the store's server
+    takes it over, ``master_listen_fd``)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(512)
+    return sock
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,18 +217,32 @@ class ControlHub:
     named, ``num_cpus=0``). Several runs may share one hub: everything is keyed by ``run_id``.
     """
 
-    def __init__(self, advertise_host: str = "127.0.0.1"):
+    def __init__(self, advertise_host: str | None = None):
         import torch.distributed as dist
 
-        # the server listens on every interface; clients connect to advertise_host
-        self._server = dist.TCPStore(advertise_host, 0, None, True, timeout=timedelta(seconds=60),
-                                     wait_for_workers=False)
-        self.host = advertise_host
-        self.port = int(self._server.port)
+        # the server listens on one address only, the one clients connect to: the node address
+        # Ray uses (loopback for an embedded Ray), never every interface
+        self.host = advertise_host or _node_address()
+        self._listener = _listening_socket(self.host)
+        self.port = int(self._listener.getsockname()[1])
+        self._server = dist.TCPStore(self.host, self.port, None, True, timeout=timedelta(seconds=60),
+                                     wait_for_workers=False, master_listen_fd=self._listener.fileno())
         self._runs: dict[str, dict[str, Any]] = {}
 
     def address(self) -> tuple[str, int]:
+        """(host, port) the store listens on and clients connect to."""
         return self.host, self.port
+
+    def open_run(self, run_id: str, token: str) -> str:
+        """Register the run's secret token (decision records are sealed with it,
+        :mod:`jigsaw_executor.store_seal`). The first token registered for a run stays: a
+        restarted scheduler gets it back here and hands it to its workers. Returns the run's token."""
+        from .store_seal import RecordSeal
+
+        r = self._run(run_id)
+        if r["token"] is None:
+            r["seal"], r["token"] = RecordSeal(token), token
+        return r["token"]
 
     def pid(self) -> int:
         return os.getpid()
@@ -207,13 +253,16 @@ class ControlHub:
             import torch.distributed as dist
 
             r = self._runs[run_id] = {"version": 0, "decisions": {}, "snapshot": None, "published": 0,
-                                      "store": dist.PrefixStore(run_id + "/", self._server)}
+                                      "store": dist.PrefixStore(run_id + "/", self._server),
+                                      "token": None, "seal": None}
         return r
 
     def publish(self, run_id: str, records: dict) -> int:
         """Store a new version of the given jobs' decision records and wake their workers.
         Returns the version number (one per call, shared by every record of the call)."""
         r = self._run(run_id)
+        if r["seal"] is None:
+            raise ValueError(f"run {run_id}: no secret token registered (ControlHub.open_run first)")
         r["version"] += 1
         v = r["version"]
         st = r["store"]
@@ -224,7 +273,7 @@ class ControlHub:
             seq = int(st.add(Keys.npub(jid), 1))
             full = dict(rec, v=v, seq=seq, job=jid)
             r["decisions"][jid] = full
-            st.set(Keys.ctl(jid), json.dumps(full))
+            st.set(Keys.ctl(jid), r["seal"].seal(Keys.ctl(jid), full))
             st.set(Keys.pub(jid, seq), "1")
         r["published"] += 1
         return v
@@ -283,6 +332,8 @@ class WorkerSpec:
     store_host: str
     store_port: int
     checkpoint_dir: str
+    #: the run's secret (ControlHub.open_run): decision records are opened with it; never printed
+    store_token: str = field(default="", repr=False)
     data: str = "digits"
     seed: int = 0
     lr: float | None = None
@@ -353,6 +404,9 @@ class _Worker:
         self.world = spec.world
         self.jid = spec.job_id
         self.inc = spec.incarnation
+        from .store_seal import RecordSeal
+
+        self.seal = RecordSeal(spec.store_token)  # ValueError without the run's token
         # segment (one round of one component) state, rank 0
         self.in_seg = False
         self.seg: tuple[int, int] | None = None
@@ -437,7 +491,7 @@ class _Worker:
             while not stop.is_set():
                 try:
                     wait_key(st, Keys.pub(self.jid, nxt), 1.0)
-                    ctl = json.loads(st.get(Keys.ctl(self.jid)))
+                    ctl = self.seal.open(Keys.ctl(self.jid), st.get(Keys.ctl(self.jid)))
                 except Exception as e:  # noqa: BLE001 - a wait timeout: look again; else back off
                     if "timeout" not in str(e).lower():
                         time.sleep(0.2)
@@ -458,7 +512,7 @@ class _Worker:
         if self.in_seg and self.cached is not None:
             ctl = self.cached
         else:
-            fresh = read_json(self.st, Keys.ctl(self.jid))
+            fresh = read_record(self.st, Keys.ctl(self.jid), self.seal)
             if fresh is None:
                 return CMD_WAIT, 0, 0, 0, self.round
             self._offer(fresh)
@@ -519,7 +573,7 @@ class _Worker:
         self.closed_round = int(mirror["closed"])
         self.round = int(mirror["round"])
         if mirror["open"]:
-            ctl = read_json(self.st, Keys.ctl(self.jid))
+            ctl = read_record(self.st, Keys.ctl(self.jid), self.seal)
             if ctl is not None and int(ctl["round"]) == self.round:
                 self._offer(ctl)
                 self._start_watcher()

@@ -29,7 +29,6 @@ import argparse
 import hashlib
 import json
 import os
-import pickle
 import time
 import warnings
 import zipfile
@@ -38,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agents.vecnorm_file import FILE_NAME as VECNORM_FILE
+from agents.vecnorm_file import read_vecnormalize, stats_path
 
 FORMAT = "jigsaw-onnx-policy/1"
 MASK_FILL = -1e8  # sb3-contrib MaskableCategorical's HUGE_NEG
@@ -88,13 +90,22 @@ def _best_timestep(run_dir: Path) -> int | None:
     return int(ts[int(np.argmax(res.mean(axis=1)))])
 
 
-def _read_vecnormalize(path: Path):
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file for the user
-        raise ValueError(f"{path}: cannot read the VecNormalize statistics ({type(e).__name__}: "
-                         f"{str(e).strip().splitlines()[0] if str(e).strip() else 'corrupted'})") from None
+def _statistics_path(run_dir: Path, best: bool, notes: list[str]) -> Path | None:
+    """The VecNormalize statistics file of the exported model: ``vecnormalize.npz`` for model.zip;
+    with ``best``, ``best/vecnormalize.npz`` (saved with the best model), else the checkpoint of
+    the best model's timestep, else the final statistics (with a note). ValueError when only a
+    pickled ``.pkl`` is there (agents/vecnorm_file.py)."""
+    if best:
+        found = stats_path(run_dir / "best")
+        if found is not None:
+            return found
+        t = _best_timestep(run_dir)
+        found = stats_path(run_dir / "checkpoints", f"rl_model_vecnormalize_{t}_steps") if t is not None else None
+        if found is not None:
+            return found
+        notes.append("best model exported with the final observation statistics (no checkpoint of "
+                     "the statistics at the best model's timestep)")
+    return stats_path(run_dir)
 
 
 def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
@@ -130,37 +141,22 @@ def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
 
     # normalization statistics
     loaded = LoadedRun(run_dir, cfg, model, model_path, None, None)
-    vn_path = run_dir / "vecnormalize.pkl"
-    if best and (run_dir / "best" / "vecnormalize.pkl").is_file():
-        vn_path = run_dir / "best" / "vecnormalize.pkl"  # saved with the best model (train_agent's SaveBestRun)
-    elif best:
-        t = _best_timestep(run_dir)
-        ck = run_dir / "checkpoints" / f"rl_model_vecnormalize_{t}_steps.pkl" if t is not None else None
-        if ck is not None and ck.is_file():
-            vn_path = ck
-        else:
-            loaded.notes.append("best model exported with the final observation statistics (no checkpoint of "
-                                "the statistics at the best model's timestep)")
-    if vn_path.is_file():
-        v = _read_vecnormalize(vn_path)
-        if getattr(v, "norm_obs", False):
-            rms = getattr(v, "obs_rms", None)
-            if rms is None or isinstance(rms, dict):
-                raise ValueError(f"{vn_path}: expected one observation mean/variance (a Box observation space)")
-            loaded.obs_mean = np.asarray(rms.mean, dtype=np.float64).reshape(-1)
-            loaded.obs_var = np.asarray(rms.var, dtype=np.float64).reshape(-1)
-            loaded.epsilon = float(v.epsilon)
-            loaded.clip_obs = float(v.clip_obs)
+    vn_path = _statistics_path(run_dir, best, loaded.notes)
+    if vn_path is not None:
+        st = read_vecnormalize(vn_path)  # numpy arrays only (allow_pickle=False)
+        if st.norm_obs:
+            loaded.obs_mean, loaded.obs_var = st.obs_mean.reshape(-1), st.obs_var.reshape(-1)
+            loaded.epsilon, loaded.clip_obs = st.epsilon, st.clip_obs
             loaded.normalization_source = str(vn_path.relative_to(run_dir))
     elif cfg.get("normalize_obs", True):
-        raise FileNotFoundError(f"{run_dir}: expected vecnormalize.pkl (the observation statistics)")
+        raise FileNotFoundError(f"{run_dir}: expected {VECNORM_FILE} (the observation statistics)")
 
     _check_layout(loaded, spaces_signature)
     return loaded
 
 
 def _check_layout(run: LoadedRun, spaces_signature) -> None:
-    """config.json vs this code's encoder/codec, and model.zip / vecnormalize.pkl vs config.json."""
+    """config.json vs this code's encoder/codec, and model.zip / vecnormalize.npz vs config.json."""
     sp = run.config["spaces"]
     cfg_path = run.run_dir / "config.json"
     try:
@@ -397,7 +393,7 @@ def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: b
     rd = Path(run_dir)
     if rd.exists() and not rd.is_dir():
         raise NotADirectoryError(f"RUN_DIR {rd} is a file, not a directory: expected a training run folder "
-                                 f"(config.json, model.zip and vecnormalize.pkl, written by `jigsaw train`)")
+                                 f"(config.json, model.zip and vecnormalize.npz, written by `jigsaw train`)")
     if out is not None:
         _check_out(Path(out))  # before the model is loaded
     run = load_run(run_dir, best=best)
@@ -454,7 +450,7 @@ def register(subparsers) -> None:
         "export", help="export a trained policy (RUN_DIR) to ONNX: normalization, masking and argmax in the graph",
         description="Export RUN_DIR's policy to one ONNX graph (obs, mask) -> action that runs with onnxruntime "
                     "and numpy alone; see docs/export.md.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run (config.json, model.zip, vecnormalize.pkl)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run (config.json, model.zip, vecnormalize.npz)")
     p.add_argument("--out", default=None,
                    help="the ONNX file to write (default: RUN_DIR/policy.onnx, RUN_DIR/policy-best.onnx with --best)")
     p.add_argument("--best", action="store_true", help="export best/best_model.zip instead of model.zip")

@@ -46,6 +46,7 @@ from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
 
 from .control import Keys, WorkerSpec, connect_store, read_json
+from .store_seal import new_token
 from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_to_dict, encode_array, encode_mask,
                            spb_from_dict, spb_to_dict, state_from_dict, state_to_dict)
 
@@ -227,6 +228,7 @@ class LiveExecutor:
         self._own_session = self._own_pool = self._own_hub = False
         self.store = None
         self.store_addr: tuple[str, int] | None = None
+        self._store_token = ""                   # the run's secret for decision records (ControlHub.open_run)
         self.epoch: float | None = None
         self.inc: dict[int, int] = {}            # job -> current incarnation number (-1: none yet)
         self.refs: dict[tuple[int, int], list] = {}  # (job, inc) -> ray refs of its ranks
@@ -345,6 +347,8 @@ class LiveExecutor:
             self.hub = get_or_create_hub(self.run_id + "-hub")
             self._own_hub = True
         self.store_addr = tuple(ray.get(self.hub.address.remote()))
+        # the run's secret for decision records; a hub that already knows the run keeps its own
+        self._store_token = ray.get(self.hub.open_run.remote(self.run_id, new_token()))
         self.store = connect_store(*self.store_addr, self.run_id, self.cfg.timeout_s)
         self._started = True
 
@@ -527,6 +531,7 @@ class LiveExecutor:
         return WorkerSpec(run_id=self.run_id, job_id=job.job_id, incarnation=inc, rank=w, world=len(gpus),
                           slot=int(gpus[w]), model=job.model, batch_size=int(job.batch_size),
                           store_host=self.store_addr[0], store_port=int(self.store_addr[1]),
+                          store_token=self._store_token,
                           checkpoint_dir=str(self.checkpoint_dir(job.job_id)), data=job.data, seed=job.seed,
                           lr=job.lr, spb=self.cfg.spb, link=self.cfg.link, timeout_s=self.cfg.timeout_s,
                           hold_timeout_s=self.cfg.hold_timeout_s, measure_activations=self.cfg.measure_activations,

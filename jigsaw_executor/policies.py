@@ -73,7 +73,7 @@ def scheduler_spec(policy: str, kwargs: dict | None = None) -> dict:
         return {"kind": "policy", "path": str(Path(policy).resolve())}
     if Path(policy).is_dir():
         raise ValueError(f"policy {policy} is a folder but not a training run: expected config.json, "
-                         f"model.zip and vecnormalize.pkl written by `jigsaw train`")
+                         f"model.zip and vecnormalize.npz written by `jigsaw train`")
     return {"kind": "heuristic", "name": policy, "kwargs": dict(kwargs or {})}
 
 

@@ -339,8 +339,11 @@ class Assets:
         cfg["trained_timesteps"] = 64
         p.mkdir()
         (p / "config.json").write_text(json.dumps(cfg, default=str))
+        from agents.vecnorm_file import write_vecnormalize
+
         venv = VecNormalize(DummyVecEnv([make_env_fn(cfg["env"], split="train", rank=0, seed=0, monitor=False)]))
-        venv.save(str(p / "vecnormalize.pkl"))
+        with open(p / "vecnormalize.npz", "wb") as f:
+            write_vecnormalize(venv, f)
         venv.close()
         shutil.copy(self.get("run_ppo") / "model.zip", p / "model.zip")
 
@@ -457,11 +460,15 @@ BUILDERS.update({
     "run_no_model": copy_of("run_ppo", lambda d: (d / "model.zip").unlink()),
     "run_bad_config": copy_of("run_ppo", lambda d: (d / "config.json").write_text("{oops\n")),
     "run_bad_vecnormalize": copy_of("run_ppo", lambda d: (
-        _config(lambda c: c.update(normalize_obs=True))(d), (d / "vecnormalize.pkl").write_bytes(b"\x80\x04garbage"))),
+        _config(lambda c: c.update(normalize_obs=True))(d), (d / "vecnormalize.npz").write_bytes(b"\x80\x04garbage"))),
+    "run_pickled_vecnormalize": copy_of("run_ppo", lambda d: (
+        _config(lambda c: c.update(normalize_obs=True))(d), (d / "vecnormalize.pkl").write_bytes(b"\x80\x04N."))),
     "run_no_vecnormalize": copy_of("run_ppo", _config(lambda c: c.update(normalize_obs=True))),
     "run_layout_k5": copy_of("run_ppo", _config(_layout_k5)),
     "train_run_bad_model": copy_of("train_run", lambda d: (d / "model.zip").write_bytes(b"PK\x03\x04 not a zip")),
-    "train_run_bad_vecnormalize": copy_of("train_run", lambda d: (d / "vecnormalize.pkl").write_bytes(b"\x80\x04junk")),
+    "train_run_bad_vecnormalize": copy_of("train_run", lambda d: (d / "vecnormalize.npz").write_bytes(b"\x80\x04junk")),
+    "train_run_pickled_vecnormalize": copy_of("train_run", lambda d: (d / "vecnormalize.npz").rename(
+        d / "vecnormalize.pkl")),
     "train_run_bad_json": copy_of("train_run", lambda d: (d / "config.json").write_text("{oops\n")),
     "policy_ok.onnx": copy_of("policy_ok"),
     "policy_l2.onnx": copy_of("policy_l2"),

@@ -158,6 +158,13 @@ def ray_get(ref):
 def test_hub_publishes_versioned_decisions(ray_pieces):
     _, hub = ray_pieces
     run = "test-hub-versions"
+    from jigsaw_executor.store_seal import RecordSeal, new_token
+
+    token = new_token()
+    with pytest.raises(Exception, match="no secret token"):
+        ray_get(hub.publish.remote(run, {0: {"action": "run"}}))
+    assert ray_get(hub.open_run.remote(run, token)) == token
+    assert ray_get(hub.open_run.remote(run, new_token())) == token  # the first token stays
     v1 = ray_get(hub.publish.remote(run, {0: {"action": "run", "gpus": [0], "level": 2, "pattern": "rotating"}}))
     v2 = ray_get(hub.publish.remote(run, {0: {"action": "pause"}, 1: {"action": "run", "gpus": [1], "level": 0}}))
     assert v2 == v1 + 1 == ray_get(hub.version.remote(run))
@@ -167,14 +174,70 @@ def test_hub_publishes_versioned_decisions(ray_pieces):
     with pytest.raises(Exception, match="unknown action"):
         ray_get(hub.publish.remote(run, {0: {"action": "explode"}}))
     # the workers' view: the same record through the TCPStore
-    from jigsaw_executor.control import Keys, connect_store, read_json
+    from jigsaw_executor.control import Keys, connect_store, read_record
 
     host, port = ray_get(hub.address.remote())
     st = connect_store(host, port, run, 10.0)
-    assert read_json(st, Keys.ctl(0)) == d0
+    assert read_record(st, Keys.ctl(0), RecordSeal(token)) == d0
     ray_get(hub.put_snapshot.remote(run, {"round": 7}))
     assert ray_get(hub.get_snapshot.remote(run)) == {"round": 7}
     ray_get(hub.forget.remote(run))
+
+
+def test_a_client_without_the_token_can_neither_read_nor_forge_a_record(ray_pieces):
+    """The store listens on loopback under an embedded Ray; a client that reaches it without the
+    run's token sees only sealed bytes, and a record it writes, or moves from another job, or
+    alters, is refused by the workers' reader."""
+    from jigsaw_executor.control import Keys, connect_store, read_record
+    from jigsaw_executor.store_seal import ForgedRecord, RecordSeal, new_token
+
+    _, hub = ray_pieces
+    host, port = ray_get(hub.address.remote())
+    assert host == "127.0.0.1"
+    run, token = "test-hub-token", new_token()
+    ray_get(hub.open_run.remote(run, token))
+    rec = {"action": "run", "gpus": [0], "level": 2, "pattern": "rotating", "round": 3}
+    ray_get(hub.publish.remote(run, {0: rec, 1: dict(rec, gpus=[1])}))
+    intruder = connect_store(host, port, run, 10.0)
+    raw = intruder.get(Keys.ctl(0))
+    assert b"rotating" not in raw and b"gpus" not in raw and b'"action"' not in raw
+    with pytest.raises(ForgedRecord):
+        read_record(intruder, Keys.ctl(0), RecordSeal(new_token()))  # a guessed token opens nothing
+    worker_view = connect_store(host, port, run, 10.0)
+    seal = RecordSeal(token)
+    for forged in (json.dumps(dict(rec, action="stop", seq=99, v=99, job=0)),  # plain JSON
+                   intruder.get(Keys.ctl(1)).decode(),                          # job 1's record under job 0
+                   raw.decode()[:-4] + ("AAAA" if not raw.decode().endswith("AAAA") else "BBBB")):  # altered
+        intruder.set(Keys.ctl(0), forged)
+        with pytest.raises(ForgedRecord, match="not a record sealed with this run's token"):
+            read_record(worker_view, Keys.ctl(0), seal)
+    assert ray_get(hub.decision.remote(run, 0))["action"] == "run"
+    ray_get(hub.forget.remote(run))
+
+
+def test_the_store_listens_on_its_address_only(ray_pieces):
+    """Not 0.0.0.0: the listening socket of the hub's store is bound to the advertised host."""
+    import subprocess
+
+    _, hub = ray_pieces
+    host, port = ray_get(hub.address.remote())
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("ss is not available")
+    local = {line.split()[3] for line in out.stdout.splitlines() if line.strip()}
+    assert local == {f"{host}:{port}"}, local
+
+
+def test_a_worker_spec_never_shows_its_token():
+    from jigsaw_executor.control import WorkerSpec
+    from jigsaw_executor.store_seal import RecordSeal, new_token
+
+    token = new_token()
+    spec = WorkerSpec(run_id="r", job_id=0, incarnation=0, rank=0, world=1, slot=0, model="tiny_mlp", batch_size=8,
+                      store_host="127.0.0.1", store_port=1, checkpoint_dir="/tmp", store_token=token)
+    assert token not in repr(spec) and token not in repr(RecordSeal(token))
+    with pytest.raises(ValueError, match="store token: expected the run's secret"):
+        RecordSeal("")
 
 
 def test_components_of_shared_slots():
@@ -205,8 +268,11 @@ class Ctl:
 
         self.ray = ray
         self.env = env
+        from jigsaw_executor.store_seal import new_token
+
         self.run_id = f"ctl{next(_run_counter)}-{time.time_ns() % 10**8}"
         self.store = connect_store(*env["addr"], self.run_id, 30)
+        self.token = ray.get(env["hub"].open_run.remote(self.run_id, new_token()))
         self.refs: dict[tuple[int, int], list] = {}
 
     def publish(self, job_id: int, **rec) -> None:
@@ -225,7 +291,8 @@ class Ctl:
             h.owner = (job_id, inc, w)
             spec = WorkerSpec(run_id=self.run_id, job_id=job_id, incarnation=inc, rank=w, world=len(gpus), slot=g,
                               model=model, batch_size=BS, store_host=self.env["addr"][0],
-                              store_port=self.env["addr"][1], checkpoint_dir=str(ckpt), seed=seed, timeout_s=30, **kw)
+                              store_port=self.env["addr"][1], store_token=self.token, checkpoint_dir=str(ckpt),
+                              seed=seed, timeout_s=30, **kw)
             refs.append(h.handle.run_worker.remote(spec))
         self.refs[(job_id, inc)] = refs
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -57,14 +56,18 @@ def policy(onnx_path):
 
 
 @pytest.fixture(scope="module")
-def sb3(run_dir):
-    """The SB3 side: the model and VecNormalize exactly as saved by the trainer."""
+def sb3(run_dir, tables_dir):  # noqa: F811
+    """The SB3 side: the model as saved by the trainer, and SB3's own VecNormalize rebuilt from
+    the run's vecnormalize.npz."""
     import torch
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.vecnorm_file import read_vecnormalize, wrap_vecnormalize
     torch.set_num_threads(1)
     model = MaskablePPO.load(str(run_dir / "model.zip"), device="cpu")
-    with open(run_dir / "vecnormalize.pkl", "rb") as f:
-        vn = pickle.load(f)
+    path = run_dir / "vecnormalize.npz"
+    vn = wrap_vecnormalize(DummyVecEnv([lambda: _env(run_dir, tables_dir, 0)]), read_vecnormalize(path), path)
     return model, vn
 
 
@@ -146,7 +149,7 @@ def test_parity_on_real_episode_observations(policy, sb3, episode_data, run_dir)
     assert len(obs) >= 256 and np.array_equal(got, want)
     assert all(mask[i, a] for i, a in enumerate(got))
     # single-observation path, and the evaluation's LearnedAgent, on every one of them
-    agent = LearnedAgent(run_dir)
+    agent = LearnedAgent(run_dir, prefer_onnx=False)
     for i in range(len(obs)):
         a = policy.act(obs[i], mask[i])
         assert a == want[i] == agent.act(obs[i], mask[i]), i
@@ -183,6 +186,7 @@ def test_plain_ppo_random_init_with_fitted_normalization(tables_dir, tmp_path): 
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     from agents.rl import RUN_FORMAT, LearnedAgent, spaces_signature
+    from agents.vecnorm_file import write_vecnormalize
     from agents.rl_env import make_env_fn
     from jigsaw_executor.onnx_policy import OnnxPolicy
 
@@ -203,13 +207,14 @@ def test_plain_ppo_random_init_with_fitted_normalization(tables_dir, tmp_path): 
     run = tmp_path / "ppo"
     run.mkdir()
     model.save(str(run / "model.zip"))
-    venv.save(str(run / "vecnormalize.pkl"))
+    with open(run / "vecnormalize.npz", "wb") as f:
+        write_vecnormalize(venv, f)
     venv.close()
     (run / "config.json").write_text(json.dumps({"format": RUN_FORMAT, "algo": "ppo", "env": env_kw,
                                                   "spaces": spaces_signature(K, 3, 4), "normalize_obs": True}))
     assert main(["export", str(run), "--check", "64"]) == 0
     pol = OnnxPolicy(run / "policy.onnx")
-    agent = LearnedAgent(run)
+    agent = LearnedAgent(run, prefer_onnx=False)
     obs = np.stack([o for o, _ in seen])
     mask = np.stack([m for _, m in seen])
     got = pol.act_batch(obs, mask)
@@ -223,22 +228,21 @@ def test_best_model_export_uses_its_own_statistics(run_dir, tmp_path):
     assert main(["export", str(run_dir), "--best", "--out", str(out)]) == 0
     md = OnnxPolicy(out).metadata
     assert md["model_file"] == "best/best_model.zip"
-    assert md["normalization_source"] == "best/vecnormalize.pkl"
+    assert md["normalization_source"] == "best/vecnormalize.npz"
     # the statistics saved with the best model are the ones checkpointed at its timestep
+    from agents.vecnorm_file import read_vecnormalize
     t = json.loads((run_dir / "best" / "config.json").read_text())["trained_timesteps"]
-    with open(run_dir / "best" / "vecnormalize.pkl", "rb") as f:
-        got = pickle.load(f).obs_rms
-    with open(run_dir / "checkpoints" / f"rl_model_vecnormalize_{t}_steps.pkl", "rb") as f:
-        want = pickle.load(f).obs_rms
-    assert np.array_equal(got.mean, want.mean) and np.array_equal(got.var, want.var)
-    # a run from before best/ held its statistics: the checkpoint of the best timestep
-    (run_dir / "best" / "vecnormalize.pkl").rename(tmp_path / "kept.pkl")
+    got = read_vecnormalize(run_dir / "best" / "vecnormalize.npz")
+    want = read_vecnormalize(run_dir / "checkpoints" / f"rl_model_vecnormalize_{t}_steps.npz")
+    assert np.array_equal(got.obs_mean, want.obs_mean) and np.array_equal(got.obs_var, want.obs_var)
+    # a best/ without its statistics: the checkpoint of the best timestep
+    (run_dir / "best" / "vecnormalize.npz").rename(tmp_path / "kept.npz")
     try:
         assert main(["export", str(run_dir), "--best", "--out", str(tmp_path / "old.onnx")]) == 0
         assert OnnxPolicy(tmp_path / "old.onnx").metadata["normalization_source"] == \
-            f"checkpoints/rl_model_vecnormalize_{t}_steps.pkl"
+            f"checkpoints/rl_model_vecnormalize_{t}_steps.npz"
     finally:
-        (tmp_path / "kept.pkl").rename(run_dir / "best" / "vecnormalize.pkl")
+        (tmp_path / "kept.npz").rename(run_dir / "best" / "vecnormalize.npz")
 
 
 # ----------------------------------------------------------------------------------------------- deployment
@@ -436,11 +440,14 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
         z.writestr("data", "not the SB3 data file")
     assert "cannot load it as a maskable_ppo model" in err_of(d)
     d = copy("badvn")
-    (d / "vecnormalize.pkl").write_bytes(b"\x80\x04garbage")
-    assert "vecnormalize.pkl" in err_of(d)
+    (d / "vecnormalize.npz").write_bytes(b"\x80\x04garbage")
+    assert "vecnormalize.npz" in err_of(d)
     d = copy("novn")
-    (d / "vecnormalize.pkl").unlink()
-    assert "vecnormalize.pkl" in err_of(d)
+    (d / "vecnormalize.npz").unlink()
+    assert "vecnormalize.npz" in err_of(d)
+    d = copy("pklvn")
+    (d / "vecnormalize.npz").rename(d / "vecnormalize.pkl")
+    assert "vecnormalize.pkl: VecNormalize statistics as a pickle" in err_of(d)
     d = copy("nobest")
     shutil.rmtree(d / "best")
     assert "best/best_model.zip" in err_of(d, "--best")
@@ -473,3 +480,30 @@ def test_benchmark_reports_the_latency_statistics(policy, record_property):
     record_property("onnx_act_median_ms", r["median_ms"])
     assert set(r) == {"n", "median_ms", "p99_ms", "mean_ms"} and r["n"] == 300
     assert 0 < r["median_ms"] <= r["p99_ms"] and r["mean_ms"] > 0
+
+
+def test_a_run_folder_with_its_export_acts_with_the_onnx_graph(run_dir, episode_data, sb3, tables_dir, tmp_path,  # noqa: F811
+                                                               capsys):
+    """``jigsaw evaluate`` and ``deploy`` use RUN_DIR/policy.onnx when it was exported from the
+    folder's model.zip (or there is no model.zip), and model.zip when the export is stale."""
+    from agents.rl import LearnedAgent
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    assert main(["export", str(run), "--check", "0"]) == 0
+    agent = LearnedAgent(run)
+    assert agent.policy_file == "policy.onnx" and agent.model is None
+    obs, mask = episode_data
+    want = _sb3_actions(sb3, obs, mask)
+    assert [agent.act(o, m) for o, m in zip(obs, mask)] == want.tolist()
+    # without model.zip (a run folder shared as config.json + policy.onnx): the graph alone
+    (run / "model.zip").unlink()
+    assert LearnedAgent(run).policy_file == "policy.onnx"
+    out = tmp_path / "eval"
+    capsys.readouterr()
+    assert main(["evaluate", "--agents", f"fifo,{run}", "--tables", str(tables_dir), "--gpus", "8",
+                 "--max-jobs", "3", "--seeds", "1", "--workers", "1", "--no-progress", "--out", str(out)]) == 0
+    md = json.loads((out / "metadata.json").read_text())
+    assert md["learned_agents"]["run"]["policy_file"] == "policy.onnx"
+    # a model.zip the export was not made from: the export is stale, model.zip is loaded
+    shutil.copy(run_dir / "best" / "best_model.zip", run / "model.zip")
+    assert LearnedAgent(run).policy_file == "model.zip"

@@ -543,7 +543,7 @@ def test_export_paths_that_are_files(tmp_path, capsys):
     a_file.write_text("x")
     got = one_line_error(["export", str(a_file)], capsys)
     assert got == (f"RUN_DIR {a_file} is a file, not a directory: expected a training run folder (config.json, "
-                   f"model.zip and vecnormalize.pkl, written by `jigsaw train`)")
+                   f"model.zip and vecnormalize.npz, written by `jigsaw train`)")
     for out in (a_file / "p.onnx", a_file / "sub" / "p.onnx"):
         got = one_line_error(["export", str(tmp_path / "missing_run"), "--out", str(out)], capsys)
         assert got == f"--out {out}: {a_file} is a file, not a directory; give a path in a folder"

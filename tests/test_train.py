@@ -56,10 +56,10 @@ def trained(tables_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_training_writes_the_run_dir(trained):
-    for name in ("model.zip", "vecnormalize.pkl", "config.json", "eval.csv", "eval.png", "best/best_model.zip"):
+    for name in ("model.zip", "vecnormalize.npz", "config.json", "eval.csv", "eval.png", "best/best_model.zip"):
         assert (trained / name).is_file(), name
     assert list((trained / "checkpoints").glob("rl_model_*_steps.zip"))
-    assert list((trained / "checkpoints").glob("rl_model_vecnormalize_*_steps.pkl"))
+    assert list((trained / "checkpoints").glob("rl_model_vecnormalize_*_steps.npz"))
     assert list((trained / "tb").rglob("events.out.tfevents.*"))
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["algo"] == "maskable_ppo" and cfg["n_envs"] == 2 and cfg["vec"] == "subproc"

@@ -78,7 +78,7 @@ def checkpoints(run: Path) -> list[int]:
     out = []
     for f in ck.glob("rl_model_*_steps.zip") if ck.is_dir() else []:
         m = re.fullmatch(r"rl_model_(\d+)_steps\.zip", f.name)
-        if m and (ck / f"rl_model_vecnormalize_{m.group(1)}_steps.pkl").is_file():
+        if m and (ck / f"rl_model_vecnormalize_{m.group(1)}_steps.npz").is_file():
             out.append(int(m.group(1)))
     return sorted(out)
 
@@ -173,7 +173,7 @@ def test_max_wall_s_stops_learning_and_saves(tables, tmp_path):
     assert cfg["stopped_at_wall_limit"] is True and cfg["max_wall_s"] == 2.0
     assert 0 < cfg["trained_timesteps"] < 10_000_000
     assert cfg["train_wall_s"] >= 2.0
-    assert (run / "model.zip").is_file() and (run / "vecnormalize.pkl").is_file()
+    assert (run / "model.zip").is_file() and (run / "vecnormalize.npz").is_file()
     # the model learning stopped with is evaluated (no periodic evaluation came at freq 1000000),
     # so best/ can be it
     ev = pd.read_csv(run / "eval.csv")
