@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "jigsaw_executor.deploy",    # deploy
     "jigsaw_env.accel",          # accel build, accel status
     "jigsaw_env.colocation_cli",  # colocation predict, check, fit
+    "jigsaw_env.tables_cli",     # tables list, tables show
 )
 
 
