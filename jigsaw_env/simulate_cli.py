@@ -120,9 +120,9 @@ def run(args) -> int:
     cluster, config = build_cluster_and_config(args)
     trace = trace_from_args(args, cluster.num_gpus)
     require_jobs(trace)
+    sim = Simulator(cluster, trace.jobs, config)  # (its checks first: a job that cannot run is the one line)
     if not args.backlogged:
         warn(trace_overload_warning(trace.jobs, cluster.num_gpus), args)
-    sim = Simulator(cluster, trace.jobs, config)
     agent.reset()
     metrics = sim.run(agent, progress=show_progress(args))
     metrics["wall_s"] = time.perf_counter() - t0
