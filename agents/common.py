@@ -488,8 +488,8 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
         if best is not None and -neg_ub < best[3] - 1e-12:
             break
         if arrays is None:  # first visit of this candidate: its phase-independent arrays
-            arrays = c[7] = _candidate_arrays(wa, wb, cols[idx], capacity, ph, pg)
-        ok, inv, H, la0, zg = arrays
+            arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
+        ok, inv, H, la0, zg, together, linked = arrays
         if inv is None:  # no order of this group fits in memory
             continue
         ks = _arange(H)
@@ -500,9 +500,13 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
             la = ph.compute_s[pha].T
         phb = (i_guest + ks) % pg.period
         # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
-        # (a zero column for a GPU without a guest worker): the sums the engine forms, per order
-        loads = _shared_loads(state, la[None, :, :], zg[:, phb][inv], ph, pg, host_gpus, 3)
-        comm = _pair_sync(state, ph.comm_s[pha], pg.comm_s[phb], host_gpus, cols[idx[0]])
+        # (a zero column for a GPU without a guest worker): the sums the engine forms, per order;
+        # under the fitted sharing the engine's concurrent time, read from the candidate's table
+        if together is None:
+            loads = la[None, :, :] + zg[:, phb][inv]
+        else:
+            loads = together[_arange(wa)[None, :, None], pha[None, None, :], inv[:, :, None], phb[None, None, :]]
+        comm = ph.comm_s[pha] + pg.comm_s[phb] if linked else np.maximum(ph.comm_s[pha], pg.comm_s[phb])
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
         step = np.where(ok, step, np.inf)
         k = int(np.argmin(step))
@@ -528,33 +532,6 @@ def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: f
     fitted = state.sharing is not None and state.sharing.fitted
     mean_load = host_load / host_width if fitted else (host_load + guest_load) / host_width
     return max(mean_load, host_slowest, guest_slowest) + max(host_sync, guest_sync)
-
-
-def _pair_sync(state, host_sync: np.ndarray, guest_sync: np.ndarray, host_gpus, guest_cols) -> np.ndarray:
-    """A pair's sync time per step, as the engine times it: the sum when the two syncs cross one
-    link (eq. L1: a guest on the host's GPUs shares a link with it when both span nodes or
-    neither does), else the longer; the longer on a state without a sharing model."""
-    sharing = state.sharing
-    if sharing is not None:
-        guest_gpus = [host_gpus[c] for c in guest_cols]
-        if sharing.links_of(host_gpus) & sharing.links_of(guest_gpus):
-            return host_sync + guest_sync
-    return np.maximum(host_sync, guest_sync)
-
-
-def _shared_loads(state, host_loads: np.ndarray, guest_loads: np.ndarray, ph, pg, host_gpus, ndim: int) -> np.ndarray:
-    """Per host GPU, the compute time of a step where the host's workers (``host_loads``) and the
-    guest's (``guest_loads``, 0 on a GPU without a guest worker) share the GPUs: their sum when
-    time-sliced (eq. K1), else the fitted model's concurrent time
-    (:func:`jigsaw_env.interference.shared_gpu_time`, eq. K1'), the engine's numbers. The GPU axis
-    is axis 1 of ``ndim`` dimensions."""
-    sharing = state.sharing
-    if sharing is None or not sharing.fitted:
-        return host_loads + guest_loads
-    shape = [1] * ndim
-    shape[1] = len(host_gpus)
-    peaks = sharing.peaks_of(host_gpus).reshape(shape)
-    return shared_gpu_time(host_loads, guest_loads, ph.batch_size, pg.batch_size, peaks, sharing.model)
 
 
 def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, prep_key=None) -> tuple:
@@ -592,15 +569,20 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
         if not searching:
             break
         if arrays is None:
-            arrays = c[7] = _candidate_arrays(wa, wb, cols[idx], capacity, ph, pg)
-        ok, inv, H, la0, zg = arrays
+            arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
+        ok, inv, H, la0, zg, together, linked = arrays
         if inv is None:
             continue
         ks = _arange(H)
         pha = ks % ph.period
         phb = (np.array([phases[i] for i in searching])[:, None] + ks[None, :]) % pg.period  # (P, H)
-        loads = _shared_loads(state, la0[None, :, None, :], zg[:, phb][inv], ph, pg, host_gpus, 4)  # (orders, wa, P, H)
-        comm = _pair_sync(state, ph.comm_s[pha][None, :], pg.comm_s[phb], host_gpus, cols[idx[0]])  # (P, H)
+        if together is None:
+            loads = la0[None, :, None, :] + zg[:, phb][inv]  # (orders, wa, P, H)
+        else:
+            loads = together[_arange(wa)[None, :, None, None], pha[None, None, None, :], inv[:, :, None, None],
+                             phb[None, None, :, :]]
+        sync_h, sync_g = ph.comm_s[pha][None, :], pg.comm_s[phb]
+        comm = sync_h + sync_g if linked else np.maximum(sync_h, sync_g)  # (P, H)
         step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :, :]).mean(axis=2)  # (orders, P)
         step = np.where(ok[:, None], step, np.inf)
         ks_best = np.argmin(step, axis=0).tolist()
@@ -662,12 +644,18 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
     return wa, wb, iso_h, iso_g, [[*c, None] for c in cands], cols, capacity
 
 
-def _candidate_arrays(wa: int, wb: int, sub: np.ndarray, capacity: np.ndarray, ph, pg) -> tuple:
+def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity: np.ndarray, ph, pg) -> tuple:
     """One candidate's phase-independent arrays, for its orders ``sub`` (orders x guest workers,
     host worker indices): ``(memory-ok per order, gather map or None when no order fits,
     hyper-period, host loads at phase 0 (wa, H), guest compute padded with a zero worker (wb + 1,
-    period))``. ``inv[o, g]`` is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the
-    zero row) for none."""
+    period), the fitted sharing's GPU times or None, whether the two syncs share a link)``.
+    ``inv[o, g]`` is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the zero row)
+    for none. Under the fitted sharing ``together[g, p, w, q]`` is the time host GPU ``g``
+    computes when the host is in phase ``p`` and guest worker ``w`` (the zero row: none) in phase
+    ``q`` (:func:`jigsaw_env.interference.shared_gpu_time`, the engine's eq. K1'); time-sliced,
+    the loads add up. The syncs share a link (eq. L1: summed) when the guest on the host's GPUs
+    spans nodes exactly when the host does (every order of a candidate has the same signature)."""
+    wa, wb = len(host_gpus), sub.shape[1]
     n = len(sub)
     sa = np.arange(n)
     # memory at each process's peak, per host GPU
@@ -676,14 +664,24 @@ def _candidate_arrays(wa: int, wb: int, sub: np.ndarray, capacity: np.ndarray, p
         mem[sa, sub[:, w]] += pg.peak_bytes[w]
     ok = np.all(mem <= capacity[None, :], axis=1)
     if not ok.any():
-        return ok, None, 0, None, None
+        return ok, None, 0, None, None, None, False
     inv = np.full((n, wa), wb, dtype=np.int64)
     for w in range(wb):
         inv[sa, sub[:, w]] = w
     H = _lcm(ph.period, pg.period)
     la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
     zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
-    return ok, inv, H, la0, zg
+    sharing = state.sharing
+    together, linked = None, False
+    if sharing is not None:
+        guest_gpus = [host_gpus[c] for c in sub[0]]
+        linked = bool(sharing.links_of(host_gpus) & sharing.links_of(guest_gpus))
+        if sharing.fitted:
+            peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
+            host = ph.compute_s.T[:, :, None, None]  # (wa, Ph, 1, 1)
+            together = shared_gpu_time(host, zg[None, None, :, :], ph.batch_size, pg.batch_size, peaks,
+                                       sharing.model)  # (wa, Ph, wb + 1, Pg)
+    return ok, inv, H, la0, zg, together, linked
 
 
 # ------------------------------------------------------------------------------------------------
