@@ -526,11 +526,13 @@ def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: f
                           guest_load: float, guest_slowest: float, guest_sync: float, host_width: int) -> float:
     """A lower bound (s) on the mean lockstep step of a host and a guest on its GPUs, from
     :func:`profile_summary`'s means: the busiest GPU computes at least either job's slowest worker
-    and, time-sliced, at least the average summed load (under the fitted model two workers may
-    take less than their sum: the host's own average load then), and the sync lasts at least the
-    longer mean sync (eq. L1 can only add to it)."""
+    and, time-sliced, at least the average summed load; under the fitted model two workers may
+    take less than their sum, but no rate exceeds 1, so a GPU computes at least its host worker's
+    load and at least half the summed load, on average over the GPUs too. The sync lasts at least
+    the longer mean sync (eq. L1 can only add to it)."""
+    summed = (host_load + guest_load) / host_width
     fitted = state.sharing is not None and state.sharing.fitted
-    mean_load = host_load / host_width if fitted else (host_load + guest_load) / host_width
+    mean_load = max(host_load / host_width, summed / 2.0) if fitted else summed
     return max(mean_load, host_slowest, guest_slowest) + max(host_sync, guest_sync)
 
 
