@@ -20,7 +20,6 @@ any simulator or live state round by round, like a heuristic.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 import zipfile
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
+from jigsaw_env.digest import file_sha256
 from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
 from jigsaw_env.placement import PLACEMENT_OPTIONS
 from jigsaw_env.spb import SPBConfig
@@ -162,18 +162,9 @@ def exported_policy(run_dir: Path, model_file: str = "model.zip"):
         return None
     pol = OnnxPolicy(onnx_path)  # ValueError (one line) for a file that is not a jigsaw policy
     model_path = run_dir / model_file
-    if model_path.is_file() and pol.raw_metadata.get("model_sha256") != _sha256(model_path):
+    if model_path.is_file() and pol.raw_metadata.get("model_sha256") != file_sha256(model_path):
         return None
     return pol
-
-
-def _sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _load_sb3_model(model_path: Path, run_dir: Path, model_file: str, algo: str):

@@ -41,18 +41,6 @@ def parse_pair(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
     return out[0], out[1]
 
 
-def _check_job(model: str, batch: int, gpu_type: str) -> None:
-    """ValueError naming the unknown model or batch size and the allowed values."""
-    from .cost_table import available_tables
-    tables = available_tables()
-    models = sorted({m for m, _, _ in tables})
-    if model not in models:
-        raise ValueError(f"unknown model {model!r}; allowed: {models}")
-    batches = sorted({b for m, b, d in tables if m == model and d == gpu_type})
-    if batch not in batches:
-        raise ValueError(f"no cost table for model {model!r} at batch size {batch} on {gpu_type}; allowed: {batches}")
-
-
 def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels: tuple[int, int] = (0, 0),
             sharing: str = "fitted") -> dict:
     """Rates of two 1-GPU jobs sharing one GPU of ``gpu_type``, from the simulator's cost profiles
@@ -60,6 +48,7 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     ``lockstep`` is the simulator's co-location component of the two (one iteration each per
     step, eq. K2), which is how the simulator steps co-located jobs."""
     from .cluster import ClusterSpec
+    from .cost_table import check_table_exists
     from .engine import Component, Member
     from .interference import SharingModel, WorkerLoad
     from .spb import Pattern, SPBConfig
@@ -68,7 +57,7 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     if gpu_type not in GPU_PEAK_TFLOPS:
         raise ValueError(f"unknown GPU type {gpu_type!r}; allowed: {', '.join(sorted(GPU_PEAK_TFLOPS))}")
     for model, batch in pair:
-        _check_job(model, batch, gpu_type)
+        check_table_exists(model, batch, gpu_type)
     cluster = ClusterSpec.from_gpus(1, gpus_per_node=1, gpu_type=gpu_type)
     costs = CostModel(cluster, SPBConfig())
     sharing_model = SharingModel(sharing, (gpu_type,))

@@ -19,7 +19,6 @@ gives the same coefficients (tests/test_colocation.py holds the committed file t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .digest import file_sha256
 from .interference import COEF_NAMES, FIT_FILE, InterferenceModel, WorkerLoad
 
 GAVEL_FILE = "gavel/simulation_throughputs.json"
@@ -133,7 +133,7 @@ def load_pairs(path: str | Path | None = None, jobs: tuple[str, ...] = ZOO_GAVEL
 def data_digest(path: str | Path | None = None) -> str:
     """SHA-256 (first 16 hex digits) of Gavel's file, as the fit records it."""
     p = Path(path) if path is not None else gavel_path()
-    return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return file_sha256(p)[:16]
 
 
 # ----- the fit

@@ -394,6 +394,23 @@ def available_models() -> tuple[str, ...]:
     return tuple(sorted({m for m, _, _ in available_tables()}))
 
 
+def check_table_exists(model: str, batch_size: int, device: str) -> None:
+    """ValueError (one line, the allowed values) unless a table exists for ``model`` at
+    ``batch_size`` on ``device``: the wording of the command lines that name a table
+    (``jigsaw tables show``, ``jigsaw colocation predict``)."""
+    tables = available_tables()
+    models = sorted({m for m, _, _ in tables})
+    if model not in models:
+        raise ValueError(f"unknown model {model!r}; allowed: {models}")
+    devices = sorted({d for m, _, d in tables if m == model})
+    if device not in devices:
+        raise ValueError(f"no cost table for model {model!r} on {device!r}; allowed GPU types: {devices}")
+    batches = sorted({b for m, b, d in tables if m == model and d == device})
+    if batch_size not in batches:
+        raise ValueError(f"no cost table for model {model!r} at batch size {batch_size} on {device}; "
+                         f"allowed: {batches}")
+
+
 @lru_cache(maxsize=None)
 def get_table(model: str, batch_size: int | None = None, device: str = "v100") -> CostTable:
     """Load a shipped table. ``batch_size=None`` takes the model's default (smallest shipped).

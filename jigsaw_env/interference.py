@@ -31,13 +31,14 @@ link's total (:func:`linked_sync_s`, eq. L1).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
+
+from .digest import file_sha256
 
 #: ways to model workers of different jobs on one GPU: the fitted interference model (default), or
 #: pure time-slicing (their work adds up; combined normalized throughput never above 1)
@@ -268,7 +269,7 @@ class SharingModel:
 
 def fit_file_digest(path: Path = FIT_FILE) -> str:
     """SHA-256 (first 16 hex digits) of the committed fit file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return file_sha256(path)[:16]
 
 
 @lru_cache(maxsize=1)

@@ -11,23 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from .cost_table import CostTable, DEVICE_TYPES, available_tables, get_table, register_tables_dir
+from .cost_table import (CostTable, DEVICE_TYPES, available_tables, check_table_exists, get_table,
+                         register_tables_dir)
 from .spb import Pattern, SPBConfig, job_profile
 from .network import CROSS_NODE, INTRA_NODE
-
-
-def _check(model: str, batch: int | None, device: str) -> None:
-    """ValueError naming what is unknown and the allowed values (one line)."""
-    tables = available_tables()
-    models = sorted({m for m, _, _ in tables})
-    if model not in models:
-        raise ValueError(f"unknown model {model!r}; allowed: {models}")
-    devices = sorted({d for m, _, d in tables if m == model})
-    if device not in devices:
-        raise ValueError(f"no cost table for model {model!r} on {device!r}; allowed GPU types: {devices}")
-    batches = sorted({b for m, b, d in tables if m == model and d == device})
-    if batch is not None and batch not in batches:
-        raise ValueError(f"no cost table for model {model!r} at batch size {batch} on {device}; allowed: {batches}")
 
 
 def spb_rows(table: CostTable, workers: int, spb: SPBConfig = SPBConfig()) -> list[dict]:
@@ -52,7 +39,7 @@ def spb_rows(table: CostTable, workers: int, spb: SPBConfig = SPBConfig()) -> li
 
 def show(model: str, batch_size: int, device: str, workers: tuple[int, ...] = (1, 4)) -> dict:
     """The record ``jigsaw tables show`` prints (see the module docstring)."""
-    _check(model, batch_size, device)
+    check_table_exists(model, batch_size, device)
     t = get_table(model, batch_size, device)
     return {"model": t.model, "batch_size": t.batch_size, "gpu_type": t.device, "digest": t.digest(),
             "iteration_s": t.iteration_time_s(), "compute_s_full": t.compute_s(0),

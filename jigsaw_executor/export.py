@@ -26,7 +26,6 @@ subcommand costs nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import time
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from agents.vecnorm_file import FILE_NAME as VECNORM_FILE
+from jigsaw_env.digest import file_sha256
 from agents.vecnorm_file import read_vecnormalize, stats_path
 
 FORMAT = "jigsaw-onnx-policy/1"
@@ -64,14 +64,6 @@ class LoadedRun:
     clip_obs: float = 10.0
     normalization_source: str = "none"
     notes: list[str] = field(default_factory=list)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _best_timestep(run_dir: Path) -> int | None:
@@ -294,8 +286,8 @@ def metadata_for(run: LoadedRun, opset: int) -> dict[str, str]:
         "inputs": "obs float32 [N, observation_size] raw encoder observation; mask bool [N, n_actions] True=feasible",
         "outputs": "action int64 [N] argmax of the masked logits; logits float32 [N, n_actions] before masking",
         "jigsaw_version": v["jigsaw"],
-        "config_sha256": _sha256(run.run_dir / "config.json"),
-        "model_sha256": _sha256(run.model_path),
+        "config_sha256": file_sha256(run.run_dir / "config.json"),
+        "model_sha256": file_sha256(run.model_path),
         "model_file": str(run.model_path.relative_to(run.run_dir)),
         "run_dir": str(run.run_dir.resolve()),
         "trained_timesteps": str(int(getattr(run.model, "num_timesteps", 0) or 0)),
