@@ -7,7 +7,7 @@ STAMP := $(VENV)/.jigsaw-installed
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test venv accel bench clean
+.PHONY: demo test test-fast venv accel bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ demo: $(STAMP)
 
 test: $(ACCEL_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the inner loop: no slow tests, no compiled build (the sources run)
+test-fast: $(STAMP)
+	JIGSAW_PURE_PYTHON=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 bench: $(ACCEL_STAMP)
 	$(PY) -m bench
