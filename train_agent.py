@@ -581,7 +581,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             return True
 
     class StopAtWallTime(BaseCallback):
-        """Ends learning once the run's wall time (earlier sessions of a resumed run included)
+        """Ends learning once the run's wall time (every earlier stretch of a resumed run counted)
         reaches ``cfg["max_wall_s"]`` less the time the final evaluation will take (as long as the
         last one took), so that the final model is evaluated within the limit; the model is then
         saved as at a normal end."""

@@ -133,7 +133,8 @@ def test_row_errors_name_the_row_the_job_and_the_field(table):
 
 
 def _reference_jobs(df: pd.DataFrame, cluster: ClusterSpec) -> list[JobState]:
-    """jobs_from_table as it was before the table was validated (valid tables only)."""
+    """A plain reference for jobs_from_table: the job states built row by row without the
+    table's validation (valid tables only)."""
     costs = CostModel(cluster, SPBConfig())
     out = []
     iters = df["iterations"] if "iterations" in df.columns else pd.Series(np.nan, index=df.index)
@@ -461,7 +462,7 @@ def test_command_line_valid_seed_still_runs(capsys):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
 def test_a_job_list_with_a_bad_arrival_fails_at_construction(bad):
-    # jobs given as JobState objects (not a table) are checked too: a NaN arrival used to loop for ever
+    # jobs given as JobState objects (not a table) are checked too: a NaN arrival would loop for ever
     from jigsaw_env.state import JobState, JobStatus
 
     jobs = [JobState(job_id=0, arrival_s=0.0, num_gpus=1, model="resnet18", batch_size=64, iterations=100.0,
@@ -473,8 +474,8 @@ def test_a_job_list_with_a_bad_arrival_fails_at_construction(bad):
 
 
 def test_a_time_too_large_for_the_round_length_fails_instead_of_stalling():
-    # at 1e300 s a 300 s round does not move the clock: this used to end as "the policy ran nothing
-    # for 1000 rounds (an undertrained policy?)", blaming a heuristic for the trace's magnitudes
+    # at 1e300 s a 300 s round does not move the clock: without the check this would end as "the
+    # policy ran nothing for 1000 rounds (an undertrained policy?)", blaming a heuristic for the trace
     from agents import make_scheduler
     from jigsaw_env.state import JobState, JobStatus
 
@@ -487,7 +488,7 @@ def test_a_time_too_large_for_the_round_length_fails_instead_of_stalling():
 
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_jigsaw_data_means_the_default_folder(monkeypatch, value):
-    # an empty JIGSAW_DATA used to mean the current folder ("trace file not found: philly/philly.csv")
+    # an empty JIGSAW_DATA counts as unset, not as the current folder ("trace file not found: philly/philly.csv")
     import traces
     from traces.api import PROJECT_ROOT
 

@@ -483,7 +483,8 @@ class _MaskJigsaw(Jigsaw):
     the ``settled`` argument, which it leaves empty: rule 2 then visits every job)."""
 
     def _exclusive(self, state, chosen, rest, pairs, rank, settled=None) -> tuple[GpuLedger, list[JobState]]:
-        """The exclusive pass as it was before the per-node counts (numpy masks of every GPU)."""
+        """A plain reference for the exclusive pass: free GPUs found from numpy masks of every GPU
+        instead of per-node counts."""
         cl = state.cluster
         ledger = GpuLedger(state)
         # GPUs held by chosen running jobs not yet placed (a list of bools, turned into an array

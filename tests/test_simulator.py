@@ -641,8 +641,8 @@ def test_write_logs(tmp_path):
 @pytest.mark.parametrize("round_s", [1100.0 - 5e-7, 1100.0, 1100.0 + 5e-7])
 def test_round_ending_just_before_last_step_end(round_s):
     """A round that ends within the engine's step tolerance (1e-9 x cycle) before the job's last
-    step ends: the step is counted, so the job must finish then (it used to loop forever, one
-    extra step per round, never finishing)."""
+    step ends: the step is counted, so the job must finish then (not loop forever, one extra step
+    per round, never finishing)."""
     from jigsaw_env.cluster import GiB
     from jigsaw_env.cost_table import CostTable, LayerGroup, register_table, unregister_table
     # one group of 100 s each way x 4 groups: compute(0) = 400 + 400 + 300 = 1100 s
