@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .digest import file_sha256
-from .interference import COEF_NAMES, FIT_FILE, InterferenceModel, WorkerLoad
+from .interference import COEF_NAMES, FIT_FILE, InterferenceModel, WorkerLoad, pair_terms
 
 GAVEL_FILE = "gavel/simulation_throughputs.json"
 #: Gavel job types with a zoo stand-in (jigsaw_env.zoo: each model's ``gavel_job``)
@@ -143,9 +143,8 @@ def _design(pairs: list[MeasuredPair]) -> tuple[np.ndarray, np.ndarray]:
         out = []
         for p in pairs:
             a, b = p.loads() if first else p.loads()[::-1]
-            ta, tb = np.log(a.alone_s), np.log(b.alone_s)
-            ba, bb = np.log(a.batch_size), np.log(b.batch_size)
-            out.append([1.0, np.log(InterferenceModel.peak_tflops(p.gpu_type)), ta, ba, tb, bb, abs(ta - tb), abs(ba - bb)])
+            out.append(pair_terms(np.log(a.alone_s), np.log(b.alone_s), np.log(a.batch_size), np.log(b.batch_size),
+                                  np.log(InterferenceModel.peak_tflops(p.gpu_type))))
         return np.array(out, dtype=np.float64)
     return rows(True), rows(False)
 

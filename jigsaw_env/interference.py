@@ -38,6 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from .digest import file_sha256
 
 #: ways to model workers of different jobs on one GPU: the fitted interference model (default), or
@@ -58,6 +60,14 @@ COEF_NAMES = ("intercept", "log_peak", "self_log_time", "self_log_batch", "other
               "gap_log_time", "gap_log_batch")
 
 FIT_FILE = Path(__file__).with_name("colocation_fit.json")
+
+
+def pair_terms(log_t_a, log_t_b, log_b_a, log_b_b, log_peak, abs_=abs) -> tuple:
+    """The terms of eq. I1 that :data:`COEF_NAMES` multiply, in their order, for worker ``a``
+    slowed by co-runner ``b``: 1, log peak, a's log alone time and log batch, b's, and the two log
+    gaps. Scalars, or numpy arrays with ``abs_=numpy.abs`` (the fit's design matrix and the
+    scheduler's pairing tables use the same terms as the engine)."""
+    return (1.0, log_peak, log_t_a, log_b_a, log_t_b, log_b_b, abs_(log_t_a - log_t_b), abs_(log_b_a - log_b_b))
 
 
 def check_sharing(value: str) -> str:
@@ -99,11 +109,16 @@ class InterferenceModel:
 
     def log_odds(self, a: WorkerLoad, b: WorkerLoad, gpu_type: str) -> float:
         """z(a, b) of eq. I1: the slowdown term co-runner ``b`` adds to worker ``a``."""
-        c0, cp, ct, cb, dt, db, gt, gb = self.coef
-        ta, tb = math.log(a.alone_s), math.log(b.alone_s)
-        ba, bb = math.log(a.batch_size), math.log(b.batch_size)
-        return (c0 + cp * math.log(self.peak_tflops(gpu_type)) + ct * ta + cb * ba + dt * tb + db * bb
-                + gt * abs(ta - tb) + gb * abs(ba - bb))
+        terms = pair_terms(math.log(a.alone_s), math.log(b.alone_s), math.log(a.batch_size),
+                           math.log(b.batch_size), math.log(self.peak_tflops(gpu_type)))
+        return self.combine(terms)
+
+    def combine(self, terms: tuple):
+        """sum of coefficient x term over eq. I1's terms (:func:`pair_terms`), in their order."""
+        z = 0.0
+        for c, t in zip(self.coef, terms):
+            z = z + c * t
+        return z
 
     def rates(self, loads: Sequence[WorkerLoad], gpu_type: str) -> list[float]:
         """Normalized rate of each of ``loads`` running together on one GPU (eq. I2); 1.0 alone."""
@@ -123,16 +138,12 @@ def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tfl
     :func:`concurrent_time` (both at their rates until the first is done, the other then alone).
     ``peak_tflops``: each GPU's peak (broadcast against the loads). The scheduler's pairing search
     uses it; the simulator's engine computes the same numbers one GPU at a time."""
-    import numpy as np
-
-    c0, cp, ct, cb, dt, db, gt, gb = model.coef
     has_guest = guest_s > 0
     g = np.where(has_guest, guest_s, 1.0)
-    lh, lg = np.log(host_s), np.log(g)
+    lh, lg, lp = np.log(host_s), np.log(g), np.log(peak_tflops)
     bh, bg = math.log(host_batch), math.log(guest_batch)
-    base = c0 + cp * np.log(peak_tflops) + gt * np.abs(lh - lg) + gb * abs(bh - bg)
-    xh = 1.0 / (1.0 + np.exp(base + ct * lh + cb * bh + dt * lg + db * bg))
-    xg = 1.0 / (1.0 + np.exp(base + ct * lg + cb * bg + dt * lh + db * bh))
+    xh = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lh, lg, bh, bg, lp, np.abs))))
+    xg = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lg, lh, bg, bh, lp, np.abs))))
     th, tg = host_s / xh, g / xg
     together = np.where(th <= tg, th + (g - xg * th), tg + (host_s - xh * tg))
     # a GPU without a guest worker keeps the host's time; a time-sliced device (NaN peak) the sum
@@ -246,8 +257,7 @@ class SharingModel:
 
     def peaks_of(self, gpus: Sequence[int]):
         """Peak TFLOP/s of each of the cluster's ``gpus`` (a numpy array; NaN on a time-sliced
-        device, where :func:`shared_gpu_time` must not be used)."""
-        import numpy as np
+        device, where :func:`shared_gpu_time` gives the sum)."""
         return np.array([GPU_PEAK_TFLOPS.get(self.gpu_types[g], np.nan) for g in gpus])
 
     def links_of(self, gpus: Sequence[int]) -> frozenset:

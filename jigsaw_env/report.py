@@ -434,10 +434,10 @@ def _paired_html(meta: dict) -> list[str]:
     if not paired:
         return []
     head = "".join(f"<th>{h}</th>" for h in ("agent", "load", "eta", "metric", "mean difference", "95% CI", "seeds"))
+    label_scale = {c: (lb, sc) for c, lb, sc in PAIRED_METRICS}
     body = []
     for r in paired["rows"]:
-        scale = dict((c, sc) for c, _, sc in PAIRED_METRICS).get(r["metric"], 1.0)
-        label = dict((c, lb) for c, lb, _ in PAIRED_METRICS).get(r["metric"], r["metric"])
+        label, scale = label_scale.get(r["metric"], (r["metric"], 1.0))
         load = "trace" if r["load"] is None or not np.isfinite(r["load"]) else f"{r['load']:g}"
         ci = "n/a" if r["ci95"] is None or not np.isfinite(r["ci95"]) else f"± {r['ci95'] * scale:,.3f}"
         body.append(f"<tr><td>{html.escape(r['agent'])}</td><td>{load}</td><td>{html.escape(str(r['eta']))}</td>"

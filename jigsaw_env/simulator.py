@@ -39,7 +39,7 @@ class SimConfig:
     round_s: round length in seconds, or None for iteration granularity.
     restart_s: seconds a job holds its GPUs without progress when it resumes after a preemption or
         moves to other GPUs (checkpoint restore; assumed value, docs/simulator.md).
-    max_workers_per_gpu: most workers (of different jobs) time-sliced on one GPU.
+    max_workers_per_gpu: most workers (of different jobs) sharing one GPU, besides its memory.
     backlogged: submit every job at t = 0 (docs/design.md section 5, form a).
     max_time_s: truncate the episode after this much simulated time (None: no limit).
     idle_round_s: round length when nothing runs at iteration granularity.
