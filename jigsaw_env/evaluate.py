@@ -413,7 +413,7 @@ def eta_table(jobs_sets: list[pd.DataFrame], cluster, spb) -> tuple[dict, dict]:
     gtype = cluster.main_gpu_type
     for (model, bs), grp in shapes.groupby(["model", "batch_size"]):
         from .cost_table import get_table
-        table = get_table(str(model), int(bs), gtype)
+        table = get_table(str(model), int(bs), gtype, nearest=True)
         measured = table.meta.get("eta", {}) if isinstance(table.meta, dict) else {}
         per: dict[str, list[float]] = {}
         kinds = set()
@@ -439,7 +439,7 @@ def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
     shapes = pd.concat([j[["model", "batch_size"]] for j in jobs_sets]).drop_duplicates()
     for model, bs in shapes.itertuples(index=False):
         for t in sorted(set(cluster.gpu_types)):
-            out[f"{model}-bs{int(bs)}-{t}"] = get_table(str(model), int(bs), t).digest()
+            out[f"{model}-bs{int(bs)}-{t}"] = get_table(str(model), int(bs), t, nearest=True).digest()
     return dict(sorted(out.items()))
 
 

@@ -109,7 +109,7 @@ def run(args) -> int:
     from agents import available_schedulers, make_scheduler
     from traces import trace_from_args
 
-    from .simulator import Simulator
+    from .simulator import Simulator, jobs_from_table
 
     if args.list_agents:
         print("\n".join(available_schedulers()))
@@ -120,7 +120,8 @@ def run(args) -> int:
     cluster, config = build_cluster_and_config(args)
     trace = trace_from_args(args, cluster.num_gpus)
     require_jobs(trace)
-    sim = Simulator(cluster, trace.jobs, config)  # (its checks first: a job that cannot run is the one line)
+    # (its checks first: a job that cannot run is the one line, naming the trace)
+    sim = Simulator(cluster, jobs_from_table(trace.jobs, cluster, config.backlogged, origin=trace.source), config)
     if not args.backlogged:
         warn(trace_overload_warning(trace.jobs, cluster.num_gpus), args)
     agent.reset()

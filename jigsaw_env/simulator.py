@@ -197,7 +197,7 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
         try:
             bs = int(bs) if bs == bs else default_batch_size(m)
             if (m, bs) not in checked:
-                get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
+                get_table(m, bs, gtype, nearest=True)  # ValueError naming allowed models / sizes
                 checked.add((m, bs))
         except ValueError as e:
             raise ValueError(f"{where}: field 'model' / 'batch_size': {e}") from None

@@ -277,7 +277,7 @@ def isolated_throughput(model: str, batch_size: int | None, num_gpus: int, gpu_t
     """
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-    table = get_table(model, batch_size, gpu_type)
+    table = get_table(model, batch_size, gpu_type, nearest=True)
     link = intra if num_gpus <= gpus_per_node else cross
     prof = job_profile(table, 0, Pattern.ROTATING, int(num_gpus), link)
     return 1.0 / float(prof.dedicated_iteration_s()[0])

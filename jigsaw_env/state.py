@@ -199,7 +199,7 @@ class CostModel:
         return None
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
-        return get_table(model, batch_size, gpu_type)
+        return get_table(model, batch_size, gpu_type, nearest=True)
 
     def _eta(self, eta: float, level: int) -> float:
         if level == 0:
