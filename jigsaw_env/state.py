@@ -199,6 +199,8 @@ class CostModel:
         return None
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
+        """The job's cost table; a batch size without one gets the nearest one's scaled by eq. B1
+        (docs/cost_tables.md section 9)."""
         return get_table(model, batch_size, gpu_type, nearest=True)
 
     def _eta(self, eta: float, level: int) -> float:

@@ -239,3 +239,14 @@ def test_stand_ins_without_gavels_file_is_one_line(tmp_path, monkeypatch):
                             f"not be read from {tmp_path}/gavel/simulation_throughputs.json (FileNotFoundError); set "
                             f"JIGSAW_DATA to the folder holding gavel/simulation_throughputs.json")
     assert len(_load(spec, map_models=False)) == 12                # the loader alone needs no data
+
+
+def test_describe_counts_only_jobs_that_get_a_batch_scaled_table():
+    import pandas as pd
+
+    from traces.describe import batch_scaled_jobs
+    jobs = pd.DataFrame({"model": ["resnet18", "resnet18", "resnet18", "lstm_lm", "", "resnet18"],
+                         "batch_size": pd.array([48, 48, 64, 30, pd.NA, 48], dtype="Int64"),
+                         "gpu_type": ["v100", "v100", "v100", "k80", "v100", "a100"]})
+    # 64 has a table; a model-less job is not counted; a100 has no tables at all (an error, not scaled)
+    assert batch_scaled_jobs(jobs) == {"lstm_lm-bs30-k80": 1, "resnet18-bs48-v100": 2}

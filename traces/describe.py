@@ -23,10 +23,12 @@ def batch_scaled_jobs(jobs) -> dict[str, int]:
     except ImportError:
         return {}
     known = set(available_tables())
+    typed = {(m, d) for m, _, d in known}
     sub = jobs.loc[has, ["model", "batch_size", "gpu_type"]]
     out: dict[str, int] = {}
     for (m, b, g), n in sub.value_counts(sort=False).items():
-        if (str(m), int(b), str(g)) not in known:
+        # a model without any table on the type is an error for the simulator, not a scaled table
+        if (str(m), str(g)) in typed and (str(m), int(b), str(g)) not in known:
             out[f"{m}-bs{int(b)}-{g}"] = int(n)
     return dict(sorted(out.items()))
 
