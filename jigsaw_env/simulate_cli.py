@@ -24,6 +24,7 @@ def _round_s(v: str) -> float | None:
     return x
 
 
+from .free_running import DEFAULT_PACE, PACES
 from .interference import DEFAULT_SHARING, SHARING_MODES
 from .overload import overload_warning, show_progress, warn
 
@@ -47,6 +48,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sharing", choices=SHARING_MODES, default=DEFAULT_SHARING,
                    help="how jobs on one GPU share it: 'fitted' (interference model fitted to measured "
                         "pairs, docs/colocation.md) or 'timeslice' (their work adds up)")
+    p.add_argument("--pace", choices=PACES, default=DEFAULT_PACE,
+                   help="how co-located jobs step: 'free' (each at its own pace, docs/colocation.md) or "
+                        "'lockstep' (one iteration each per step, held by a barrier)")
 
 
 def check_out_dir(path, what: str = "--out") -> None:
@@ -85,7 +89,7 @@ def build_cluster_and_config(args):
     cluster = ClusterSpec.from_gpus(args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
                                     gpu_memory_gib=args.gpu_memory_gib)
     config = SimConfig(round_s=args.round_s, restart_s=args.restart_s, max_workers_per_gpu=args.max_workers_per_gpu,
-                       backlogged=args.backlogged, sharing=args.sharing)
+                       backlogged=args.backlogged, sharing=args.sharing, pace=args.pace)
     return cluster, config
 
 

@@ -383,7 +383,7 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     # 2 more -> 152 + 22 = 174.
     jobs = [job(1, 1, 10), job(2, 1, 6.5)]
     dec = {1: JobDecision((0,), 0), 2: JobDecision((0,), 3, Pattern.ROTATING)}
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice"))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice", pace="lockstep"))
     run(sim, lambda s: Decision({j: dec[j] for j in s.state.active_ids}))
     jf = by_id(sim.jobs_frame())
     assert jf.loc[2, "finish_s"] == pytest.approx(152.0, rel=REL)
@@ -400,6 +400,28 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     assert m["compute_utilization"] == pytest.approx(174 / (4 * 174))
     # each job's attained service still counts its own GPU: 152 s and 174 s
     assert jf.loc[2, "attained_gpu_s"] == pytest.approx(152.0) and jf.loc[1, "attained_gpu_s"] == pytest.approx(174.0)
+
+
+def test_colocated_jobs_in_simulator_run_free_by_default():
+    # the same X and Y, each at its own pace (eqs. F1-F4): time-sliced, each runs at 1/2 while the
+    # other computes, and with no sync the other always computes: X takes 22 s an iteration, Y
+    # 22, 18, 14, 10 s (64 s a cycle). Y's 8 steps take 2 cycles: 128 s. X has done 5 iterations
+    # by then (110 s; its sixth, 18 s in, starts over when it is re-formed alone) and runs its
+    # other 5 alone at 11 s: 128 + 55 = 183 s.
+    jobs = [job(1, 1, 10), job(2, 1, 6.5)]
+    dec = {1: JobDecision((0,), 0), 2: JobDecision((0,), 3, Pattern.ROTATING)}
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice"))
+    assert sim.config.pace == "free"
+    run(sim, lambda s: Decision({j: dec[j] for j in s.state.active_ids}))
+    jf = by_id(sim.jobs_frame())
+    assert jf.loc[2, "finish_s"] == pytest.approx(128.0, rel=REL)
+    assert jf.loc[1, "finish_s"] == pytest.approx(183.0, rel=REL)
+    # GPU 0 is busy all the time (both always compute: U = 1, each credited 1/2 of it), and the
+    # two jobs hold it once: 1/2 a GPU each while together
+    assert sim._busy_per_gpu[0] == pytest.approx(183.0)
+    m = sim.metrics()
+    assert m["gpu_utilization"] == pytest.approx(183 / (4 * 183))
+    assert m["compute_utilization"] == pytest.approx(183 / (4 * 183))
 
 
 # ---------------------------------------------------------------- round-length parity
