@@ -250,3 +250,15 @@ def test_describe_counts_only_jobs_that_get_a_batch_scaled_table():
                          "gpu_type": ["v100", "v100", "v100", "k80", "v100", "a100"]})
     # 64 has a table; a model-less job is not counted; a100 has no tables at all (an error, not scaled)
     assert batch_scaled_jobs(jobs) == {"lstm_lm-bs30-k80": 1, "resnet18-bs48-v100": 2}
+
+
+def test_stand_ins_with_a_throughput_missing_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "gavel").mkdir()
+    (tmp_path / "gavel" / "simulation_throughputs.json").write_text(json.dumps(
+        {"v100": {"('LM (batch size 20)', 1)": {"null": 64.7}, "('A3C', 1)": {"null": 0}}}))
+    monkeypatch.setenv("JIGSAW_DATA", str(tmp_path))
+    spec = f"gavel:{FIX / 'gavel_batches.trace'}"
+    with pytest.raises(ValueError) as e:
+        _load(spec)
+    assert str(e.value) == (f"{spec}: {tmp_path}/gavel/simulation_throughputs.json has no alone throughput "
+                            f"['v100'][\"('A3C', 1)\"]['null'] to map A3C jobs")

@@ -114,8 +114,9 @@ def map_stand_ins(jobs: pd.DataFrame, data: Path, origin: str) -> tuple[pd.DataF
         g = str(jobs["gpu_type"].iloc[i]) if str(jobs["gpu_type"].iloc[i]) in ("k80", "p100", "v100") else GAVEL_GPU_TYPE
         thetas = []
         for k in (str((key, 1)), str((name, 1))):
-            v = table.get(g, {}).get(k, {}).get("null") if isinstance(table.get(g, {}).get(k), dict) else None
-            if not v:
+            entry = table.get(g, {}).get(k) if isinstance(table, dict) and isinstance(table.get(g), dict) else None
+            v = entry.get("null") if isinstance(entry, dict) else None
+            if not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{origin}: {path} has no alone throughput [{g!r}][{k!r}]['null'] to map {name} jobs")
             thetas.append(float(v))
         if it[i] == it[i]:
