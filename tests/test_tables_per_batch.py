@@ -262,3 +262,25 @@ def test_stand_ins_with_a_throughput_missing_is_one_line(tmp_path, monkeypatch):
         _load(spec)
     assert str(e.value) == (f"{spec}: {tmp_path}/gavel/simulation_throughputs.json has no alone throughput "
                             f"['v100'][\"('A3C', 1)\"]['null'] to map A3C jobs")
+
+
+@pytest.mark.data
+def test_eq_b1_against_gavel_each_batch_left_out():
+    """docs/cost_tables.md section 9: 72 predictions, median |error| 10.3 % (18.5 % with alpha 1)."""
+    from bench.batch_split import rule_rows
+    require_data("gavel/simulation_throughputs.json")
+    rows = rule_rows()
+    assert len(rows) == 72
+    assert np.median(np.abs([r["error"] for r in rows])) == pytest.approx(0.103, abs=5e-4)
+    assert np.median(np.abs([r["linear_error"] for r in rows])) == pytest.approx(0.185, abs=5e-4)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    assert (worst["model"], worst["gpu"], worst["to"]) == ("resnet18", "k80", 64)
+
+
+def test_batch_split_rows_against_the_reference():
+    from bench.batch_split import split_rows
+    ref = _shipped("lstm_lm", 20, "cpu")
+    same = scale_to_batch(ref, 40, 1.0)          # eq. B1 keeps the split and the bytes per sample
+    (r,) = split_rows([same])
+    assert r["max_abs_diff"] == pytest.approx(0.0, abs=1e-12) and r["reference_batch_size"] == 20
+    assert r["activation_per_sample_ratio"] == pytest.approx(1.0, abs=1e-6)
