@@ -18,8 +18,8 @@ A *state* S gives each co-runner on g either "not computing" (probability 1 - d_
 "computing in phase q" (probability d_o,g * pi_o,g(q)), independently; ``x_j(p, S)`` is job j's
 normalized rate beside the computing ones (eq. I2 under the fitted sharing, 1/n time-sliced; 1
 when none computes). Eq. F1 averages the time of a whole compute interval over the states it may
-meet (each interval meets one state), which for two 1-GPU jobs without syncs is eq. I3, the form
-checked against Gavel's measured pairs. Eq. F2: a sync that overlaps another over the same link
+meet (each interval meets one state); for two 1-GPU jobs without syncs it is eq. I2 averaged over
+the co-runner's phases, how Gavel ran the pairs the model is checked against. Eq. F2: a sync that overlaps another over the same link
 shares its bandwidth, and it meets one with the probability that the other is syncing. The
 shares ``d`` and ``u`` depend on the times they produce; they are iterated from the alone times
 to their fixed point (each step can only lengthen times, so the iteration rises to it).
