@@ -25,6 +25,7 @@ class JobStatus(str, Enum):
     RUNNING = "running"
     PAUSED = "paused"     # started, then preempted
     DONE = "done"
+    FAILED = "failed"     # the live executor gave the job up (no checkpoint of it loads); never in the simulator
 
 
 _ACTIVE_STATUSES = (JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.PAUSED)  # JobState.active

@@ -325,14 +325,16 @@ class _tables_registered:
 
 
 def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = None,
-                 tables: str | Path | None = None, link: Link | None = None, lockstep_s: float | None = None
+                 tables: str | Path | None = None, link: Link | None = None, lockstep_s: float | None = None,
+                 failed: set[int] | frozenset[int] = frozenset()
                  ) -> tuple[list[dict], list[dict], list[str], float]:
     """Step 2 of the replay: the logged decisions through the simulator. Returns (jobs, rounds,
     notes, restart_s used). ``link``: replace the logged slot-to-slot link (e.g. one fitted to
     loopback gloo); ``lockstep_s``: the barrier of a co-located step (``SimConfig.lockstep_s``,
     eq. K3; default: the header's ``sim.lockstep_s``, else 0). With ``tables``, ``tables/link.json`` and ``tables/lockstep.json`` are
     used for whichever of the two is not given, when they exist (what ``jigsaw calibrate
-    --executor`` writes)."""
+    --executor`` writes). ``failed``: jobs the live run gave up (status ``failed``); the simulator
+    runs them only where the logged decisions do, and does not wait for them to finish."""
     if tables:
         from jigsaw_env.network import LINK_FILE, load_link
 
@@ -344,7 +346,7 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
         if lockstep_s is None:  # and the lockstep barrier
             lockstep_s = lockstep_in_tables(tables)
         with _tables_registered(tables):
-            return simulate_log(header, rounds, restart_s, None, link, lockstep_s)
+            return simulate_log(header, rounds, restart_s, None, link, lockstep_s, failed)
     from jigsaw_env.simulator import SimConfig, Simulator
 
     notes: list[str] = []
@@ -372,8 +374,15 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     sim = Simulator(cluster, jobs, base)
     sim_rounds: list[dict] = []
     live_steps: dict[tuple[int, int], dict] = {}
+    failed = {int(x) for x in failed}
+    if failed:
+        notes.append(f"job(s) {sorted(failed)} failed live (given up): simulated only in the logged rounds")
+
+    def finished() -> bool:  # every job done, except those given up live
+        return sim.done or all(j.status is JobStatus.DONE or j.job_id in failed for j in sim.state.jobs.values())
+
     for rec in rounds:
-        if sim.done:
+        if finished():
             notes.append(f"the simulator finished every job before live round {rec['round']}")
             break
         # the simulated round ends when the live one did (the simulator may have jumped ahead to
@@ -393,7 +402,7 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
                 notes.append(f"round {rec['round']}: job {jid} already done in the simulator; left out")
         # a job the simulator still runs but that finished live keeps its last placement if it fits
         for j in st.running():
-            if j.job_id not in dec and rec["outcome"].get(str(j.job_id)) is None:
+            if j.job_id not in dec and j.job_id not in failed and rec["outcome"].get(str(j.job_id)) is None:
                 from jigsaw_env.placement import GpuLedger
 
                 led = GpuLedger(st, dec)
@@ -406,19 +415,20 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
             live_steps[(int(rec["round"]), int(o["job_id"]))] = o
     extra = 0
     last = decision_from_dict(rounds[-1]["decision"]) if rounds else Decision()
-    while not sim.done:  # the simulator is slower than live: keep going with the last decision
+    while not finished():  # the simulator is slower than live: keep going with the last decision
         from jigsaw_env.placement import GpuLedger
 
         st = sim.state
         led = GpuLedger(st)
         for j in st.running():
-            led.add(j.job_id, JobDecision(j.placement, j.level, j.pattern))
+            if j.job_id not in failed:
+                led.add(j.job_id, JobDecision(j.placement, j.level, j.pattern))
         for jid, jd in last.items():
             j = st.jobs.get(jid)
-            if j is not None and j.active and jid not in led.decision and led.fits(jid, jd):
+            if j is not None and j.active and jid not in failed and jid not in led.decision and led.fits(jid, jd):
                 led.add(jid, jd, checked=True)
         for j in st.active():
-            if j.job_id not in led.decision:
+            if j.job_id not in led.decision and j.job_id not in failed:
                 led.place_and_add(j, "consolidated", 0)
         sim.config = replace(base, round_s=float(header["sim"].get("round_s") or 1.0))
         sim.step(led.decision)
@@ -455,6 +465,8 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
         fin = [o["finish_s"] for o in live if o.get("finished")]
         live_jct = (fin[-1] - float(spec["arrival_s"])) if fin else None
         sim_jct = float(jf.loc[jid, "jct_s"]) if jid in jf.index else None
+        if sim_jct is not None and not math.isfinite(sim_jct):  # a job given up live never finishes
+            sim_jct = None
         sim_steps = int(rfj.loc[jid, "steps"]) if jid in rfj.index else 0
         sim_iter_all = float(rfj.loc[jid, "run_s"]) / sim_steps if sim_steps else None
         steps_b = int(rfb.loc[jid, "steps"]) if jid in rfb.index else 0
@@ -484,7 +496,8 @@ def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tab
 
         scenario = DemoScenario.from_dict(header["scenario"])
     match, nr, ns, mism = check_decisions(header, rounds, scenario)
-    jobs, rnds, notes, rs = simulate_log(header, rounds, restart_s, tables, link, lockstep_s)
+    failed = {int(k) for k, v in (end or {}).get("jobs", {}).items() if v.get("status") == "failed"}
+    jobs, rnds, notes, rs = simulate_log(header, rounds, restart_s, tables, link, lockstep_s, failed)
     if end is None:
         notes.append("the log has no end record: the run did not complete")
     if end is not None:

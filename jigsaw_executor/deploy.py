@@ -354,7 +354,23 @@ def run(args) -> int:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
         print_summary(summary, replay, out)
-    return 0
+    return failed_jobs_exit(summary, out)
+
+
+#: the exit status of a run in which a job was given up (no checkpoint of it loads); bad input is 2
+EXIT_JOB_FAILED = 1
+
+
+def failed_jobs_exit(summary: dict, out: Path, file=None) -> int:
+    """0, or, when the run gave a job up (``summary["failed_jobs"]``), one line on stderr naming
+    the jobs, the first one's error and ``summary.json``, and :data:`EXIT_JOB_FAILED`."""
+    failed = summary.get("failed_jobs") or []
+    if not failed:
+        return 0
+    first = summary["jobs"][failed[0]] if failed[0] in summary["jobs"] else summary["jobs"][str(failed[0])]
+    print(f"jigsaw deploy: {len(failed)} job(s) failed ({', '.join(map(str, failed))}); the others ran to the end; "
+          f"{first.get('error')}; see {out}/summary.json", file=file or sys.stderr)
+    return EXIT_JOB_FAILED
 
 
 def _echo(s: str) -> None:
@@ -436,7 +452,7 @@ def _resume(args) -> int:
         print(json.dumps({"summary": summary, "replay": rep}, default=str))
     else:
         print_summary(summary, rep, Path(args.resume))
-    return 0
+    return failed_jobs_exit(summary, Path(args.resume))
 
 
 def _f(v, fmt: str = "{:.3f}") -> str:

@@ -51,7 +51,7 @@ from .store_seal import new_token
 from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_to_dict, encode_array, encode_mask,
                            spb_from_dict, spb_to_dict, state_from_dict, state_to_dict)
 
-__all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of", "segments_of"]
+__all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "CheckpointLost", "components_of", "segments_of"]
 
 SNAPSHOT_FORMAT = "jigsaw-live-state/2"
 #: the field that held a pickled scheduler in run folders written by an earlier version (refused)
@@ -68,6 +68,11 @@ class JobFailed(RuntimeError):
         self.job_id = job_id
         self.rank = rank
         self.errors = errors
+
+
+class CheckpointLost(JobFailed):
+    """No checkpoint of a job loads (every one kept is truncated or corrupt): the job cannot go on.
+    The executor gives that job up (status ``failed`` in ``summary.json``) and the others run on."""
 
 
 @dataclass(frozen=True)
@@ -422,7 +427,30 @@ class LiveExecutor:
         return self._finish()
 
     def _all_done(self) -> bool:
-        return all(j.status is JobStatus.DONE for j in self.state.jobs.values())
+        return all(j.status in (JobStatus.DONE, JobStatus.FAILED) for j in self.state.jobs.values())
+
+    def failed_jobs(self) -> list[int]:
+        """The jobs given up (no checkpoint of theirs loads): status ``failed``."""
+        return sorted(jid for jid, j in self.state.jobs.items() if j.status is JobStatus.FAILED)
+
+    def _give_up(self, jid: int, err: JobFailed) -> None:
+        """The job cannot go on (:class:`CheckpointLost`): stop its workers, mark it ``failed`` and
+        take it out of the cluster state, so that the scheduler never sees it again; the other
+        jobs run on. One ``job_failed`` event (``final``) and one echoed line."""
+        inc = self.inc.get(jid)
+        key = (jid, inc)
+        if inc is not None and key in self.launched and not self.launched[key].get("ended"):
+            self._kill_incarnation(key)
+            self.launched[key]["failed"] = True
+        j = self.state.jobs[jid]
+        j.status, j.placement = JobStatus.FAILED, ()
+        if jid in self.state.active_ids:
+            self.state.active_ids.remove(jid)
+        self._decision.pop(jid, None)
+        line = str(err).splitlines()[0]
+        self.totals[jid]["error"] = line
+        self.event("job_failed", job=jid, inc=inc, message=line, final=True, failures=self.totals[jid]["failures"])
+        self.echo(f"job {jid} ({j.model}) given up, the other jobs go on: {line}")
 
     def _admit(self, t: float) -> None:
         st = self.state
@@ -470,24 +498,46 @@ class LiveExecutor:
         # 1. pause what leaves or moves (checkpoint), 2. publish the round, 3. start incarnations
         if plan["stop"]:
             self._pause(plan["stop"])
-        self._decision = decision
-        records = self._records(decision, r, set(plan["start"]))
+        self._decision = Decision(decision)
+        for jid in plan["start"]:  # a resumed job's checkpoint: a damaged newest one falls back, none: given up
+            if self.inc.get(jid, -1) >= 0 and st.jobs[jid].status is not JobStatus.FAILED:
+                self._check_resume_checkpoint(jid)
+        run_dec = Decision({jid: jd for jid, jd in decision.items() if st.jobs[jid].status is not JobStatus.FAILED})
+        self._decision = run_dec
+        records = self._records(run_dec, r, set(plan["start"]))
         self._last_records = records
         self.version = int(__import__("ray").get(self.hub.publish.remote(self.run_id, records)))
         t_pub = self.now()
         for jid in plan["start"]:
-            self._launch(jid, decision[jid], resumed=st.jobs[jid].preemptions > 0 or self.inc.get(jid, -1) >= 0,
-                         t_pub=t_pub)
+            if jid in run_dec:
+                self._launch(jid, run_dec[jid], resumed=st.jobs[jid].preemptions > 0 or self.inc.get(jid, -1) >= 0,
+                             t_pub=t_pub)
         # 4. the round runs (a worker that fails is recovered within it)
-        running = list(decision)
+        running = list(run_dec)
         self._phase = "round"
         try:
             self._wait_round(r, running, t_pub)
         finally:
             self._phase = None
         t_end = self.now()
-        outcome = self._collect(r, decision, t_start, t_end)
+        outcome = self._collect(r, Decision({jid: jd for jid, jd in run_dec.items()
+                                             if st.jobs[jid].status is not JobStatus.FAILED}), t_start, t_end)
         self._end_round(r, t_start, t_end, state_dict, policy_decision, decision, forced, steps, outcome, sched_s)
+
+    def _check_resume_checkpoint(self, jid: int) -> None:
+        """Before a paused job resumes: the checkpoint its workers will load. A damaged newest one
+        falls back to the one before it (the job's state goes back to that iteration, the lost ones
+        counted); when none loads, the job is given up."""
+        j = self.state.jobs[jid]
+        try:
+            c = self._checkpoint_iteration(jid)
+        except CheckpointLost as e:
+            self._give_up(jid, e)
+            return
+        if c < j.iteration:
+            last = j.iteration
+            lost, _ = self._rollback(jid, c, last)
+            self.event("checkpoint_fallback", job=jid, iteration=last, resume_iteration=c, iterations_lost=lost)
 
     def _plan(self, decision: Decision) -> dict:
         """Which incarnations stop (left out, or moving) and which start (new, resumed, moved)."""
@@ -695,7 +745,11 @@ class LiveExecutor:
                                                            f"({fin['status']}): {str(err).splitlines()[0]}")
             return
         self._count_failure(jid, err)
-        c = self._checkpoint_iteration(jid)
+        try:
+            c = self._checkpoint_iteration(jid)
+        except CheckpointLost as e:
+            self._give_up(jid, e)
+            return
         lost, exact = self._rollback(jid, c, t_fail)
         times = [e["time"] for e in err.errors.values() if e and e.get("time")]
         rec = {"job": jid, "inc": inc, "round": self.state.round, "mode": "full", "t_detect": t_detect,
@@ -732,13 +786,13 @@ class LiveExecutor:
     def _checkpoint_iteration(self, jid: int) -> int:
         """The iteration of the job's newest checkpoint that loads (0: none saved), which its next
         incarnation loads. A truncated newest one is dropped for the one before it (a ``warning``
-        event and one echoed line); when no kept checkpoint loads, :class:`JobFailed` (one line)."""
+        event and one echoed line); when no kept checkpoint loads, :class:`CheckpointLost` (one line)."""
         from .spb_worker import CheckpointUnreadable, select_checkpoint
 
         try:
             return select_checkpoint(self.checkpoint_dir(jid), log=lambda line: self._checkpoint_warning(jid, line))
         except CheckpointUnreadable as e:
-            raise JobFailed(f"job {jid} ({self.state.jobs[jid].model}) cannot go on: {e}", jid, None, {}) from None
+            raise CheckpointLost(f"job {jid} ({self.state.jobs[jid].model}) cannot go on: {e}", jid, None, {}) from None
 
     def _checkpoint_warning(self, jid: int, line: str) -> None:
         self.event("warning", job=jid, message=line)
@@ -1022,6 +1076,8 @@ class LiveExecutor:
         W = {jid: len(self.state.jobs[jid].placement) for jid in running}
 
         def reported(jid: int) -> bool:
+            if self.state.jobs[jid].status is JobStatus.FAILED:  # given up within the round
+                return True
             inc = self.inc[jid]
             if all(self.store.check([Keys.rep(jid, inc, r, w)]) for w in range(W[jid])):
                 return True
@@ -1029,7 +1085,7 @@ class LiveExecutor:
             return bool(self.launched[(jid, inc)].get("failed")) and self.store.check([Keys.fin(jid, inc)])
 
         def done(jid: int) -> bool:
-            return self.store.check([Keys.fin(jid, self.inc[jid])])
+            return self.state.jobs[jid].status is JobStatus.FAILED or self.store.check([Keys.fin(jid, self.inc[jid])])
 
         self._holding = False
         if self.cfg.steps_per_round is not None and running:
@@ -1051,6 +1107,8 @@ class LiveExecutor:
 
             recs = {}
             for jid in still:
+                if self.state.jobs[jid].status is JobStatus.FAILED:
+                    continue
                 self._last_records[jid] = recs[jid] = dict(self._last_records[jid], action="hold")
             ray.get(self.hub.publish.remote(self.run_id, recs))
         self._wait_for(running, reported, self.cfg.timeout_s, f"holding round {r}")
@@ -1344,7 +1402,11 @@ class LiveExecutor:
         j = self.state.jobs[jid]
         if j.status is not JobStatus.RUNNING:
             return
-        c = self._checkpoint_iteration(jid)
+        try:
+            c = self._checkpoint_iteration(jid)
+        except CheckpointLost as e:
+            self._give_up(jid, e)
+            return
         last = j.iteration
         lost, exact = self._rollback(jid, c, None)
         j.status, j.placement = JobStatus.PAUSED, ()
@@ -1361,7 +1423,12 @@ class LiveExecutor:
         jid, inc = key
         j = self.state.jobs[jid]
         tot = self.totals[jid]
-        t = int(fin["t"]) if fin["status"] in ("done", "paused") else self._checkpoint_iteration(jid)
+        try:
+            t = int(fin["t"]) if fin["status"] in ("done", "paused") else self._checkpoint_iteration(jid)
+        except CheckpointLost as e:
+            self._end_incarnation(key)
+            self._give_up(jid, e)
+            return
         self._rollback(jid, t, t)  # credits the unreported iterations up to t at the round's eta
         self._end_incarnation(key)
         if fin["status"] == "done":
@@ -1405,11 +1472,15 @@ class LiveExecutor:
                 "failures": tot.get("failures", 0), "restarts": tot.get("restarts", 0),
                 "partial_recoveries": tot.get("partial_recoveries", 0),
                 "iterations_lost": tot.get("iterations_lost", 0), "final_iteration": j.iteration,
-                "recoveries": tot.get("recoveries", []),
+                "recoveries": tot.get("recoveries", []), "error": tot.get("error"),
             }
+        failed = self.failed_jobs()
         fin = [v["finish_s"] for v in jobs.values() if v["finish_s"] is not None]
+        # the makespan of the jobs that ended (a job given up has none)
         return {"run_id": self.run_id, "rounds": st.round, "slots": self.cfg.slots,
-                "scheduler": self.scheduler_spec, "makespan_s": max(fin) if len(fin) == len(jobs) else None,
+                "scheduler": self.scheduler_spec,
+                "makespan_s": max(fin) if fin and len(fin) + len(failed) == len(jobs) else None,
+                "failed_jobs": failed,
                 "preemptions": sum(v["preemptions"] for v in jobs.values()),
                 "level_changes": sum(v["level_changes"] for v in jobs.values()), "jobs": jobs}
 
