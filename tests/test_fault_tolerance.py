@@ -414,6 +414,45 @@ def test_a_paused_job_with_damaged_checkpoints(ray_pieces, tmp_path, which):
     assert any("failed live" in n for n in notes) is (which == "all")
 
 
+def test_deploy_resume_with_no_loadable_checkpoint_is_one_line_and_exit_1(ray_pieces, tmp_path):
+    """A run folder (fifo: job 1 done, job 0 running at iteration 60 with checkpoints at 50 and 25)
+    whose scheduler stopped, with job 0's checkpoints truncated: `jigsaw deploy --resume OUT`
+    (a new process, a cold restore) gives job 0 up and ends the run: exit status 1, one line on
+    stderr naming the job, no traceback, and summary.json saying which job failed."""
+    from jigsaw_executor.policies import build_scheduler, scheduler_spec
+
+    pool, hub = ray_pieces
+    _warm(pool)
+    out = tmp_path / "out"
+    spec = scheduler_spec("fifo")
+    cfg = _cfg(checkpoint_every=25)
+    sched, _ = build_scheduler(spec, cfg.spb)
+    jobs = [LiveJob(0, "tiny_mlp", 1, 300, seed=1, lr=0.02), LiveJob(1, "tiny_mlp", 1, 60, seed=2, lr=0.02)]
+    ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub)
+    try:
+        assert ex.run(max_rounds=1) is None
+        assert [ex.state.jobs[j].status.value for j in (0, 1)] == ["running", "done"]
+    finally:
+        ex.close()
+    ck = out / "checkpoints" / "job0"
+    assert read_checkpoint_meta(ck)["iteration"] == 50
+    _damage(ck, "all")
+    jigsaw = str(Path(sys.executable).parent / "jigsaw")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    r = subprocess.run([jigsaw, "deploy", "--resume", str(out), "--json"], capture_output=True, text=True, env=env,
+                       timeout=300, start_new_session=True)
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("jigsaw deploy")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert lines[0].startswith("jigsaw deploy: 1 job(s) failed (0); the others ran to the end; job 0 (tiny_mlp) "
+                               "cannot go on: no checkpoint in ") and lines[0].endswith(f"see {out}/summary.json")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed_jobs"] == [0]
+    assert summary["jobs"]["0"]["status"] == "failed" and summary["jobs"]["1"]["status"] == "done"
+    assert summary["jobs"]["1"]["final_iteration"] == 60
+    assert json.loads(r.stdout.strip().splitlines()[-1])["replay"]["decisions_match"]
+
+
 # ------------------------------------------------------------------------------------ scheduler restart
 def _session_pids(sid: int) -> list[int]:
     pids = []
