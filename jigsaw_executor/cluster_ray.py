@@ -159,8 +159,11 @@ class SlotHost:
     def info(self) -> dict:
         import socket
 
+        import ray
+
         return {"pid": os.getpid(), "slot": self.slot, "core": self.core, "host": socket.gethostname(),
-                "started": self.started, "jobs_run": self.jobs_run}
+                "node_id": ray.get_runtime_context().get_node_id(), "started": self.started,
+                "jobs_run": self.jobs_run}
 
     def run_worker(self, spec) -> dict:
         from .control import run_worker
@@ -180,6 +183,7 @@ class HostRef:
     owner: tuple[int, int, int] | None = None  # (job, incarnation, rank) running on it
     dirty: bool = False  # its process was killed or died: restarting (cold) until refreshed
     node: str | None = None  # host name of the machine its process runs on
+    node_id: str | None = None  # the Ray node its process runs on
     dirty_since: float = 0.0  # when it was killed or died
 
     def mark_dirty(self) -> None:
@@ -232,7 +236,7 @@ class SlotPool:
             for h, ref in zip(todo, refs):
                 try:
                     info = ray.get(ref, timeout=max(1.0, deadline - time.time()))
-                    h.pid, h.core, h.node = info["pid"], info["core"], info.get("host")
+                    h.pid, h.core, h.node, h.node_id = info["pid"], info["core"], info.get("host"), info.get("node_id")
                     h.dirty = False
                 except ray.exceptions.GetTimeoutError:
                     raise RuntimeError(f"worker host {h.name} did not start within {timeout_s:.0f} s (is every "

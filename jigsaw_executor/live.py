@@ -409,7 +409,7 @@ class LiveExecutor:
             self.epoch = time.time()
             self.decision_log.write(self.header())
             self.event("start", run_id=self.run_id, slots=self.cfg.slots, jobs=[j.to_dict() for j in self.jobs],
-                       scheduler=self.scheduler_spec, hosts={h.name: {"slot": h.slot, "pid": h.pid, "core": h.core}
+                       scheduler=self.scheduler_spec, hosts={h.name: {"slot": h.slot, "pid": h.pid, "core": h.core, "node_id": h.node_id}
                                                              for h in self.pool.hosts.values()})
             if hasattr(self.scheduler, "reset"):
                 self.scheduler.reset()
