@@ -3,6 +3,11 @@ on the final held-out metric.
 
     nice -n 10 python -m bench.recovery [--seeds 5] [--failures 3] [--iterations 1200]
         [--checkpoint-every 200] [--out bench/results/recovery]
+    python -m bench.recovery --quick [--out DIR]     # CI: 1 seed, 1 failure, 300 iterations
+
+``--quick`` (``tests/test_fault_matrix.py`` runs it) is a check, not a measurement: one seed, one
+kill, 300 iterations with a checkpoint every 60, rounds of 100 steps; it writes to a temporary
+folder unless ``--out`` is given, and its table has means without intervals.
 
 The job: ``tiny_mlp`` on sklearn digits, 2 ranks on 2 CPU slots (one process each), SPB level 2
 (rotating), ``--iterations`` iterations of work, a checkpoint every ``--checkpoint-every``
@@ -80,7 +85,7 @@ def heldout(ckpt_dir: Path, model_name: str, seed: int, lr: float | None) -> dic
     from jigsaw_executor.spb_worker import read_checkpoint_meta
 
     meta = read_checkpoint_meta(ckpt_dir)
-    state = torch.load(ckpt_dir / meta["state_file"], map_location="cpu", weights_only=False)
+    state = torch.load(ckpt_dir / meta["state_file"], map_location="cpu", weights_only=True)
     model = build_executor_model(model_name)
     model.load_state_dict(state["model"])
     model.eval()
@@ -238,10 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", type=int, default=2, help="SPB level of the job")
     p.add_argument("--model", default="tiny_mlp")
     p.add_argument("--lr", type=float, default=0.02)
-    p.add_argument("--out", default="bench/results/recovery")
+    p.add_argument("--out", default=None, help="default bench/results/recovery (--quick: a temporary folder)")
+    p.add_argument("--quick", action="store_true",
+                   help="a check for CI: 1 seed, 1 failure, 300 iterations, checkpoint every 60, 100 steps per round")
     args = p.parse_args(argv)
-    if args.seeds < 3:
+    if args.quick:
+        args.seeds, args.failures, args.iterations, args.checkpoint_every, args.steps_per_round = 1, 1, 300, 60, 100
+        args.out = args.out or tempfile.mkdtemp(prefix="jigsaw-recovery-quick-")
+    elif args.seeds < 3:
         p.error("--seeds must be >= 3 for a confidence interval worth reading")
+    args.out = args.out or "bench/results/recovery"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 

@@ -24,6 +24,34 @@ from dataclasses import dataclass
 from typing import Any
 
 NAMESPACE = "jigsaw"
+#: how long ``--address HOST:PORT`` is tried before the run gives up in one line (Ray's own
+#: connect retries forever when nothing listens there)
+ADDRESS_WAIT_S = 10.0
+
+
+def check_address_reachable(address: str, wait_s: float = ADDRESS_WAIT_S) -> None:
+    """ValueError (one line) unless something accepts TCP connections at ``address`` (``HOST:PORT``,
+    the Ray cluster's GCS) within ``wait_s`` seconds (refused connections are retried). Other
+    address forms (``auto``, ``ray://...``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "//" in address or not port.isdigit():
+        return
+    host = host.strip("[]")
+    deadline = time.monotonic() + wait_s
+    why = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.2, min(2.0, left))):
+                return
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+        if time.monotonic() >= deadline:
+            raise ValueError(f"--address {address}: no Ray cluster reachable there within {wait_s:.0f} s ({why}); "
+                             f"start one with `ray start --head` or check the address")
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def slot_resource(g: int) -> str:
@@ -95,6 +123,7 @@ class RaySession:
                      configure_logging=True, logging_level="WARNING")
             self.owned = True
         else:
+            check_address_reachable(self.address)  # one line instead of Ray's endless retries
             ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver,
                      logging_level="WARNING")
             self.owned = True
