@@ -192,6 +192,25 @@ def test_killing_a_whole_job_restarts_it_from_its_checkpoint(ray_pieces, referen
     assert j["final_hash"] == reference["final_hash"] and j["rank_hashes"] == reference["rank_hashes"]
 
 
+def test_killed_idle_slot_hosts_restart_and_the_next_job_runs_exactly(ray_pieces, reference, tmp_path):
+    """Every host process of slot 1 SIGKILLed while idle (no worker on it): Ray restarts them, the
+    next launch waits for a restarted one, and the job completes with no failure counted and the
+    uninterrupted run's exact weights."""
+    pool, hub = ray_pieces
+    _warm(pool)
+    victims = [h for h in pool.hosts.values() if h.slot == 1]
+    old = {h.name: int(h.pid) for h in victims}
+    for h in victims:
+        os.kill(int(h.pid), signal.SIGKILL)
+    _, summary = _run(tmp_path, pool, hub)
+    j = summary["jobs"][0]
+    assert j["status"] == "done" and j["failures"] == 0 and j["recoveries"] == []
+    assert j["final_hash"] == reference["final_hash"] and j["rank_hashes"] == reference["rank_hashes"]
+    launch = next(e for e in _events(tmp_path) if e["event"] == "launch")
+    ran_on = pool.hosts[(1, int(launch["hosts"][1].rsplit("h", 1)[1]))]
+    assert ran_on.name in old and ran_on.pid != old[ran_on.name]  # a restarted process
+
+
 def test_a_killed_colocated_job_restarts_and_its_partner_goes_on(ray_pieces, tmp_path):
     """Two one-slot jobs share slot 0 in lockstep; job 1's worker kills itself (SIGKILL) at
     iteration 70. Its partner is released from the lockstep barrier (it holds until the next round,
