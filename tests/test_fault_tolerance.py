@@ -433,6 +433,41 @@ def test_a_paused_job_with_damaged_checkpoints(ray_pieces, tmp_path, which):
     assert any("failed live" in n for n in notes) is (which == "all")
 
 
+def test_a_running_job_whose_checkpoints_are_all_corrupt_when_it_fails_is_given_up(ray_pieces, tmp_path,
+                                                                                    monkeypatch):
+    """Job 1's worker kills itself at iteration 70, mid-round; at that moment both of its kept
+    checkpoints (50 and 25) are truncated (done inside the executor's checkpoint lookup, so the
+    timing is exact). The job is given up within the round; job 0, on the other slot, runs to the
+    end untouched."""
+    from jigsaw_executor import spb_worker
+
+    pool, hub = ray_pieces
+    _warm(pool)
+    real = spb_worker.select_checkpoint
+    damaged = []
+
+    def damage_then_select(path, log=None):
+        if Path(path).name == "job1" and not damaged:
+            assert read_checkpoint_meta(path)["iteration"] == 50
+            _damage(Path(path), "all")
+            damaged.append(path)
+        return real(path, log=log)
+
+    monkeypatch.setattr(spb_worker, "select_checkpoint", damage_then_select)
+    jobs = [LiveJob(0, "tiny_mlp", 1, 150, seed=1, lr=0.02), LiveJob(1, "tiny_mlp", 1, 150, seed=2, lr=0.02)]
+
+    def own_slots(state: ClusterState) -> Decision:
+        return Decision({j: JobDecision((j,), 0, Pattern.ROTATING) for j in (0, 1) if j in state.active_ids})
+
+    _, summary = _run(tmp_path, pool, hub, jobs=jobs, sched=own_slots, fail_at={1: (0, 70, "kill")})
+    a, b = summary["jobs"][0], summary["jobs"][1]
+    assert damaged and summary["failed_jobs"] == [1]
+    assert a["status"] == "done" and a["final_iteration"] == 150 and a["failures"] == 0
+    assert b["status"] == "failed" and b["failures"] == 1 and b["restarts"] == 0
+    assert b["error"].startswith("job 1 (tiny_mlp) cannot go on: no checkpoint in ")
+    assert not pool.owned_by(1)
+
+
 def test_deploy_resume_with_no_loadable_checkpoint_is_one_line_and_exit_1(ray_pieces, tmp_path):
     """A run folder (fifo: job 1 done, job 0 running at iteration 60 with checkpoints at 50 and 25)
     whose scheduler stopped, with job 0's checkpoints truncated: `jigsaw deploy --resume OUT`
