@@ -29,11 +29,13 @@ NAMESPACE = "jigsaw"
 ADDRESS_WAIT_S = 10.0
 
 
-def check_address_reachable(address: str, wait_s: float = ADDRESS_WAIT_S) -> None:
+def check_address_reachable(address: str, wait_s: float | None = None) -> None:
     """ValueError (one line) unless something accepts TCP connections at ``address`` (``HOST:PORT``,
-    the Ray cluster's GCS) within ``wait_s`` seconds (refused connections are retried). Other
-    address forms (``auto``, ``ray://...``) are left to Ray."""
+    the Ray cluster's GCS) within ``wait_s`` seconds (default :data:`ADDRESS_WAIT_S`; refused
+    connections are retried). Other address forms (``auto``, ``ray://...``) are left to Ray."""
     import socket
+
+    wait_s = ADDRESS_WAIT_S if wait_s is None else float(wait_s)
 
     host, sep, port = address.rpartition(":")
     if not sep or not host or "//" in address or not port.isdigit():
