@@ -479,7 +479,7 @@ def test_deploy_resume_with_no_loadable_checkpoint_is_one_line_and_exit_1(ray_pi
     _warm(pool)
     out = tmp_path / "out"
     spec = scheduler_spec("fifo")
-    cfg = _cfg(checkpoint_every=25)
+    cfg = _cfg(checkpoint_every=25, max_workers_per_gpu=1)  # the resumed run starts 1 host per slot
     sched, _ = build_scheduler(spec, cfg.spb)
     jobs = [LiveJob(0, "tiny_mlp", 1, 300, seed=1, lr=0.02), LiveJob(1, "tiny_mlp", 1, 60, seed=2, lr=0.02)]
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub)
