@@ -136,25 +136,32 @@ def pause_resume(tmp_path_factory):
 def test_plan_matches_simulator_formulas():
     from jigsaw_env.cost_table import CostTable, LayerGroup
 
+    from jigsaw_env.network import CROSS_NODE
+
     rng = np.random.default_rng(0)
-    pbytes = [400, 4000, 0, 1200, 40]
+    # sizes on both sides of N4's crossover (one contributor of 4: 2 alpha beta = 153 kB intra-node)
+    pbytes = [400, 4000, 0, 1_200_000, 40, 400_000, 150_000]
     table = CostTable("x", 1, "cpu", tuple(LayerGroup(f"g{i}", m, 0, 0, 0, 0) for i, m in enumerate(pbytes)), 0.0, 0)
-    for _ in range(200):
-        W = int(rng.integers(1, 6))
+    partial = set()  # algorithms chosen for groups with 0 < |C_b| < W
+    for i in range(300):
+        W = int(rng.integers(1, 7))
         starts = rng.integers(0, len(pbytes), size=W)
-        plan = plan_sync(starts, pbytes)
+        link = INTRA_NODE if i % 2 else CROSS_NODE
+        plan = plan_sync(starts, pbytes, link)
         # bytes by the per-call convention of spb_worker: ring 2(W-1)M, reduce (C-1)M, broadcast (W-1)M
         total = sum(2 * (W - 1) * g.nbytes if g.algorithm == RING else
                     ((len(g.contributors) - 1) + (W - 1)) * g.nbytes if g.algorithm == REDUCE_BROADCAST else 0
                     for g in plan)
-        cost = iteration_cost(table, starts, INTRA_NODE)
+        cost = iteration_cost(table, starts, link)
         assert total == cost.bytes
         assert tuple(g.algorithm for g in plan) == cost.algorithms
+        partial |= {g.algorithm for g in plan if 0 < len(g.contributors) < W and g.nbytes > 0}
         assert [len(g.contributors) for g in plan] == cost.contributors.tolist()
         for g in plan:
             assert g.contributors == tuple(w for w in range(W) if starts[w] <= g.group)
             if g.algorithm == REDUCE_BROADCAST:
                 assert g.root == min(g.contributors)
+    assert partial == {RING, REDUCE_BROADCAST}  # both are chosen for partly contributed groups
 
 
 @pytest.mark.parametrize("numel,W", [(1, 2), (7, 3), (100, 4), (101, 4), (3, 5)])
