@@ -644,7 +644,8 @@ def test_schedulers_see_the_table_eta_not_the_swept_one(agent):
         return sim, {j: (jd.gpus, jd.level, jd.pattern) for j, jd in d.items()}
 
     _, plain = first_decision(None)
-    assert {lv for _, lv, _ in plain.values()} == {0, 3}  # SPB on for some jobs, off for others
+    levels = {lv for _, lv, _ in plain.values()}
+    assert 0 in levels and max(levels) > 0  # SPB on for some jobs, off for others
     for eta in (0.05, 1.0):
         sim, got = first_decision(eta)
         assert got == plain, eta
