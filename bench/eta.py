@@ -3,8 +3,9 @@
     nice -n 10 python -m bench.eta --write-tables             # the shipped measurement (13 min, 2 cores)
     python -m bench.eta --quick --out /tmp/eta                # smoke run: 2 workers, 1 seed, < 30 s
     python -m bench.eta --from-json bench/results/eta/eta.json --write-tables   # re-apply, no training
-    nice -n 10 python -m bench.eta --world 2 --seeds 0,1,2,3,4 \
-        --configs 2/rotating,2/static,3/rotating,3/static --out bench/results/eta/w2   # W = 2 (not in tables)
+    nice -n 10 python -m bench.eta --world 2 --seeds 0,1,2,3,4 --out bench/results/eta/w2   # W = 2 (91 s)
+    nice -n 10 python -m bench.eta --world 1 --seeds 0,1,2,3,4 --out bench/results/eta/w1   # W = 1 (49 s)
+    python -m bench.eta --from-json bench/results/eta/w2/eta.json --write-tables --by-workers  # the /w2 keys
 
 eta(model, level, pattern) is the progress of one SPB iteration relative to one full-backprop
 iteration (docs/design.md section 2, docs/spb_model.md eq. E1). Measured here as
