@@ -572,7 +572,8 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                                            "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (docs/design.md 5b)")},
         "eta": {"values": [("table" if e is None else e) for e in etas],
                 "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
-                          else "--eta-sweep: eta_override = v for every SPB iteration (level > 0); level 0 is 1",
+                          else ("--eta-sweep: eta_override = v for every SPB iteration (level > 0) in the simulation; "
+                                "level 0 is 1; schedulers and observations see the cost tables' values"),
                 "table_values": eta_vals, "table_sources": eta_src},
         "cost_tables": table_digests(job_frames, cluster),
         "tables_dir": tables,

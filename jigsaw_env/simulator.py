@@ -432,7 +432,8 @@ class Simulator:
     def reset(self) -> ClusterState:
         jobs = [copy.copy(j) for j in self._initial_jobs]
         jobs.sort(key=lambda j: (j.arrival_s, j.job_id))
-        self.state = ClusterState(cluster=self.cluster, costs=self.costs, time_s=0.0, round=0,
+        # the scheduler's view: the tables' eta estimate, never a sweep's true eta (CostModel.estimate)
+        self.state = ClusterState(cluster=self.cluster, costs=self.costs.estimate(), time_s=0.0, round=0,
                                   jobs={j.job_id: j for j in jobs}, active_ids=[],
                                   max_workers_per_gpu=self.config.max_workers_per_gpu, sharing=self._sharing)
         self._pending = [j.job_id for j in jobs]  # arrival order
