@@ -108,9 +108,13 @@ def test_replay_runs_the_pace_the_log_records(tmp_path):
     header["sim"]["pace"] = "free"
     free_log = tmp_path / "decision_log.jsonl"
     free_log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    from jigsaw_executor.decision_log import _tables_registered
+
     tables = _tables_with_lockstep(tmp_path, 0.002, "barred")
-    lock = replay_decision_log(LOG, tables=tables)
-    free = replay_decision_log(free_log, tables=tables)
+    # the scheduler re-runs on the registered tables: those of the logged run (W = 4 eta only)
+    with _tables_registered(_tables_with_lockstep(tmp_path, None, "logged")):
+        lock = replay_decision_log(LOG, tables=tables)
+        free = replay_decision_log(free_log, tables=tables)
     assert any(n == "pace: lockstep (as the live run)" for n in lock.notes)
     assert any(n == "pace: free (as the live run)" for n in free.notes)
     assert lock.decisions_match and free.decisions_match
