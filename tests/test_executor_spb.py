@@ -19,7 +19,6 @@ Distributed jobs run once per module (fixtures) and several tests check their re
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -479,22 +478,20 @@ def test_buffer_broadcast_mode_and_single_worker_job():
 # --------------------------------------------------------------------------------------------
 # failures surface as job failures, never as hangs
 # --------------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)  # a hang fails the test (the job's own bound is 60 s)
 def test_worker_exception_fails_the_job_with_rank_and_error():
-    t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 1 failed: RuntimeError: injected failure on rank 1") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(2, "rotating"), batch_size=BS, device=DEVICE, fail_at=(1, 1),
                       timeout_s=20, job_timeout_s=60)
     assert ei.value.rank == 1
-    assert time.monotonic() - t0 < 20
 
 
+@pytest.mark.timeout(45)  # the 2 s store timeout fails the job, not the 60 s job bound
 def test_stalled_worker_times_out_instead_of_hanging():
-    t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 0 failed") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 1), fail_mode="hang",
                       timeout_s=2, job_timeout_s=60)
     assert ei.value.rank == 0 and "ranks [1] were still running" in str(ei.value)
-    assert time.monotonic() - t0 < 30
 
 
 def test_crashed_worker_fails_the_job():
