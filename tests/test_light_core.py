@@ -95,3 +95,15 @@ def test_a_command_that_needs_an_extra_names_it():
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert lines[0].startswith(f"jigsaw {argv[0]}: error: needs the Python package ")
         assert f"pip install 'jigsaw[{extra}]'" in lines[0]
+
+
+def test_import_layers_hold():
+    # .importlinter's contracts: the core and the heuristics import nothing of the app layer,
+    # the executor, training, torch, Ray or ONNX (directly or through another module)
+    import shutil
+
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    r = subprocess.run([exe, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.stdout.count(" KEPT") == 3 and "BROKEN" not in r.stdout
