@@ -84,7 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eta-sweep", type=_float_list("--eta-sweep", 0.0, 1.0), default=None, metavar="V[,V...]",
                    help="repeat with eta = V for every SPB iteration (level 0 stays 1), e.g. 0.7,0.8,0.9,1.0")
     p.add_argument("--workers", type=positive_int("--workers"), default=max(1, min(2, os.cpu_count() or 1)),
-                   help="parallel processes (default min(2, CPUs))")
+                   help="parallel processes (default min(2, CPUs)); with --ray alone, the embedded Ray's CPUs")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run each run as a Ray task: --ray alone in an embedded Ray, --ray auto on the cluster "
+                        "started on this machine, --ray HOST:PORT on that cluster (docs/scale.md)")
     p.add_argument("--window-k", type=positive_int("--window-k"), default=None,
                    help="window K learned agents must have (default: each RUN_DIR's own)")
     p.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L of the cluster (default 3)")
@@ -468,6 +471,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
 
     t_start = time.perf_counter()
     check_out_dir(args.out)
+    if getattr(args, "ray", None) not in (None, "local"):
+        from jigsaw_executor.cluster_ray import probe_address
+        probe_address(args.ray)  # an address nobody answers: one line now, before anything is written
     tables = str(Path(args.tables).resolve()) if args.tables else None
     if tables:
         register_tables_dir(tables)
@@ -525,7 +531,15 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                                       tables, info["digest"], info["offered_load"]))
     if not args.backlogged:
         _warn_overload(sets, cluster.num_gpus, args)
-    results = _run_tasks(tasks, args.workers, show_progress(args))
+    ray_info = None
+    if getattr(args, "ray", None) is not None:
+        from .ray_sweep import rerun_note, run_on_ray
+        results, ray_info = run_on_ray(tasks, cluster, args.ray, args.workers, show_progress(args))
+        note = rerun_note(ray_info)
+        if note:
+            print(f"jigsaw evaluate: note: {note}", file=sys.stderr)
+    else:
+        results = _run_tasks(tasks, args.workers, show_progress(args))
     rows, failures = [], []
     for res, t in zip(results, tasks):
         if isinstance(res, RunFailure):
@@ -579,6 +593,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         "cluster": {**cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
         "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(base_cfg).items()},
         "workers": args.workers,
+        **({"ray": ray_info} if ray_info is not None else {}),
         "runs": {"total": len(tasks), "finished": len(rows), "failed": len(failures)},
         "failed_runs": [asdict(f) for f in failures],
         "wall_s": time.perf_counter() - t_start,
