@@ -40,6 +40,10 @@ RUN_DIR_FILES = ("config.json", "model.zip", "vecnormalize.npz", "policy.onnx")
 
 LOG_FILES = ("jobs.csv", "rounds.csv", "cluster.csv")
 
+#: seconds to wait, after a sweep with reruns, for Ray to report the nodes the lost attempts ran on
+#: as dead (metadata.json ``ray.nodes_lost``); a node still alive then lost a worker process only
+NODE_DEATH_WAIT_S = 15.0
+
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -230,6 +234,11 @@ def run_on_ray(tasks, cluster, address: str | None, workers: int, progress: bool
         starts = ray.get(ledger.all.remote())
         ray.kill(ledger)
         nodes_after = _nodes()
+        lost_on = {n for att in starts.values() if len(att) > 1 for n in att[:-1]}
+        deadline = time.perf_counter() + NODE_DEATH_WAIT_S
+        while lost_on & set(nodes_after) and time.perf_counter() < deadline:
+            time.sleep(0.5)  # Ray's health checks mark a vanished node dead a few seconds later
+            nodes_after = _nodes()
         info = _ray_info(tasks, address, nodes_before, nodes_after, starts, done_on,
                          shipped_digests(bundle, job_refs), time.perf_counter() - t0)
     finally:
@@ -278,6 +287,8 @@ def rerun_note(info: dict) -> str | None:
         return None
     lost = sorted({n for r in rr for n in r["lost_on"]})
     names = ", ".join(f"{r['agent']} seed {r['seed']}" for r in rr[:4]) + (", ..." if len(rr) > 4 else "")
-    return (f"{len(rr)} run{'s were' if len(rr) != 1 else ' was'} lost with node{'s' if len(lost) > 1 else ''} "
-            f"{', '.join(lost)} and rerun on another node ({names}); metadata.json ray.rerun lists them")
+    gone = set(info.get("nodes_lost") or [])
+    what = ("lost with node" if lost and set(lost) <= gone else "lost with their worker process on node")
+    return (f"{len(rr)} run{'s were' if len(rr) != 1 else ' was'} {what}{'s' if len(lost) > 1 else ''} "
+            f"{', '.join(lost)} and rerun ({names}); metadata.json ray.rerun lists them")
 

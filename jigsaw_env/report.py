@@ -371,7 +371,7 @@ def _ray_html(meta: dict) -> list[str]:
                        f"<td>{html.escape(', '.join(r['lost_on']))}</td><td>{html.escape(str(r['finished_on']))}</td></tr>"
                        for r in rerun)
         lost = ", ".join(info.get("nodes_lost") or []) or "none"
-        parts.append(f"<p class=note><b>{len(rerun)} run(s) were lost with their node and rerun</b> (nodes lost "
+        parts.append(f"<p class=note><b>{len(rerun)} run(s) were lost with their node or worker process and rerun</b> (nodes lost "
                      f"during the sweep: {html.escape(lost)}); their results are those of the rerun.</p><table><tr>"
                      f"<th>agent</th><th>seed</th><th>load</th><th>eta</th><th>lost on</th><th>finished on</th></tr>"
                      f"{rows}</table>")

@@ -1,0 +1,29 @@
+"""A FIFO scheduler that waits at a gate, for tests/test_ray_scale.py: each run, when it starts,
+leaves ``started-<node>-<pid>`` in the folder ``$JIGSAW_TEST_GATE`` and waits (at most 60 s) until
+that folder holds ``open``, so the test can remove a Ray node while a run is on it."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from agents.fifo import FIFO
+
+
+class GatedFifo(FIFO):
+    def reset(self) -> None:
+        super().reset()
+        gate = os.environ.get("JIGSAW_TEST_GATE")
+        if not gate:
+            return
+        node = "local"
+        try:
+            import ray
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except ImportError:  # pragma: no cover
+            pass
+        Path(gate, f"started-{node}-{os.getpid()}").touch()
+        deadline = time.time() + 60
+        while not Path(gate, "open").exists() and time.time() < deadline:
+            time.sleep(0.05)
