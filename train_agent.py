@@ -672,6 +672,9 @@ def train(args) -> dict:
 
     from jigsaw_env.cost_table import register_tables_dir
 
+    if getattr(args, "ray", None) not in (None, "local"):
+        from jigsaw_executor.cluster_ray import probe_address
+        probe_address(args.ray)  # an address nobody answers: one line now, before anything is built
     if not args.run_dir:
         args.run_dir = f"runs/{args.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(args.run_dir)
