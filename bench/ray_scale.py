@@ -1,6 +1,6 @@
 """Evaluation sweeps and training envs on Ray against one machine's process pool (docs/scale.md).
 
-    nice -n 10 python -m bench.ray_scale [--gpus 16] [--max-jobs 40] [--train-gpus 64] [--steps 300]
+    nice -n 10 python -m bench.ray_scale [--gpus 32] [--max-jobs 400] [--train-gpus 64] [--steps 300]
         [--out bench/results/ray_scale]
 
 Two parts, on local Ray nodes (``ray.cluster_utils.Cluster``: each node one CPU, all on this
@@ -204,8 +204,8 @@ def write_md(res: dict, out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ray_scale", description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpus", type=int, default=16)
-    p.add_argument("--max-jobs", type=int, default=40)
+    p.add_argument("--gpus", type=int, default=32)
+    p.add_argument("--max-jobs", type=int, default=400)
     p.add_argument("--train-gpus", type=int, default=64)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--only", choices=("sweep", "train"), default=None)
