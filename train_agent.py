@@ -13,8 +13,9 @@ MaskablePPO (sb3-contrib) by default, with the env's exact action masks (``actio
 fetched from every SubprocVecEnv worker through ``env_method``); ``--algo ppo|a2c`` train the
 plain stable-baselines3 algorithms on the same env, where a masked action is a no-op.
 
-Training uses N environments (``--n-envs``, SubprocVecEnv; ``--vec dummy`` keeps them in this
-process), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
+Training uses N environments (``--n-envs`` or ``--num-envs``, SubprocVecEnv; ``--vec dummy`` keeps
+them in this process; ``--ray [ADDRESS]`` runs them as Ray actors, agents/ray_vec_env.py and
+docs/scale.md), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
 the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
 see agents/rl_env.py) or, with ``--val F``, on a validation split cut before it (so the held-out
 jobs stay unseen until the final evaluation; a warm-started run is also evaluated before its first

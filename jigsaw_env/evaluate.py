@@ -20,6 +20,9 @@ section 5), report.html (self-contained: PNGs embedded), metadata.json, and per 
 ``runs/<agent>/[<condition>/]<seed>/{jobs,rounds,cluster}.csv``. A summary table goes to stdout.
 docs/evaluation.md explains the report.
 
+Runs go to ``--workers`` processes, or with ``--ray [ADDRESS]`` each is a Ray task, embedded or on a
+cluster (jigsaw_env/ray_sweep.py, docs/scale.md), with the same results.
+
 A run that fails (e.g. a diverged model's NaN logits) does not throw the others away: every run
 finishes, the finished ones are written as above, metadata.json lists the failed ones under
 ``failed_runs`` (agent, seed, load, eta, the error) and report.html shows them at the top; then
