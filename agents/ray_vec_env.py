@@ -10,6 +10,11 @@ of a pipe's ``recv``), so ``step_async`` sends every env its action at once and 
 parallel on whatever nodes they were placed. The same env factories and seeds give the same
 observations, rewards, dones, infos and masks as SubprocVecEnv (tests/test_ray_scale.py).
 
+One round trip per step: an env with ``action_masks`` sends its masks with every ``step`` and
+``reset`` reply (computed right after, as the next ``env_method("action_masks")`` would), and
+``env_method("action_masks")`` answers from them when nothing was sent to the env since; any other
+message drops them, so the answer is always the env's current masks.
+
 Actors ask for ``num_cpus`` each (default 1) and are spread over the cluster's nodes (Ray's
 ``SPREAD`` strategy). The caller connects to Ray first
 (:func:`jigsaw_executor.cluster_ray.connect`).
@@ -22,6 +27,10 @@ from typing import Any, Callable
 
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv
+
+
+#: the messages after which an actor sends the env's action masks with its reply
+MASKED = ("step", "reset")
 
 
 class EnvActor:
@@ -49,8 +58,10 @@ class EnvActor:
         self.thread = threading.Thread(target=serve, name="jigsaw-env", daemon=True)
         self.thread.start()
         self.pid = os.getpid()
+        #: whether the env has action masks, sent with every step and reset reply
+        self.masks = bool(self._call(("has_attr", "action_masks")))
 
-    def call(self, message: tuple[str, Any]) -> Any:
+    def _call(self, message: tuple[str, Any]) -> Any:
         self.conn.send(message)
         try:
             return self.conn.recv()
@@ -58,6 +69,13 @@ class EnvActor:
             if self.error is not None:
                 raise self.error
             raise
+
+    def call(self, message: tuple[str, Any]) -> tuple[Any, Any]:
+        """The worker loop's reply, and after a step or a reset the env's action masks (else None)."""
+        reply = self._call(message)
+        if self.masks and message[0] in MASKED:
+            return reply, self._call(("env_method", ("action_masks", (), {})))
+        return reply, None
 
     def close(self) -> None:
         self.conn.send(("close", None))
@@ -78,13 +96,19 @@ class _ActorConnection:
     def __init__(self, actor):
         self.actor = actor
         self.pending: deque = deque()
+        #: the env's action masks as of its last step or reset; None once anything else was sent
+        self.masks = None
 
     def send(self, message: tuple[str, Any]) -> None:
+        self.masks = None
         self.pending.append(self.actor.call.remote(message))
 
     def recv(self) -> Any:
         import ray
-        return ray.get(self.pending.popleft())
+        reply, masks = ray.get(self.pending.popleft())
+        if masks is not None and not self.pending:
+            self.masks = masks
+        return reply
 
     def close(self) -> None:
         self.pending.clear()
@@ -140,6 +164,15 @@ class RayVecEnv(SubprocVecEnv):
         self.remotes[0].send(("get_spaces", None))
         observation_space, action_space = self.remotes[0].recv()
         VecEnv.__init__(self, len(env_fns), observation_space, action_space)
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+        """SubprocVecEnv's ``env_method``; ``action_masks()`` from the masks the envs sent with their
+        last step or reset when nothing was sent to them since (module docstring)."""
+        if method_name == "action_masks" and not method_args and not method_kwargs:
+            targets = self._get_target_remotes(indices)
+            if all(r.masks is not None for r in targets):
+                return [r.masks for r in targets]
+        return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
 
     def close(self) -> None:
         import ray

@@ -113,7 +113,10 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, resource
     bare ``ray.init()`` would join); ``"auto"`` or ``HOST:PORT`` joins a running cluster after
     :func:`probe_address`. Returns whether this call started the connection (False when Ray was
     already initialised in this process, which is then used as it is)."""
-    import ray
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("Ray is not installed: `pip install 'jigsaw[executor]'` (or `pip install ray`)") from None
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():

@@ -1,6 +1,9 @@
-"""A FIFO scheduler that waits at a gate, for tests/test_ray_scale.py: each run, when it starts,
-leaves ``started-<node>-<pid>`` in the folder ``$JIGSAW_TEST_GATE`` and waits (at most 60 s) until
-that folder holds ``open``, so the test can remove a Ray node while a run is on it."""
+"""Plug-in schedulers for tests/test_ray_scale.py.
+
+``GatedFifo``: FIFO that waits at a gate: each run, when it starts, leaves ``started-<node>-<pid>``
+in the folder ``$JIGSAW_TEST_GATE`` and waits (at most 60 s) until that folder holds ``open``, so
+the test can remove a Ray node while a run is on it. ``FailsAtFirstRound``: raises a ValueError
+(a user error: a failed run, not retried)."""
 from __future__ import annotations
 
 import os
@@ -27,3 +30,8 @@ class GatedFifo(FIFO):
         deadline = time.time() + 60
         while not Path(gate, "open").exists() and time.time() < deadline:
             time.sleep(0.05)
+
+
+class FailsAtFirstRound(FIFO):
+    def schedule(self, state):
+        raise ValueError(f"no decision at t = {state.time_s:g} s (a test scheduler that always fails)")

@@ -186,6 +186,32 @@ def test_sweep_on_two_nodes_matches_the_local_run(cluster, ray_run, tables_dir, 
     assert info["shipped"]["run_dirs"][str(ray_run)]["model.zip"] == file_sha256(ray_run / "model.zip")[:16]
 
 
+def test_a_run_that_raises_is_a_failed_run_as_in_the_local_evaluation(cluster, tables_dir, tmp_path, capsys):
+    common = [*EVAL, "--agents", "fifo,ray_gate_scheduler:FailsAtFirstRound", "--seeds", "2", "--tables", tables_dir]
+    assert main([*common, "--out", str(tmp_path / "local")]) == 2
+    local_err = capsys.readouterr().err.strip()
+    assert main([*common, "--out", str(tmp_path / "ray"), "--ray", cluster.address]) == 2
+    ray_err = capsys.readouterr().err.strip()
+    assert ray_err == local_err.replace(str(tmp_path / "local"), str(tmp_path / "ray"))
+    assert local_err.startswith("jigsaw evaluate: error: 2 of 4 runs failed (agent ray_gate_scheduler:FailsAtFirstRound)")
+    failed = [json.loads((tmp_path / d / "metadata.json").read_text())["failed_runs"] for d in ("local", "ray")]
+    assert [(f["seed"], f["error"], f["error_type"]) for f in failed[0]] == \
+        [(f["seed"], f["error"], f["error_type"]) for f in failed[1]]
+    info = json.loads((tmp_path / "ray" / "metadata.json").read_text())["ray"]
+    assert all(t["attempts"] == 1 for t in info["tasks"])  # a run that raises is not retried
+    _same_outputs(tmp_path / "local", tmp_path / "ray")
+
+
+def test_workers_import_the_drivers_source_tree_or_their_own_install(monkeypatch):
+    import jigsaw_env
+    from jigsaw_executor.cluster_ray import code_runtime_env
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/extra", str(ROOT)]))
+    assert code_runtime_env() == {"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), "/opt/extra"])}}
+    monkeypatch.setattr(jigsaw_env, "__file__", "/usr/lib/python3/site-packages/jigsaw_env/__init__.py")
+    assert code_runtime_env() == {}
+
+
 def test_unreachable_address_is_one_line_within_a_bounded_wait(tmp_path, capsys):
     t0 = time.perf_counter()
     rc = main([*EVAL, "--agents", "fifo", "--seeds", "1", "--out", str(tmp_path / "o"), "--ray", "127.0.0.1:1"])
