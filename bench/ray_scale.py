@@ -7,11 +7,12 @@ Two parts, on local Ray nodes (``ray.cluster_utils.Cluster``: each node one CPU,
 machine, so they share its cores):
 
 * **sweep**: one ``jigsaw evaluate`` of 24 runs (fifo, srtf, tiresias x 4 seeds x loads 0.8, 1.5,
-  synthetic trace, ``--gpus`` GPUs, ``--max-jobs`` jobs) with the process pool (``--workers`` 1
-  and 2) and with ``--ray`` on a cluster of 1 and of 2 nodes. Each configuration runs twice in a
+  synthetic trace, ``--gpus`` GPUs, ``--max-jobs`` jobs) locally (``--workers 1``: in this
+  process; ``--workers 2``: the process pool, started by each evaluation) and with ``--ray`` on a
+  cluster of 1 and of 2 nodes. Each configuration runs twice in a
   row: ``cold`` (Ray starts the node's worker processes, which import jigsaw) and ``warm``. The
   time measured is that of running the runs (``_run_tasks`` or ``run_on_ray``: shipping, tasks,
-  logs written), not the job sets or the report. Per-run overhead = (wall x parallel slots -
+  writing each run's logs), not the job sets or the report. Per-run overhead = (wall x parallel slots -
   sum of the runs' own ``wall_s``) / runs. The metrics of every configuration are checked equal.
 * **train**: env steps per second of the training envs (``--train-gpus``-GPU cluster, 50-job episodes,
   K = 16, the ``jigsaw train`` defaults) through a VecEnv as MaskablePPO drives it: each step
@@ -109,7 +110,7 @@ def part_sweep(gpus: int, max_jobs: int, work: Path) -> dict:
 
     for workers in (1, 2):
         for phase in ("cold", "warm"):
-            record(f"process pool x{workers}", workers,
+            record("in process (--workers 1)" if workers == 1 else f"process pool x{workers}", workers,
                    _sweep(work / f"pool{workers}-{phase}", gpus, max_jobs, workers, None), phase)
     for nodes in (1, 2):
         c = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -126,7 +127,7 @@ def part_sweep(gpus: int, max_jobs: int, work: Path) -> dict:
             c.shutdown()
     warm = {r["config"]: r for r in rows if r["phase"] == "warm"}
     return {"rows": rows, "ratio_1_to_2_nodes": warm["ray 1 node"]["wall_s"] / warm["ray 2 nodes"]["wall_s"],
-            "ratio_pool_1_to_2": warm["process pool x1"]["wall_s"] / warm["process pool x2"]["wall_s"]}
+            "ratio_pool_1_to_2": warm["in process (--workers 1)"]["wall_s"] / warm["process pool x2"]["wall_s"]}
 
 
 def _env_steps(venv, steps: int, seed: int = 0) -> float:
@@ -179,11 +180,15 @@ def part_train(gpus: int, steps: int) -> dict:
 def write_md(res: dict, out: Path) -> str:
     s = res["sweep"]
     lines = [f"# Evaluation sweeps and training envs on Ray ({res['date']})", "",
-             f"Command: `{res['command']}`  ", f"Commit: `{res['commit']}`; machine: {res['machine']}", "",
+             f"Command: `{res['command']}` (defaults: --gpus 32 --max-jobs 400 --train-gpus 64 --steps 300)  ",
+             f"Commit: `{res['commit']}`; machine: {res['machine']}; load average (1, 5, 15 min) "
+             f"{res['load_average_at_start']} at the start, {res['load_average_at_end']} at the end: other work "
+             f"shares these cores, so the runs' own time varies between configurations.", "",
              "## Sweep: 24 runs (fifo, srtf, tiresias x 4 seeds x 2 loads)", "",
              f"{res['settings']['gpus']} GPUs, {res['settings']['max_jobs']} jobs per run. Ray nodes are local "
              f"(`ray.cluster_utils.Cluster`), one CPU each, on this machine's {os.cpu_count()} cores. Time: running "
-             f"the runs (shipping, tasks, logs); overhead per run = (time x slots - the runs' own time) / runs.", "",
+             f"the runs (shipping, tasks, writing each run's logs); overhead per run = (time x slots - the runs' own "
+             f"time) / runs.", "",
              "| configuration | phase | slots | time (s) | runs' own time (s) | overhead per run (s) | metrics equal |",
              "|---|---|---:|---:|---:|---:|---|"]
     for r in s["rows"]:
@@ -217,12 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     res = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(),
            "command": "python -m bench.ray_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs (shared)",
+           "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
            "settings": {"gpus": a.gpus, "max_jobs": a.max_jobs, "train_gpus": a.train_gpus, "steps": a.steps}}
     with tempfile.TemporaryDirectory(prefix="jigsaw-bench-ray-") as tmp:
         if a.only in (None, "sweep"):
             res["sweep"] = part_sweep(a.gpus, a.max_jobs, Path(tmp))
     if a.only in (None, "train"):
         res["train"] = part_train(a.train_gpus, a.steps)
+    res["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     if "sweep" in res and "train" in res:
         print(write_md(res, out))
