@@ -518,6 +518,10 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     for (load, seed), (jobs, _) in sets.items():
         Simulator(cluster, jobs, base_cfg)
 
+    ray_owned = False
+    if getattr(args, "ray", None) is not None:  # connected before anything is written
+        from jigsaw_executor.cluster_ray import connect
+        ray_owned = connect(args.ray, num_cpus=args.workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     multi_load, multi_eta = len(loads) > 1, args.eta_sweep is not None
@@ -537,7 +541,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     ray_info = None
     if getattr(args, "ray", None) is not None:
         from .ray_sweep import rerun_note, run_on_ray
-        results, ray_info = run_on_ray(tasks, cluster, args.ray, args.workers, show_progress(args))
+        results, ray_info = run_on_ray(tasks, cluster, args.ray, ray_owned, show_progress(args))
         note = rerun_note(ray_info)
         if note:
             print(f"jigsaw evaluate: note: {note}", file=sys.stderr)

@@ -166,18 +166,18 @@ def _cause(e: BaseException) -> BaseException:
     return e
 
 
-def run_on_ray(tasks, cluster, address: str | None, workers: int, progress: bool) -> tuple[list, dict]:
+def run_on_ray(tasks, cluster, address: str | None, owned: bool, progress: bool) -> tuple[list, dict]:
     """Every task's metrics row (its logs written to ``task.out_dir``) or its RunFailure, and the
-    ``ray`` section of metadata.json (module docstring)."""
+    ``ray`` section of metadata.json (module docstring). Ray is connected
+    (:func:`jigsaw_executor.cluster_ray.connect`); ``owned``: shut it down at the end."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm.auto import tqdm
 
-    from jigsaw_executor.cluster_ray import code_runtime_env, connect
+    from jigsaw_executor.cluster_ray import code_runtime_env
 
     from . import evaluate as ev
 
-    owned = connect(address, num_cpus=workers)
     t0 = time.perf_counter()
     try:
         nodes_before = _nodes()
