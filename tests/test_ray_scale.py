@@ -207,6 +207,7 @@ def test_workers_import_the_drivers_source_tree_or_their_own_install(monkeypatch
     from jigsaw_executor.cluster_ray import code_runtime_env
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/extra", str(ROOT)]))
+    monkeypatch.setattr(jigsaw_env, "__file__", str(ROOT / "jigsaw_env" / "__init__.py"))  # a checkout
     assert code_runtime_env() == {"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), "/opt/extra"])}}
     monkeypatch.setattr(jigsaw_env, "__file__", "/usr/lib/python3/site-packages/jigsaw_env/__init__.py")
     assert code_runtime_env() == {}
