@@ -11,7 +11,7 @@ What a task needs reaches it through Ray's object store, so a worker node needs 
 nothing else (no ``JIGSAW_DATA``, no ``--tables`` folder, no copy of a RUN_DIR):
 
 * each job set (one per load and seed) is put once, and each task gets its own;
-* one bundle holds every cost table the runs use (the shipped ones and those of ``--tables``), the
+* one bundle holds the cost tables of the runs' models (the shipped ones and those of ``--tables``), the
   files of each learned agent's RUN_DIR (config.json, the model, the observation statistics, an
   exported policy.onnx) and, when gandiva is evaluated, Gavel's co-location measurements;
   :func:`shipped_digests` lists what was shipped with its SHA-256 digests (metadata.json ``ray``).
@@ -51,17 +51,18 @@ def _sha256(data: bytes) -> str:
 
 # ----------------------------------------------------------------------------------------------- the bundle
 def build_bundle(tasks, cluster) -> dict[str, Any]:
-    """What every task shares, read here once: cost tables (as dicts), RUN_DIR files, Gavel data."""
-    import pandas as pd
+    """What every task shares, read here once: cost tables (as dicts), RUN_DIR files, Gavel data.
 
-    from .cost_table import get_table
+    The tables are every table of the job sets' models on the cluster's GPU types, at every batch
+    size, shipped or registered (``--tables``): a job whose batch size has no table of its own gets
+    one scaled from them (eq. B1, ``cost_table.get_table(nearest=True)``), so a worker computes the
+    same scaled tables from the same set."""
+    from .cost_table import available_tables, get_table
 
-    tables: dict[str, dict] = {}
-    shapes = pd.concat([t.jobs[["model", "batch_size"]] for t in tasks]).drop_duplicates()
-    for model, bs in shapes.itertuples(index=False):
-        for gtype in sorted(set(cluster.gpu_types)):
-            table = get_table(str(model), int(bs), gtype)
-            tables[f"{model}-bs{int(bs)}-{gtype}"] = table.to_dict()
+    models = {str(m) for t in tasks for m in t.jobs["model"].unique()}
+    gtypes = set(cluster.gpu_types)
+    tables: dict[str, dict] = {f"{m}-bs{b}-{d}": get_table(m, b, d).to_dict()
+                               for m, b, d in available_tables() if m in models and d in gtypes}
     run_dirs: dict[str, dict[str, bytes]] = {}
     for t in tasks:
         if t.agent.kind == "learned" and t.agent.ref not in run_dirs:
@@ -70,9 +71,9 @@ def build_bundle(tasks, cluster) -> dict[str, Any]:
     gavel = None
     if any(t.agent.kind == "heuristic" and "gandiva" in t.agent.ref for t in tasks):
         try:
-            from .table_builder import gavel_throughputs
+            from .gavel_data import gavel_throughputs
             gavel = gavel_throughputs()
-        except (FileNotFoundError, ImportError, ValueError):
+        except (FileNotFoundError, ValueError):
             gavel = {}
     return {"tables": tables, "run_dirs": run_dirs, "gavel": gavel}
 

@@ -25,6 +25,7 @@ import pandas as pd
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, ComponentSet, Member
+from .free_running import DEFAULT_PACE, FreeRunner, check_pace, free_running
 from .gc_tuning import fewer_collections
 from .interference import DEFAULT_SHARING, SharingModel, check_sharing
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
@@ -45,12 +46,15 @@ class SimConfig:
     idle_round_s: round length when nothing runs at iteration granularity.
     eta_override / eta_scale: statistical-efficiency sensitivity knobs (level > 0 only).
     lockstep_s: seconds every lockstep step of a co-location component of two or more jobs waits
-        at the barrier that holds them together (eq. K3, docs/spb_model.md). 0 (the default) is
-        the ideal lockstep of eq. K2; ``jigsaw calibrate --executor`` measures the live
-        executor's value (``lockstep.json``), which the decision-log replay uses.
+        at the barrier that holds them together (eq. K3, docs/spb_model.md), under the lockstep
+        pace. 0 (the default) is the ideal lockstep of eq. K2; ``jigsaw calibrate --executor``
+        measures the live executor's value (``lockstep.json``), which the decision-log replay uses.
     sharing: how workers of different jobs on one GPU share it: ``"fitted"`` (the default: the
         interference model fitted to measured co-located pairs, docs/colocation.md) or
         ``"timeslice"`` (their work adds up, eq. K1 of docs/spb_model.md).
+    pace: how co-located jobs step: ``"free"`` (the default: each at its own pace, eqs. F1-F4 of
+        docs/colocation.md) or ``"lockstep"`` (one iteration each per step, held together by a
+        barrier: eqs. K1-K3). The live executor runs the same pace (``LiveConfig.pace``).
     """
 
     round_s: float | None = 300.0
@@ -65,6 +69,7 @@ class SimConfig:
     log_rounds: bool = True
     lockstep_s: float = 0.0
     sharing: str = DEFAULT_SHARING
+    pace: str = DEFAULT_PACE
 
     def __post_init__(self) -> None:
         if self.round_s is not None and not (self.round_s > 0 and np.isfinite(self.round_s)):
@@ -79,6 +84,7 @@ class SimConfig:
             raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
         check_lockstep_s(self.lockstep_s)
         check_sharing(self.sharing)
+        check_pace(self.pace)
 
 
 def check_lockstep_s(value) -> None:
@@ -197,7 +203,7 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
         try:
             bs = int(bs) if bs == bs else default_batch_size(m)
             if (m, bs) not in checked:
-                get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
+                get_table(m, bs, gtype, nearest=True)  # ValueError naming allowed models / sizes
                 checked.add((m, bs))
         except ValueError as e:
             raise ValueError(f"{where}: field 'model' / 'batch_size': {e}") from None
@@ -426,7 +432,8 @@ class Simulator:
     def reset(self) -> ClusterState:
         jobs = [copy.copy(j) for j in self._initial_jobs]
         jobs.sort(key=lambda j: (j.arrival_s, j.job_id))
-        self.state = ClusterState(cluster=self.cluster, costs=self.costs, time_s=0.0, round=0,
+        # the scheduler's view: the tables' eta estimate, never a sweep's true eta (CostModel.estimate)
+        self.state = ClusterState(cluster=self.cluster, costs=self.costs.estimate(), time_s=0.0, round=0,
                                   jobs={j.job_id: j for j in jobs}, active_ids=[],
                                   max_workers_per_gpu=self.config.max_workers_per_gpu, sharing=self._sharing)
         self._pending = [j.job_id for j in jobs]  # arrival order
@@ -628,6 +635,8 @@ class Simulator:
         del self._components[comp.key]
         if len(comp.members) > 1:
             del self._shared[comp.key]
+        elif comp.group is not None:
+            self._shared.pop(comp.group_key, None)
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
         gpus = comp.gpu_list
@@ -640,9 +649,18 @@ class Simulator:
         for g in gpus:
             if gc.get(g) is comp:
                 del gc[g]
-        self._n_live_gpus -= len(gpus)
+                self._n_live_gpus -= 1
         self._order = self._gathered = self._comps_list = None
         return comp
+
+    def _dissolve_group(self, comp: Component) -> tuple:
+        """Dissolve ``comp`` and, under the free pace, the components of the jobs it shares GPUs
+        with (formed together: their times depend on each other); returns them."""
+        group = (comp,) if comp.group is None else comp.group
+        for c in group:
+            if c.slot >= 0:
+                self._dissolve(c)
+        return group
 
     def _form(self, key: tuple, comp: Component) -> None:
         """Put a new component in: a slot in the component set, a row per job, its GPUs."""
@@ -661,10 +679,10 @@ class Simulator:
             comp_of[m.job_id] = comp
         comp.rows = [m.slot for m in comp.members]
         gc = self._gpu_comp
-        gpus = comp.gpu_list
-        for g in gpus:
+        for g in comp.gpu_list:
+            if g not in gc:
+                self._n_live_gpus += 1
             gc[g] = comp
-        self._n_live_gpus += len(gpus)
         self._need_finish.append(comp)
         self._order = self._gathered = self._comps_list = None
         if self._reference:
@@ -686,8 +704,8 @@ class Simulator:
         for jid in changed:
             comp = comp_of.get(jid)
             if comp is not None and comp.slot >= 0:
-                self._dissolve(comp)
-                dirty.update(m.job_id for m in comp.members)
+                for c in self._dissolve_group(comp):
+                    dirty.update(m.job_id for m in c.members)
         # GPUs of dirty running jobs may touch clean components: dissolve those too
         gpu_owner = self._gpu_comp
         frontier = [j for j in dirty if jobs[j].status is RUNNING]
@@ -696,11 +714,11 @@ class Simulator:
             for g in jobs[jid].placement:
                 comp = gpu_owner.get(g)
                 if comp is not None and comp.slot >= 0:
-                    self._dissolve(comp)
-                    for m in comp.members:
-                        if m.job_id not in dirty:
-                            dirty.add(m.job_id)
-                            frontier.append(m.job_id)
+                    for c in self._dissolve_group(comp):
+                        for m in c.members:
+                            if m.job_id not in dirty:
+                                dirty.add(m.job_id)
+                                frontier.append(m.job_id)
         for jid in dirty:
             comp_of.pop(jid, None)
         running = [j for j in dirty if jobs[j].status is RUNNING]
@@ -709,6 +727,7 @@ class Simulator:
         groups = [running] if len(running) == 1 else connected_groups({jid: jobs[jid].placement for jid in running})
         costs = self.costs
         formed_s = st.time_s if at_s is None else at_s
+        free = self.config.pace == "free"
         for jids in groups:
             members = []
             key = []
@@ -721,8 +740,54 @@ class Simulator:
                 key.append((jid, pl, j.level, j.pattern.value))
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
-            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
-                                             self.config.lockstep_s, formed_s, self._sharing))
+            if free and len(members) > 1:
+                self._form_free_group(tuple(key), members, formed_s)
+            else:
+                self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
+                                                 self.config.lockstep_s, formed_s, self._sharing))
+
+    def _form_free_group(self, key: tuple, members: list[Member], formed_s: float) -> None:
+        """Under the free pace, a component per job of a group that shares GPUs, each stepping
+        with the times it takes beside the others (eqs. F1-F4, :mod:`jigsaw_env.free_running`)."""
+        fr = self._free_running(members)
+        per_gpu: dict[int, int] = {}
+        for m in members:
+            for g in set(m.gpus):
+                per_gpu[g] = per_gpu.get(g, 0) + 1
+        jobs = self.state.jobs
+        cache = None if self._reference else self._tables
+        comps = []
+        for m, prof, rate, entry in zip(members, fr.profiles, fr.busy_rate, key):
+            ready = max(self.state.time_s, jobs[m.job_id].restart_until_s)
+            comp = Component([Member(m.job_id, prof, m.gpus, m.iteration0, m.iso_s)], ready, cache, 0.0, formed_s, None)
+            comp.alloc_gpus = sum(1.0 / per_gpu[g] for g in comp.gpu_list)
+            comp.set_busy_rate(rate)
+            comps.append((entry, comp))
+        group = tuple(c for _, c in comps)
+        for entry, comp in comps:
+            comp.group, comp.group_key = group, key
+            self._form((entry,), comp)
+        self._shared[key] = tuple([m.job_id for m in members])
+
+    def _free_running(self, members: list[Member]):
+        """:func:`free_running` of ``members``, kept with the step tables: the result depends on
+        the members' profiles and on which of the group's GPUs (their types and nodes) each uses,
+        not on where the group sits or on the jobs' phases."""
+        sharing = self._sharing
+        gpus = sorted({g for m in members for g in m.gpus})
+        col = {g: i for i, g in enumerate(gpus)}
+        key = (sharing.mode, tuple((id(m.profile), tuple(col[g] for g in m.gpus)) for m in members),
+               tuple(sharing.gpu_type_of(g) for g in gpus), sharing.node_signature(gpus))
+        cache = None if self._reference else self.costs.free_running
+        hit = None if cache is None else cache.get(key)
+        if hit is not None and all(p is m.profile for p, m in zip(hit[0], members)):
+            return hit[1]
+        fr = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing)
+        if cache is not None:
+            if len(cache) > 50_000:
+                cache.clear()
+            cache[key] = (tuple(m.profile for m in members), fr)
+        return fr
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
@@ -794,7 +859,8 @@ class Simulator:
     def _live_order(self) -> tuple:
         """Index arrays over the live components in their dict order (cached until one forms or
         dissolves): component slots, the components, job rows, each row's position among the
-        components, each component's GPU count and its formation time (s)."""
+        components, the GPUs each component is charged for (``Component.alloc_gpus``) and its
+        formation time (s)."""
         if self._order is None:
             comps = self._live_comps()
             slots = np.array([c.slot for c in comps], dtype=np.int64)
@@ -804,7 +870,7 @@ class Simulator:
                 ext(c.rows)
             pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
             self._order = (slots, comps, np.array(rows, dtype=np.int64), pos,
-                           np.array([len(c.gpu_list) for c in comps], dtype=np.float64),
+                           np.array([c.alloc_gpus for c in comps], dtype=np.float64),
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
 
@@ -918,7 +984,7 @@ class Simulator:
             dt = t - now
             steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
             busy_sum += busy
-            alloc_sum += dt * len(comp.gpu_list)
+            alloc_sum += dt * comp.alloc_gpus
             for m, by in zip(comp.members, bytes_):
                 j = jobs[m.job_id]
                 rem = j.iterations - j.progress
@@ -1075,9 +1141,10 @@ class Simulator:
                 comp_of = self._comp_of
                 some = []
                 for jid in who_all:
-                    c = comp_of[jid]
-                    if c not in some:
-                        some.append(c)
+                    comp = comp_of[jid]
+                    for c in ((comp,) if comp.group is None else comp.group):  # the free pace's siblings too
+                        if c not in some:
+                            some.append(c)
                 self._advance_components(now, base_s, acc, some)
             if who_all:
                 rj = self._rjobs

@@ -113,10 +113,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, resource
     bare ``ray.init()`` would join); ``"auto"`` or ``HOST:PORT`` joins a running cluster after
     :func:`probe_address`. Returns whether this call started the connection (False when Ray was
     already initialised in this process, which is then used as it is)."""
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("Ray is not installed: `pip install 'jigsaw[executor]'` (or `pip install ray`)") from None
+    import ray  # not installed: jigsaw_env.cli names the extra to install
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():
