@@ -98,13 +98,17 @@ _INSTALLED: dict[str, Any] = {}
 def _install(bundle: dict, key: str) -> None:
     """Make the bundle's tables, agents and Gavel data this worker's (once per bundle)."""
     from . import evaluate as ev
-    from .cost_table import CostTable, register_table
+    from .cost_table import CostTable, register_table, unregister_table
 
     if _INSTALLED.get("bundle") == key:
         return
     ev._init_worker(None)
-    for name, d in bundle["tables"].items():
-        register_table(CostTable.from_dict(d, origin=name))
+    for k in _INSTALLED.pop("tables", []):  # a worker reused by another evaluation: its tables only
+        unregister_table(*k)
+    tables = [CostTable.from_dict(d, origin=name) for name, d in bundle["tables"].items()]
+    for t in tables:
+        register_table(t)
+    _INSTALLED["tables"] = [(t.model, t.batch_size, t.device) for t in tables]
     if bundle["gavel"] is not None:
         import agents.gandiva as gandiva
         gandiva._GAVEL = bundle["gavel"]
