@@ -42,7 +42,8 @@ def missing_package_line(command: str, e: ModuleNotFoundError) -> str | None:
     top = (e.name or "").split(".")[0]
     if top not in OPTIONAL_PACKAGES:
         return None
-    extra = SUBCOMMAND_EXTRAS.get(command, OPTIONAL_PACKAGES[top])
+    # Ray is the executor extra's whatever the command (train --ray, evaluate --ray)
+    extra = OPTIONAL_PACKAGES[top] if top == "ray" else SUBCOMMAND_EXTRAS.get(command, OPTIONAL_PACKAGES[top])
     return (f"jigsaw {command}: error: needs the Python package {top!r}, which is not installed: "
             f"pip install 'jigsaw[{extra}]' (or 'jigsaw[all]')")
 
