@@ -13,8 +13,9 @@ MaskablePPO (sb3-contrib) by default, with the env's exact action masks (``actio
 fetched from every SubprocVecEnv worker through ``env_method``); ``--algo ppo|a2c`` train the
 plain stable-baselines3 algorithms on the same env, where a masked action is a no-op.
 
-Training uses N environments (``--n-envs``, SubprocVecEnv; ``--vec dummy`` keeps them in this
-process), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
+Training uses N environments (``--n-envs`` or ``--num-envs``, SubprocVecEnv; ``--vec dummy`` keeps
+them in this process; ``--ray [ADDRESS]`` runs them as Ray actors, agents/ray_vec_env.py and
+docs/scale.md), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
 the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
 see agents/rl_env.py) or, with ``--val F``, on a validation split cut before it (so the held-out
 jobs stay unseen until the final evaluation; a warm-started run is also evaluated before its first
@@ -160,10 +161,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--max-wall-s", type=positive_float("--max-wall-s"), default=None, metavar="S",
                    help="stop learning after S seconds of wall time in all (resumed runs included) and save, "
                         "whichever comes first with --timesteps (default: no limit)")
-    a.add_argument("--n-envs", type=positive_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
+    a.add_argument("--n-envs", "--num-envs", type=positive_int("--n-envs"), default=max(1, min(4, os.cpu_count() or 1)),
                    help="parallel environments (default min(4, CPUs))")
-    a.add_argument("--vec", choices=("subproc", "dummy"), default="subproc",
-                   help="SubprocVecEnv (default) or DummyVecEnv (all envs in this process)")
+    a.add_argument("--vec", choices=("subproc", "dummy", "ray"), default="subproc",
+                   help="SubprocVecEnv (default), DummyVecEnv (all envs in this process) or Ray actors (--ray)")
+    a.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the training envs as Ray actors (agents/ray_vec_env.py): --ray alone in an embedded "
+                        "Ray, --ray auto or --ray HOST:PORT on a running cluster (docs/scale.md)")
     a.add_argument("--seed", type=_seed, default=0, help="random seed, 0 .. 2**32 - 1 (default 0)")
     a.add_argument("--eval-freq", type=positive_int("--eval-freq"), default=10_000,
                    help="evaluate on the held-out split every this many timesteps (default 10000)")
@@ -320,7 +324,7 @@ def config_from_args(args) -> dict[str, Any]:
                      "select_on": "val" if args.val > 0 else "eval"},
         "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots),
         "normalize_obs": True, "normalize_reward": True,
-        "n_envs": args.n_envs, "vec": args.vec, "seed": args.seed,
+        "n_envs": args.n_envs, "vec": "ray" if getattr(args, "ray", None) is not None else args.vec, "seed": args.seed,
         "timesteps": args.timesteps, "trained_timesteps": 0, "max_wall_s": args.max_wall_s,
         "eval": {"freq": args.eval_freq, "episodes": args.eval_episodes},
         "checkpoint_freq": args.checkpoint_freq,
@@ -670,6 +674,9 @@ def train(args) -> dict:
 
     from jigsaw_env.cost_table import register_tables_dir
 
+    if getattr(args, "ray", None) not in (None, "local"):
+        from jigsaw_executor.cluster_ray import probe_address
+        probe_address(args.ray)  # an address nobody answers: one line now, before anything is built
     if not args.run_dir:
         args.run_dir = f"runs/{args.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(args.run_dir)
@@ -708,6 +715,8 @@ def train(args) -> dict:
 
 def _check_new_run(args) -> None:
     """Cross-option checks of a new run (each option's own range is checked by its argparse type)."""
+    if getattr(args, "ray", None) is not None and explicit_options(args).get("vec") and args.vec != "ray":
+        raise ValueError(f"--ray runs the training envs as Ray actors; drop --vec {args.vec}")
     if args.spb_levels < 0:
         raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
     if args.dagger_rounds < 0:
@@ -751,7 +760,7 @@ def _check_new_run(args) -> None:
 
 
 # --resume: the options a resumed run takes from the command line; every other option is the run's
-RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progress", "tensorboard", "verbose"})
+RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progress", "tensorboard", "verbose", "ray"})
 #: option dest -> where config.json records it
 RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
@@ -959,9 +968,16 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     set_random_seed(seed)
     n_envs = int(cfg["n_envs"])
     vec_cls = SubprocVecEnv if cfg.get("vec", "subproc") == "subproc" and n_envs > 1 else DummyVecEnv
+    ray_address = getattr(args, "ray", None)
+    if ray_address is None and cfg.get("vec") == "ray":
+        ray_address = "local"
     venv = eval_raw = None
+    ray_owned = False
     try:
-        venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
+        if ray_address is not None:
+            venv, ray_owned = _ray_venv(cfg, ray_address, n_envs, seed)
+        else:
+            venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
         # the evaluation callback (and so best/) uses the validation split when there is one
         eval_raw = DummyVecEnv(_env_factories(cfg, cfg["sampling"].get("select_on", "eval"), 1, seed + 1_000_003))
         if resume_from is not None:
@@ -1037,7 +1053,37 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
             venv.close()
         if eval_raw is not None:
             eval_raw.close()
+        if ray_owned:
+            import ray
+            ray.shutdown()
     return cfg
+
+
+def _ray_venv(cfg: dict, address: str, n_envs: int, seed: int):
+    """The training envs as Ray actors (agents/ray_vec_env.py) and whether this call started Ray:
+    ``address`` "local" is an embedded Ray with one CPU per env (as SubprocVecEnv has one process
+    per env); else the cluster there. The ``--tables`` cost tables travel with the env factories
+    (the workers need no copy of the folder); ``cfg["ray"]`` records where the envs ran."""
+    from jigsaw_executor.cluster_ray import connect
+
+    from agents.ray_vec_env import RayVecEnv, with_tables
+    from jigsaw_env.cost_table import CostTable, table_files
+
+    owned = connect(address, num_cpus=max(1, n_envs))
+    try:
+        tables = [CostTable.load(f).to_dict() for f in table_files(cfg["tables"])] if cfg.get("tables") else []
+        fns = [with_tables(fn, tables) for fn in _env_factories({**cfg, "tables": None}, "train", n_envs, seed)]
+        venv = RayVecEnv(fns)
+    except BaseException:
+        if owned:
+            import ray
+            ray.shutdown()
+        raise
+    nodes = sorted({p["node"] for p in venv.placement})
+    cfg["ray"] = {"address": "local (embedded)" if address == "local" else address,
+                  "env_nodes": [nodes.index(p["node"]) for p in venv.placement],
+                  "nodes": [n[:12] for n in nodes]}
+    return venv, owned
 
 
 def _logger_without_folder(verbose: int):

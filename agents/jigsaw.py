@@ -312,113 +312,97 @@ class Jigsaw(Scheduler):
         deferred to fitting (it may run as a guest on one node). GPUs left free go to
         lower-priority jobs that fit them well (backfilling).
         """
-        cl = state.cluster
-        gpn = cl.gpus_per_node
         # the ledger's memo of worker peaks is kept across calls (by job, for the very job and
         # decision objects): a running job that stays finds its peaks without the cost model
         ledger = GpuLedger(state, peak_memo=self._job_memo(state, "peaks"))
-        wl = ledger._wl  # the ledger's per-GPU worker counts (updated by its adds)
-        # "reserved": GPUs held by chosen running jobs not yet placed (a reservation is read only
-        # while its GPU has no worker in the ledger, and the pass never removes one, so a GPU that
-        # gets a worker keeps whatever flag it had); per node, the GPUs with no worker in the
-        # ledger ("unheld") and, of those, the ones not reserved ("free"): kept as jobs are added
-        # and reservations lifted, so that a job needing GPUs finds consolidated ones from
-        # per-node counts, not from masks of every GPU
-        # (placement.consolidated_from_counts: the ledger's rule, the one common.consolidated_gpus
-        # applies to masks)
+        gpus = _ExclusiveGpus(state, ledger, chosen)
+        deferred = self._place_chosen(state, gpus, chosen, settled)
+        left = self._backfill(state, gpus, rest)
+        if deferred:  # both lists are in priority order already: insert the (few) deferred jobs
+            key = lambda x: rank[x.job_id]  # noqa: E731
+            for j in deferred:
+                bisect.insort(left, j, key=key)
+        return ledger, left
+
+    def _place_chosen(self, state, gpus: "_ExclusiveGpus", chosen, settled) -> list[JobState]:
+        """The exclusive set in priority order: a running job stays (rule 2, or rule 5 when moving
+        does not pay for its restart), a job needing GPUs takes consolidated free ones (or, with
+        ``displace``, unheld ones; rule 4). Returns the jobs deferred to fitting."""
+        wl = gpus.wl
         RUNNING = JobStatus.RUNNING
-        reserved = [False] * cl.num_gpus
-        unheld = [gpn] * cl.num_nodes
-        free_n = unheld.copy()
-        for j in chosen:
-            if j.status is RUNNING and j.placement:
-                for g in j.placement:
-                    if not reserved[g]:  # (a pair's two jobs reserve their shared GPUs once)
-                        reserved[g] = True
-                        free_n[g // gpn] -= 1
-
-        def add(jid: int, jd: JobDecision) -> None:
-            # every job of the pass lands on GPUs with no worker (free or unheld ones, or a
-            # running job's own when none of them is held yet)
-            for g in jd.gpus:
-                k = g // gpn
-                unheld[k] -= 1
-                if not reserved[g]:
-                    free_n[k] -= 1
-            ledger.add_alone(jid, jd)
-
-        def free_on(k: int) -> list[int]:
-            return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0 and not reserved[g]]
-
-        def unheld_on(k: int) -> list[int]:
-            return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]
-
-        # per running job: its current JobDecision, its spread test and whether rule 2 keeps
-        # that configuration on those GPUs (:meth:`_solo_config` with the job running there),
-        # for the placement object, job, level and pattern they were made for (all three are
-        # pure functions of those)
-        stay_memo = self._job_memo(state, "stay")
-        solo = self._job_memo(state, "solo")
         deferred: list[JobState] = []
         for j in chosen:
-            pl = j.placement
-            own = j.status is RUNNING and bool(pl)
+            own = j.status is RUNNING and bool(j.placement)
+            cur = None
             if own:
-                cur = None
-                if not any(map(wl.__getitem__, pl)):  # none of its GPUs is in the ledger yet
-                    # a running job's own configuration on GPUs nobody else holds yet always fits:
-                    # the simulator validated it in force with at least these workers on them (so
-                    # the ledger's check is skipped here and below; it would return True)
-                    e = stay_memo.get(j.job_id)
-                    if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
-                        cur, ok, same = e[4], e[5], e[6]
-                    else:
-                        cur = self._current_jd(state, j)
-                        ok = self._spread_ok(state, j, cur.gpus)
-                        if ok:
-                            cfg = self._solo_config(state, solo, cur, j)
-                            same = cfg[0] == cur.level and cfg[1] is cur.pattern
-                        else:
-                            same = False
-                        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok, same)
+                if not any(map(wl.__getitem__, j.placement)):  # none of its GPUs is in the ledger yet
+                    cur, ok, same = self._stay_config(state, j)
                     if ok:
                         # it stays: add() (a GPU still reserved goes from reserved to held, so
                         # the free GPUs do not change; one whose reservation a job sharing it
                         # lifted was counted free)
-                        add(j.job_id, cur)
+                        gpus.add(j.job_id, cur)
                         if same and settled is not None:
                             settled.add(j.job_id)
                         continue
-                for g in pl:  # its own reservation no longer blocks anyone
-                    if reserved[g]:
-                        reserved[g] = False
-                        if wl[g] == 0:
-                            free_n[g // gpn] += 1
-            jd = self._consolidated(ledger, j, consolidated_from_counts(free_n, free_on, j.num_gpus))
+                gpus.release(j.placement)  # its own reservation no longer blocks anyone
+            ledger = gpus.ledger
+            jd = self._consolidated(ledger, j, consolidated_from_counts(gpus.free_n, gpus.free_on, j.num_gpus))
             if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
                 # displace lower-priority running jobs if that gives a good placement
-                alt = self._consolidated(ledger, j, consolidated_from_counts(unheld, unheld_on, j.num_gpus))
+                alt = self._consolidated(ledger, j, consolidated_from_counts(gpus.unheld, gpus.unheld_on, j.num_gpus))
                 if alt is not None and self._spread_ok(state, j, alt.gpus):
                     jd = alt
             if own and cur is not None:
-                # a running job on too many nodes: move only if it pays for the restart
-                if jd is not None and self._nodes(state, jd.gpus) < self._nodes(state, cur.gpus):
-                    _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
-                    _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
-                    if (x_new - x_old) * self.horizon_s <= x_new * self.restart_s:
-                        jd = None
-                else:
-                    jd = None
-                if jd is None:  # cur: its GPUs are still free (nothing was added since), so it fits
-                    add(j.job_id, cur)
+                # a running job on too many nodes: move only if it pays for the restart (rule 5)
+                if jd is None or not self._move_pays(state, j, cur, jd):
+                    gpus.add(j.job_id, cur)  # its GPUs are still free (nothing was added since): it fits
                     continue
             if jd is None or not self._spread_ok(state, j, jd.gpus):
                 deferred.append(j)
                 continue
-            add(j.job_id, jd)
-        # backfill free GPUs with lower-priority jobs that fit them well
+            gpus.add(j.job_id, jd)
+        return deferred
+
+    def _stay_config(self, state, j: JobState) -> tuple:
+        """(its current JobDecision, whether its spread passes, whether rule 2 keeps that
+        configuration there) for running job ``j``, memoised for the placement object, job,
+        level and pattern they were made for (all three are pure functions of those). A running
+        job's own configuration on GPUs nobody else holds yet always fits: the simulator
+        validated it in force with at least these workers on them (so the ledger's check is
+        skipped)."""
+        stay_memo = self._job_memo(state, "stay")
+        pl = j.placement
+        e = stay_memo.get(j.job_id)
+        if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
+            return e[4], e[5], e[6]
+        cur = self._current_jd(state, j)
+        ok = self._spread_ok(state, j, cur.gpus)
+        same = False
+        if ok:
+            cfg = self._solo_config(state, self._job_memo(state, "solo"), cur, j)
+            same = cfg[0] == cur.level and cfg[1] is cur.pattern
+        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok, same)
+        return cur, ok, same
+
+    def _move_pays(self, state, j: JobState, cur: JobDecision, jd: JobDecision) -> bool:
+        """Rule 5: running job ``j`` moves from ``cur`` to ``jd`` only to fewer nodes and when the
+        speed it gains over ``horizon_s`` exceeds what its restart costs."""
+        if self._nodes(state, jd.gpus) >= self._nodes(state, cur.gpus):
+            return False
+        _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
+        _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
+        return (x_new - x_old) * self.horizon_s > x_new * self.restart_s
+
+    def _backfill(self, state, gpus: "_ExclusiveGpus", rest) -> list[JobState]:
+        """Free GPUs go to lower-priority jobs (in priority order) that fit them well: a running
+        job stays on its own when they are still free, another takes consolidated unheld GPUs.
+        Returns the jobs left for fitting."""
+        wl = gpus.wl
+        ledger = gpus.ledger
+        RUNNING = JobStatus.RUNNING
         left = []
-        nfree = sum(unheld)
+        nfree = sum(gpus.unheld)
         # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
         # another job of the same model, batch size and width (the outcome depends on nothing else)
         no_fit: set[tuple] = set()
@@ -438,22 +422,19 @@ class Jigsaw(Scheduler):
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
-                    gpus = cons[n] if n in cons else cons.setdefault(n, consolidated_from_counts(unheld, unheld_on, n))
-                    jd = self._consolidated(ledger, j, gpus)
+                    found = cons[n] if n in cons else cons.setdefault(
+                        n, consolidated_from_counts(gpus.unheld, gpus.unheld_on, n))
+                    jd = self._consolidated(ledger, j, found)
                     if jd is None or not self._spread_ok(state, j, jd.gpus):
                         no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
-                    add(j.job_id, jd)
+                    gpus.add(j.job_id, jd)
                     nfree -= j.num_gpus
                     no_fit.clear()
                     cons.clear()
                     continue
             left.append(j)
-        if deferred:  # both lists are in priority order already: insert the (few) deferred jobs
-            key = lambda x: rank[x.job_id]  # noqa: E731
-            for j in deferred:
-                bisect.insort(left, j, key=key)
-        return ledger, left
+        return left
 
     @staticmethod
     def _consolidated(ledger: GpuLedger, job: JobState, gpus: list[int] | None) -> JobDecision | None:
@@ -595,3 +576,60 @@ class Jigsaw(Scheduler):
             ledger.remove(host.job_id)
         ledger.add(host.job_id, old)
         return False
+
+
+class _ExclusiveGpus:
+    """The GPUs of Jigsaw's exclusive pass as jobs are placed: the ledger, and per GPU whether a
+    chosen running job not yet placed holds it ("reserved"); per node the GPUs with no worker in
+    the ledger ("unheld") and, of those, the ones not reserved ("free"). A reservation is read
+    only while its GPU has no worker in the ledger, and the pass never removes one, so a GPU that
+    gets a worker keeps whatever flag it had. Kept as jobs are added and reservations lifted, so
+    that a job needing GPUs finds consolidated ones from per-node counts, not from masks of every
+    GPU (``placement.consolidated_from_counts``: the ledger's rule, the one
+    ``common.consolidated_gpus`` applies to masks)."""
+
+    def __init__(self, state, ledger: GpuLedger, chosen):
+        cl = state.cluster
+        gpn = self.gpn = cl.gpus_per_node
+        self.ledger = ledger
+        self.wl = ledger.worker_counts()  # the ledger's per-GPU worker counts (updated by its adds)
+        self.reserved = reserved = [False] * cl.num_gpus
+        self.unheld = [gpn] * cl.num_nodes
+        self.free_n = free_n = list(self.unheld)
+        running = JobStatus.RUNNING
+        for j in chosen:
+            if j.status is running and j.placement:
+                for g in j.placement:
+                    if not reserved[g]:  # (a pair's two jobs reserve their shared GPUs once)
+                        reserved[g] = True
+                        free_n[g // gpn] -= 1
+
+    def add(self, jid: int, jd: JobDecision) -> None:
+        """Job ``jid`` on ``jd``: every job of the pass lands on GPUs with no worker (free or
+        unheld ones, or a running job's own when none of them is held yet)."""
+        gpn, reserved, unheld, free_n = self.gpn, self.reserved, self.unheld, self.free_n
+        for g in jd.gpus:
+            k = g // gpn
+            unheld[k] -= 1
+            if not reserved[g]:
+                free_n[k] -= 1
+        self.ledger.add_alone(jid, jd)
+
+    def release(self, placement) -> None:
+        """Lift the reservation of a running job that does not stay on ``placement``."""
+        reserved, wl, free_n, gpn = self.reserved, self.wl, self.free_n, self.gpn
+        for g in placement:
+            if reserved[g]:
+                reserved[g] = False
+                if wl[g] == 0:
+                    free_n[g // gpn] += 1
+
+    def free_on(self, k: int) -> list[int]:
+        """Node ``k``'s GPUs with no worker and no reservation."""
+        gpn, wl, reserved = self.gpn, self.wl, self.reserved
+        return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0 and not reserved[g]]
+
+    def unheld_on(self, k: int) -> list[int]:
+        """Node ``k``'s GPUs with no worker."""
+        gpn, wl = self.gpn, self.wl
+        return [g for g in range(k * gpn, k * gpn + gpn) if wl[g] == 0]

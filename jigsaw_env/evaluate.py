@@ -20,6 +20,9 @@ section 5), report.html (self-contained: PNGs embedded), metadata.json, and per 
 ``runs/<agent>/[<condition>/]<seed>/{jobs,rounds,cluster}.csv``. A summary table goes to stdout.
 docs/evaluation.md explains the report.
 
+Runs go to ``--workers`` processes, or with ``--ray [ADDRESS]`` each is a Ray task, embedded or on a
+cluster (jigsaw_env/ray_sweep.py, docs/scale.md), with the same results.
+
 A run that fails (e.g. a diverged model's NaN logits) does not throw the others away: every run
 finishes, the finished ones are written as above, metadata.json lists the failed ones under
 ``failed_runs`` (agent, seed, load, eta, the error) and report.html shows them at the top; then
@@ -84,7 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eta-sweep", type=_float_list("--eta-sweep", 0.0, 1.0), default=None, metavar="V[,V...]",
                    help="repeat with eta = V for every SPB iteration (level 0 stays 1), e.g. 0.7,0.8,0.9,1.0")
     p.add_argument("--workers", type=positive_int("--workers"), default=max(1, min(2, os.cpu_count() or 1)),
-                   help="parallel processes (default min(2, CPUs))")
+                   help="parallel processes (default min(2, CPUs)); with --ray alone, the embedded Ray's CPUs")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run each run as a Ray task: --ray alone in an embedded Ray, --ray auto on the cluster "
+                        "started on this machine, --ray HOST:PORT on that cluster (docs/scale.md)")
     p.add_argument("--window-k", type=positive_int("--window-k"), default=None,
                    help="window K learned agents must have (default: each RUN_DIR's own)")
     p.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L of the cluster (default 3)")
@@ -468,6 +474,9 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
 
     t_start = time.perf_counter()
     check_out_dir(args.out)
+    if getattr(args, "ray", None) not in (None, "local"):
+        from jigsaw_executor.cluster_ray import probe_address
+        probe_address(args.ray)  # an address nobody answers: one line now, before anything is written
     tables = str(Path(args.tables).resolve()) if args.tables else None
     if tables:
         register_tables_dir(tables)
@@ -509,6 +518,10 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     for (load, seed), (jobs, _) in sets.items():
         Simulator(cluster, jobs, base_cfg)
 
+    ray_owned = False
+    if getattr(args, "ray", None) is not None:  # connected before anything is written
+        from jigsaw_executor.cluster_ray import connect
+        ray_owned = connect(args.ray, num_cpus=args.workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     multi_load, multi_eta = len(loads) > 1, args.eta_sweep is not None
@@ -525,7 +538,15 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                                       tables, info["digest"], info["offered_load"]))
     if not args.backlogged:
         _warn_overload(sets, cluster.num_gpus, args)
-    results = _run_tasks(tasks, args.workers, show_progress(args))
+    ray_info = None
+    if getattr(args, "ray", None) is not None:
+        from .ray_sweep import rerun_note, run_on_ray
+        results, ray_info = run_on_ray(tasks, cluster, args.ray, ray_owned, show_progress(args))
+        note = rerun_note(ray_info)
+        if note:
+            print(f"jigsaw evaluate: note: {note}", file=sys.stderr)
+    else:
+        results = _run_tasks(tasks, args.workers, show_progress(args))
     rows, failures = [], []
     for res, t in zip(results, tasks):
         if isinstance(res, RunFailure):
@@ -572,13 +593,15 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                                            "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (docs/design.md 5b)")},
         "eta": {"values": [("table" if e is None else e) for e in etas],
                 "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
-                          else "--eta-sweep: eta_override = v for every SPB iteration (level > 0); level 0 is 1",
+                          else ("--eta-sweep: eta_override = v for every SPB iteration (level > 0) in the simulation; "
+                                "level 0 is 1; schedulers and observations see the cost tables' values"),
                 "table_values": eta_vals, "table_sources": eta_src},
         "cost_tables": table_digests(job_frames, cluster),
         "tables_dir": tables,
         "cluster": {**cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
         "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(base_cfg).items()},
         "workers": args.workers,
+        **({"ray": ray_info} if ray_info is not None else {}),
         "runs": {"total": len(tasks), "finished": len(rows), "failed": len(failures)},
         "failed_runs": [asdict(f) for f in failures],
         "wall_s": time.perf_counter() - t_start,

@@ -165,6 +165,11 @@ class GpuLedger:
         """GPUs of the cluster (the length of every per-GPU list and array)."""
         return len(self._wl)
 
+    def worker_counts(self) -> list[int]:
+        """Workers on each GPU as the ledger's own Python list, which its adds and removes keep
+        current (for a caller that reads it many times while it places jobs; never write to it)."""
+        return self._wl
+
     @property
     def owners(self) -> list[list[int]]:
         """Job ids on each GPU, in the order they were added (derived from the decision)."""

@@ -353,6 +353,31 @@ def _failed_runs_html(meta: dict) -> list[str]:
             f"{rows}</table>"]
 
 
+def _ray_html(meta: dict) -> list[str]:
+    """Where the runs ran (``meta["ray"]``, ``jigsaw evaluate --ray``) and the runs Ray reran after
+    losing their node, or nothing for a local evaluation."""
+    info = meta.get("ray")
+    if not info:
+        return []
+    per_node = ", ".join(f"{html.escape(str(n))}: {c}" for n, c in info.get("runs_per_node", {}).items())
+    parts = [f"<h2>Ray</h2><p class=note>Runs were Ray tasks on {len(info.get('nodes', []))} node(s) "
+             f"({html.escape(str(info.get('address')))}); runs finished per node: {per_node}. Job sets, cost tables "
+             f"and RUN_DIRs were shipped through the object store (digests in metadata.json ray.shipped).</p>"]
+    rerun = info.get("rerun") or []
+    if rerun:
+        rows = "".join(f"<tr><td>{html.escape(str(r['agent']))}</td><td>{r['seed']}</td>"
+                       f"<td>{'' if r.get('load') is None else format(r['load'], 'g')}</td>"
+                       f"<td>{'table' if r.get('eta') is None else format(r['eta'], 'g')}</td>"
+                       f"<td>{html.escape(', '.join(r['lost_on']))}</td><td>{html.escape(str(r['finished_on']))}</td></tr>"
+                       for r in rerun)
+        lost = ", ".join(info.get("nodes_lost") or []) or "none"
+        parts.append(f"<p class=note><b>{len(rerun)} run(s) were lost with their node or worker process and rerun</b> (nodes lost "
+                     f"during the sweep: {html.escape(lost)}); their results are those of the rerun.</p><table><tr>"
+                     f"<th>agent</th><th>seed</th><th>load</th><th>eta</th><th>lost on</th><th>finished on</th></tr>"
+                     f"{rows}</table>")
+    return parts
+
+
 def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     """Write OUT/report.html (and OUT/figures/*.png); return the report's path."""
     out = Path(out)
@@ -403,6 +428,7 @@ def write_report(out: Path, df: pd.DataFrame, meta: dict, specs) -> Path:
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>jigsaw evaluation</title><style>{CSS}</style></head><body>",
              "<h1>jigsaw evaluation</h1>",
              *_failed_runs_html(meta),
+             *_ray_html(meta),
              f"<p>{len(agents)} agents × {df['seed'].nunique()} seeds"
              + (f" × {len(loads)} loads" if len(loads) > 1 else "") + (f" × {len(etas)} eta values" if len(etas) > 1 else "")
              + f" on the same job sets; {meta['cluster']['num_gpus']} GPUs. Efficiency form: "

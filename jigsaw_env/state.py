@@ -206,6 +206,19 @@ class CostModel:
         (docs/cost_tables.md section 9)."""
         return get_table(model, batch_size, gpu_type, nearest=True)
 
+    def estimate(self) -> "CostModel":
+        """The cost model a scheduler and the env's observation see: the same cluster, SPB settings
+        and tables, with each table's own eta (eq. E1), not ``eta_override`` / ``eta_scale``. Those
+        two set the simulated *true* eta of a sensitivity sweep, which no scheduler can know
+        (docs/simulator.md section 1). ``self`` when neither is set; otherwise one CostModel made
+        on first use and kept (its caches live as long as this one)."""
+        if self.eta_override is None and self.eta_scale == 1.0:
+            return self
+        est = getattr(self, "_estimate", None)
+        if est is None:
+            est = self._estimate = CostModel(self.cluster, self.spb)
+        return est
+
     def _eta(self, eta: float, level: int) -> float:
         if level == 0:
             return 1.0

@@ -17,7 +17,6 @@ Two steps (docs/cost_tables.md has every formula):
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
@@ -35,12 +34,11 @@ import torch
 import torch.nn as nn
 
 from jigsaw_env.cost_table import CostTable, LayerGroup
+from jigsaw_env.gavel_data import GAVEL_FILE, PROJECT_ROOT, data_dir, gavel_alone_throughput, gavel_key, gavel_throughputs
 from jigsaw_env.zoo import ZooModel, build_model
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GPU_TYPES = ("k80", "p100", "v100")
 MEASURE_DEVICES = ("cpu", "cuda")
-GAVEL_FILE = "gavel/simulation_throughputs.json"
 # Assumed (not measured here) per-process CUDA context + cuDNN/cuBLAS workspace on K80/P100/V100.
 ASSUMED_CUDA_OVERHEAD_BYTES = 500 * 2**20
 # Used only when the CPU overhead measurement (a subprocess) fails.
@@ -52,50 +50,6 @@ OPTIMIZER_TEXT = {
     "adam": "Adam",
     "adamw": "AdamW",
 }
-
-
-# --------------------------------------------------------------------------------------------
-# data folder and Gavel throughputs
-# --------------------------------------------------------------------------------------------
-def data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA`` or ``<project root>/../shared/data``."""
-    env = os.environ.get("JIGSAW_DATA")
-    return Path(env) if env else (PROJECT_ROOT.parent / "shared" / "data")
-
-
-@lru_cache(maxsize=4)
-def _load_gavel(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(
-            f"Gavel throughputs not found at {p}; set JIGSAW_DATA to the data folder "
-            f"(it must contain {GAVEL_FILE})")
-    return json.loads(p.read_text())
-
-
-def gavel_throughputs(path: str | Path | None = None) -> dict[str, Any]:
-    """Gavel's ``simulation_throughputs.json`` (read from the data folder, never copied)."""
-    return _load_gavel(str(path or data_dir() / GAVEL_FILE))
-
-
-def gavel_key(job: str, batch_size: int, scale_factor: int = 1) -> str:
-    """The key Gavel uses, e.g. ``"('ResNet-18 (batch size 64)', 1)"``."""
-    return str((f"{job} (batch size {batch_size})", scale_factor))
-
-
-def gavel_alone_throughput(job: str | None, batch_size: int, gpu: str,
-                           path: str | Path | None = None) -> tuple[str, float] | None:
-    """(key, iterations/s alone at scale factor 1) or None when Gavel has no such entry."""
-    if job is None:
-        return None
-    table = gavel_throughputs(path)
-    if gpu not in table:
-        raise ValueError(f"Gavel throughputs have no GPU type {gpu!r}; allowed: {sorted(table)}")
-    key = gavel_key(job, batch_size)
-    entry = table[gpu].get(key)
-    if entry is None or not entry.get("null"):
-        return None
-    return key, float(entry["null"])
 
 
 # --------------------------------------------------------------------------------------------

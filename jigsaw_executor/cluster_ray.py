@@ -15,6 +15,11 @@
   so a failed worker costs one fresh process, and a restarted scheduler finds them by name.
 * :class:`SlotPool` creates and tracks the hosts; :func:`get_or_create_hub` the
   :class:`~jigsaw_executor.control.ControlHub` (the decision and state store).
+* :func:`connect` is the one ``ray.init`` of every jigsaw command on Ray (the executor here,
+  ``jigsaw evaluate --ray`` and ``jigsaw train --ray``): an embedded instance, or a cluster at an
+  address, checked to be reachable within :data:`CONNECT_TIMEOUT_S` first (``ray.init`` itself
+  waits minutes for an address nobody answers). :func:`code_runtime_env` makes Ray's workers import
+  the same jigsaw source tree as the driver.
 """
 from __future__ import annotations
 
@@ -24,36 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 NAMESPACE = "jigsaw"
-#: how long ``--address HOST:PORT`` is tried before the run gives up in one line (Ray's own
-#: connect retries forever when nothing listens there)
-ADDRESS_WAIT_S = 10.0
-
-
-def check_address_reachable(address: str, wait_s: float | None = None) -> None:
-    """ValueError (one line) unless something accepts TCP connections at ``address`` (``HOST:PORT``,
-    the Ray cluster's GCS) within ``wait_s`` seconds (default :data:`ADDRESS_WAIT_S`; refused
-    connections are retried). Other address forms (``auto``, ``ray://...``) are left to Ray."""
-    import socket
-
-    wait_s = ADDRESS_WAIT_S if wait_s is None else float(wait_s)
-
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or "//" in address or not port.isdigit():
-        return
-    host = host.strip("[]")
-    deadline = time.monotonic() + wait_s
-    why = "no answer"
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            with socket.create_connection((host, int(port)), timeout=max(0.2, min(2.0, left))):
-                return
-        except OSError as e:
-            why = e.strerror or type(e).__name__
-        if time.monotonic() >= deadline:
-            raise ValueError(f"--address {address}: no Ray cluster reachable there within {wait_s:.0f} s ({why}); "
-                             f"start one with `ray start --head` or check the address")
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def slot_resource(g: int) -> str:
@@ -80,6 +55,83 @@ def physical_cores() -> int:
 
 def default_slots() -> int:
     return physical_cores()
+
+
+#: seconds :func:`connect` waits for a TCP connection to a cluster's address before giving up
+CONNECT_TIMEOUT_S = 5.0
+
+
+def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """ValueError (one line naming the address) unless something accepts a TCP connection at
+    ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) within ``timeout_s``; ``"auto"`` is left to
+    Ray (which finds a cluster started on this machine, or fails at once)."""
+    import socket
+
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379), ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__)
+        raise ValueError(f"cannot reach a Ray cluster at {address} within {timeout_s:g} s ({why}); start one there "
+                         f"(`ray start --head --port {port}`) or give the address `ray start` printed") from None
+
+
+def source_root() -> str | None:
+    """The folder holding the imported ``jigsaw_env`` package when it is a source tree (a checkout,
+    or an editable install), None when it is an installed package (under site-packages)."""
+    from pathlib import Path
+
+    import jigsaw_env
+
+    root = Path(jigsaw_env.__file__).resolve().parent.parent
+    if root.name in ("site-packages", "dist-packages"):
+        return None
+    return str(root)
+
+
+def code_runtime_env() -> dict:
+    """The Ray ``runtime_env`` of jigsaw's tasks and actors: for a driver running from a source tree,
+    that tree first on the workers' ``PYTHONPATH`` (so they run the driver's code, not another copy
+    installed on the node); nothing for an installed package (every node imports its own install)."""
+    root = source_root()
+    if root is None:
+        return {}
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join([root, *rest])}}
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None, resources: dict | None = None,
+            namespace: str = NAMESPACE, log_to_driver: bool = False) -> bool:
+    """``ray.init`` for jigsaw: ``address`` None or ``"local"`` starts an embedded instance in this
+    process (``num_cpus``, ``resources``; never a cluster someone started on this machine, which a
+    bare ``ray.init()`` would join); ``"auto"`` or ``HOST:PORT`` joins a running cluster after
+    :func:`probe_address`. Returns whether this call started the connection (False when Ray was
+    already initialised in this process, which is then used as it is)."""
+    import ray  # not installed: jigsaw_env.cli names the extra to install
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if ray.is_initialized():
+        return False
+    if address in (None, "local"):
+        ray.init(address="local", num_cpus=num_cpus, resources=resources, namespace=namespace,
+                 include_dashboard=False, log_to_driver=log_to_driver, configure_logging=True,
+                 logging_level="WARNING")
+        return True
+    probe_address(address)
+    try:
+        ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, logging_level="WARNING")
+    except ConnectionError as e:
+        if address == "auto":
+            raise ValueError("--ray auto: no running Ray cluster found on this machine (start one with "
+                             "`ray start --head`, or give its HOST:PORT)") from None
+        raise ValueError(f"cannot connect to the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+    return True
 
 
 def check_slots(slots: int, allow_oversubscribe: bool = False) -> int:
@@ -109,26 +161,11 @@ class RaySession:
         self.started = False
 
     def start(self) -> "RaySession":
-        import ray
-
         if self.address is None:
             check_slots(self.slots, self.allow_oversubscribe)
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        if ray.is_initialized():
-            self.owned = False
-        elif self.address is None:
-            # address="local": always a new embedded instance, never a cluster someone started
-            # on this machine with `ray start` (which a bare ray.init() would join)
-            ray.init(address="local", num_cpus=self.slots,
-                     resources={slot_resource(g): 1.0 for g in range(self.slots)},
-                     namespace=NAMESPACE, include_dashboard=False, log_to_driver=self.log_to_driver,
-                     configure_logging=True, logging_level="WARNING")
-            self.owned = True
-        else:
-            check_address_reachable(self.address)  # one line instead of Ray's endless retries
-            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver,
-                     logging_level="WARNING")
-            self.owned = True
+        self.owned = connect(self.address, num_cpus=self.slots,
+                             resources={slot_resource(g): 1.0 for g in range(self.slots)},
+                             log_to_driver=self.log_to_driver)
         self.started = True
         self.check_resources()
         return self

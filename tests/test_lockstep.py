@@ -108,9 +108,13 @@ def test_replay_runs_the_pace_the_log_records(tmp_path):
     header["sim"]["pace"] = "free"
     free_log = tmp_path / "decision_log.jsonl"
     free_log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    from jigsaw_executor.decision_log import _tables_registered
+
     tables = _tables_with_lockstep(tmp_path, 0.002, "barred")
-    lock = replay_decision_log(LOG, tables=tables)
-    free = replay_decision_log(free_log, tables=tables)
+    # the scheduler re-runs on the registered tables: those of the logged run (W = 4 eta only)
+    with _tables_registered(_tables_with_lockstep(tmp_path, None, "logged")):
+        lock = replay_decision_log(LOG, tables=tables)
+        free = replay_decision_log(free_log, tables=tables)
     assert any(n == "pace: lockstep (as the live run)" for n in lock.notes)
     assert any(n == "pace: free (as the live run)" for n in free.notes)
     assert lock.decisions_match and free.decisions_match
@@ -169,22 +173,32 @@ def test_bad_lockstep_file_names_the_file_and_field(tmp_path, content, what):
 
 # ----------------------------------------------------------------------------------- the replay
 def _tables_with_lockstep(tmp_path: Path, lockstep_s: float | None, name: str) -> Path:
+    """The CPU tables of the logged jobs, with eta as the logged run's tables held it: measured at
+    4 workers only (no ``/w<W>`` keys, which change the policy's decisions for its 1- and 2-slot
+    jobs), and ``lockstep.json`` when ``lockstep_s`` is given."""
     d = tmp_path / name
     d.mkdir()
     for m in ("tiny_cnn", "tiny_mlp", "tiny_transformer"):
-        (d / f"{m}-bs32-cpu.json").write_text((TABLES_DIR / f"{m}-bs32-cpu.json").read_text())
+        t = json.loads((TABLES_DIR / f"{m}-bs32-cpu.json").read_text())
+        meta = t.get("meta", {})
+        if "eta" in meta:
+            meta["eta"] = {k: v for k, v in meta["eta"].items() if "/w" not in k}
+            meta["eta_source"] = {k: v for k, v in meta["eta_source"].items() if not k.startswith("w")}
+        (d / f"{m}-bs32-cpu.json").write_text(json.dumps(t, indent=1) + "\n")
     if lockstep_s is not None:
         save_lockstep(d / LOCKSTEP_FILE, lockstep_s, "test")
     return d
 
 
 def test_replay_picks_up_lockstep_json_and_charges_co_located_rounds_only(tmp_path):
-    from jigsaw_executor.decision_log import read_decision_log, replay_decision_log
+    from jigsaw_executor.decision_log import _tables_registered, read_decision_log, replay_decision_log
 
     b = 0.002
-    plain = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "plain"))
-    barred = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, b, "barred"))
-    explicit = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "explicit"), lockstep_s=b)
+    # the scheduler re-runs on the registered tables: those of the logged run (W = 4 eta only)
+    with _tables_registered(_tables_with_lockstep(tmp_path, None, "logged")):
+        plain = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "plain"))
+        barred = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, b, "barred"))
+        explicit = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "explicit"), lockstep_s=b)
     assert plain.decisions_match and barred.decisions_match
     assert barred.jobs == explicit.jobs and barred.rounds == explicit.rounds
     assert any("lockstep barrier: 2.000 ms" in n for n in barred.notes)
