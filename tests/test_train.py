@@ -437,7 +437,7 @@ def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
     assert e.value.code == 2 and "--train-gpus must be comma-separated GPU counts >= 1, got '8,0'" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     # --val-gpus: the same checks, and it needs a validation split
-    rc = main(tiny_args(tables_dir, tmp_path / "c", "--timesteps", "64", "--val-gpus", "8"))
+    rc = main(tiny_args(tables_dir, tmp_path / "c", "--timesteps", "64", "--val", "0", "--val-gpus", "8"))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == ["jigsaw train: error: --val-gpus needs a validation split: pass --val F with F > 0"]
     rc = main(tiny_args(tables_dir, tmp_path / "d", "--timesteps", "64", "--val", "0.1", "--val-gpus", "8,12"))
