@@ -14,17 +14,23 @@ fetched from every SubprocVecEnv worker through ``env_method``); ``--algo ppo|a2
 plain stable-baselines3 algorithms on the same env, where a masked action is a no-op.
 
 Training uses N environments (``--n-envs``, SubprocVecEnv; ``--vec dummy`` keeps them in this
-process), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
-the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
-see agents/rl_env.py) or, with ``--val F``, on a validation split cut before it (so the held-out
-jobs stay unseen until the final evaluation; a warm-started run is also evaluated before its first
-update), checkpoints, TensorBoard logs and a progress bar. Every episode draws new
-jobs (a new synthetic trace, or a random window of the trace), optionally with a sampled load
-(``--load 0.5,1.0,1.5``) and a curriculum (``--curriculum``), so one agent generalises across
-trace windows.
+process), VecNormalize on observations and rewards, a MaskableEvalCallback on a validation split
+of the trace (``--val F``, default 0.1; synthetic: generator seeds of its own; real traces: the F
+of the jobs before the held-out ``--holdout``; see agents/rl_env.py), so the held-out jobs stay
+unseen until the final evaluation (``--val 0``: no in-training evaluation and no best/; a
+warm-started run is also evaluated before its first update), checkpoints, TensorBoard logs and a
+progress bar. Every episode draws new jobs (a new synthetic trace, or a random window of the
+trace), optionally with a sampled load (``--load 0.5,1.0,1.5``) and a curriculum
+(``--curriculum``), so one agent generalises across trace windows.
 
-RUN_DIR/ gets model.zip, vecnormalize.npz, config.json, eval.csv, eval.png, best/ (the best
-evaluation's model as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/ and tb/
+``--preset NAME`` and ``--config FILE`` read options from TOML (agents/presets/); flags on the
+command line override them. ``--gamma-per-hour`` discounts per simulated second
+(agents/semi_mdp.py); ``--obs-features`` chooses the observation's feature groups. SIGINT and
+SIGTERM stop a run in any phase with its folder kept; ``--resume`` finishes it.
+
+RUN_DIR/ gets model.zip, vecnormalize.npz, config.json, eval.csv, eval.png, reference.json
+(Tiresias's and Jigsaw's values on the validation episodes), best/ (the best evaluation's model
+as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/, warm_start/ and tb/
 (TensorBoard). docs/evaluation.md describes them.
 """
 from __future__ import annotations
