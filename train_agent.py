@@ -532,11 +532,14 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- envs
-def _env_factories(cfg: dict, split: str, n: int, seed: int):
+def _env_factories(cfg: dict, split: str, n: int, seed: int, subprocess_workers: bool = False):
+    """The env factories of ``n`` envs of a split; ``subprocess_workers``: for SubprocVecEnv
+    workers, which then ignore SIGINT/SIGTERM (the trainer handles them, ``make_env_fn``)."""
     from agents.rl_env import make_env_fn
     s = cfg["sampling"]
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
+                        ignore_signals=subprocess_workers,
                         loads=s["loads"], wide_share=float(s.get("wide_share") or 0.0),
                         wide_gpus=int(s.get("wide_gpus") or 8),
                         cluster_sizes={"train": s.get("train_gpus"), "val": s.get("val_gpus")}.get(split),
@@ -957,6 +960,8 @@ def _check_new_run(args) -> None:
         raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
     if args.dagger_rounds < 0:
         raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+    if args.gamma_per_hour is not None and "gamma" in {**options_from_files(args), **explicit_options(args)}:
+        raise ValueError("--gamma-per-hour replaces --gamma (a discount per env step); give one of them")
     if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
         raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
     if not 0.0 <= args.wide_share <= 1.0:
@@ -1240,7 +1245,7 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         sb3_gamma = hp["gamma"]
     venv = eval_raw = eval_env = None
     try:
-        venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
+        venv = vec_cls(_env_factories(cfg, "train", n_envs, seed, subprocess_workers=vec_cls is SubprocVecEnv))
         # the evaluation callback (and so best/) uses the validation split, never the held-out one
         if cfg["sampling"].get("select_on") == "val":
             eval_raw = DummyVecEnv(_env_factories(cfg, "val", 1, seed + 1_000_003))

@@ -189,10 +189,11 @@ class OnnxPolicy:
         from agents.rl import spaces_signature
         k = self.window_k if window_k is None else int(window_k)
         want = spaces_signature(k, int(spb_levels), int(spb_slots), self.obs_features)
-        if int(want["job_features"]) != int(self.metadata["job_features"]):  # the groups and the size disagree
-            raise ValueError(f"{self.path} does not fit the deployment: per-job features expected "
-                             f"{want['job_features']} (feature groups {','.join(self.obs_features)}), found "
-                             f"{self.metadata['job_features']} in the ONNX policy")
+        groups = f" (feature groups {','.join(self.obs_features)})"
+        for key, label in (("observation_size", "observation size"), ("job_features", "per-job features")):
+            if int(want[key]) != int(self.metadata[key]):  # these depend on the feature groups: name them
+                raise ValueError(f"{self.path} does not fit the deployment: {label} expected {want[key]}{groups}, "
+                                 f"found {self.metadata[key]} in the ONNX policy")
         self.check_compatible(want["observation_size"], want["n_actions"], want["window_k"], want["spb_levels"],
                               want["spb_slots"], placement_options=want["placement_options"],
                               level_pattern_combos=want["level_pattern_combos"], job_features=want["job_features"],

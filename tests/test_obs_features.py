@@ -138,8 +138,8 @@ def test_a_run_on_some_groups_evaluates_exports_and_deploys_with_them(tmp_path):
         pol.raw_metadata["obs_features"] = json.dumps(["base"])
         with pytest.raises(ValueError) as e:
             pol.check_layout(3, 4)
-        assert str(e.value) == (f"{out} does not fit the deployment: per-job features expected 15 (feature groups "
-                                f"base), found 18 in the ONNX policy")
+        assert str(e.value) == (f"{out} does not fit the deployment: observation size expected 70 (feature groups "
+                                f"base), found 82 in the ONNX policy")
     finally:
         for m in ("ofA", "ofB"):
             unregister_table(m, 8, "v100")

@@ -255,3 +255,31 @@ def test_sigterm_in_the_warm_start_leaves_a_run_that_resume_finishes(tables, tmp
     assert (run / "warm_start" / "model.zip").is_file() and (run / "model.zip").is_file()
     assert [ln.split(",")[0] for ln in (run / "warm_start.csv").read_text().splitlines()[1:]] == \
         ["clone", "dagger1", "dagger2"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_with_subprocess_workers(tables, tmp_path):
+    """SIGTERM to the whole process group (what `timeout` and Slurm send) while two SubprocVecEnv
+    workers run: the workers ignore it, the trainer saves the model and exits 130, and `--resume`
+    finishes the run."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "jigsaw_env.cli", "train",
+           *tiny(tables, run, "--timesteps", "100000000", "--checkpoint-freq", "128", "--eval-freq", "1000000",
+                 "--n-envs", "2", "--seed", "3", "--val", "0")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+                         start_new_session=True)
+    _wait_for(p, lambda: bool(checkpoints(run)), "checkpoint")
+    os.killpg(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()[-2000:]
+    lines = [ln for ln in err.decode().splitlines() if ln.strip()]
+    assert lines[-1] == (f"jigsaw train: interrupted; the model so far is saved in {run} "
+                         f"(`jigsaw train --run-dir {run} --resume` finishes it)")
+    saved = json.loads((run / "config.json").read_text())["trained_timesteps"]
+    assert saved >= checkpoints(run)[-1] > 0
+    r = subprocess.run([sys.executable, "-m", "jigsaw_env.cli", "train", "--run-dir", str(run), "--resume",
+                        "--timesteps", str(saved + 256), "--no-progress"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((run / "config.json").read_text())["trained_timesteps"] >= saved + 256
