@@ -214,7 +214,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="SubprocVecEnv (default) or DummyVecEnv (all envs in this process)")
     a.add_argument("--seed", type=_seed, default=0, help="random seed, 0 .. 2**32 - 1 (default 0)")
     a.add_argument("--eval-freq", type=positive_int("--eval-freq"), default=10_000,
-                   help="evaluate on the held-out split every this many timesteps (default 10000)")
+                   help="evaluate on the validation split every this many timesteps (default 10000)")
     a.add_argument("--eval-episodes", type=positive_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
     a.add_argument("--checkpoint-freq", type=positive_int("--checkpoint-freq"), default=10_000,
                    help="save a checkpoint every this many timesteps (default 10000)")
@@ -647,7 +647,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
     csv_path = run_dir / "eval.csv"
 
     class EvalToCSV(MaskableEvalCallback):
-        """MaskableEvalCallback that replays the same held-out episodes at every evaluation and
+        """MaskableEvalCallback that replays the same validation episodes at every evaluation and
         appends a row (reward and the episodes' metrics) to eval.csv."""
 
         def _log_success_callback(self, locals_, globals_):
