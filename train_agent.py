@@ -406,7 +406,7 @@ def apply_option_files(args) -> dict[str, str]:
             if act is None or dest in _NOT_IN_FILES:
                 raise ValueError(f"{label}: unknown option {key!r} in [train]; expected a `jigsaw train` flag "
                                  f"without its dashes (e.g. max-jobs = 50)")
-            flag = act.option_strings[-1] if isinstance(act, argparse.BooleanOptionalAction) else act.option_strings[0]
+            flag = act.option_strings[0]
             if act.nargs == 0:  # a switch: true or false
                 if not isinstance(value, bool):
                     raise ValueError(f"{label}: option {key!r}: expected true or false, got {value!r}")
