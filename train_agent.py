@@ -455,7 +455,7 @@ def config_from_args(args) -> dict[str, Any]:
         "round_s": args.round_s, "restart_s": args.restart_s, "reward": args.reward,
         "reward_scale": args.reward_scale, "observe_remaining": args.observe_remaining,
         "backlogged": args.backlogged, "max_time_s": args.max_time_s, "sharing": args.sharing,
-        "obs_features": list(check_features(args.obs_features)),
+        "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
     }
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
@@ -1007,7 +1007,7 @@ RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progres
 RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
-                               "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing",
+                               "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
                                "obs_features")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",

@@ -1,6 +1,7 @@
 """Gandiva-style packing and time-slicing, without SPB (Xiao et al., OSDI 2018)."""
 from __future__ import annotations
 
+from jigsaw_env.gavel_data import gavel_throughputs
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState
@@ -138,9 +139,8 @@ def _gavel_pair(state: ClusterState, a: JobState, b: JobState) -> tuple[float, f
         return None
     if _GAVEL is None:
         try:
-            from jigsaw_env.table_builder import gavel_throughputs  # noqa: PLC0415 (imports torch)
             _GAVEL = gavel_throughputs()
-        except (FileNotFoundError, ImportError, ValueError):
+        except (FileNotFoundError, ValueError):
             _GAVEL = {}
     table = _GAVEL.get(gpu, {})
     ka, kb = str((f"{ja} (batch size {a.batch_size})", 1)), str((f"{jb} (batch size {b.batch_size})", 1))

@@ -3,8 +3,9 @@
     nice -n 10 python -m bench.eta --write-tables             # the shipped measurement (13 min, 2 cores)
     python -m bench.eta --quick --out /tmp/eta                # smoke run: 2 workers, 1 seed, < 30 s
     python -m bench.eta --from-json bench/results/eta/eta.json --write-tables   # re-apply, no training
-    nice -n 10 python -m bench.eta --world 2 --seeds 0,1,2,3,4 \
-        --configs 2/rotating,2/static,3/rotating,3/static --out bench/results/eta/w2   # W = 2 (not in tables)
+    nice -n 10 python -m bench.eta --world 2 --seeds 0,1,2,3,4 --out bench/results/eta/w2   # W = 2 (91 s)
+    nice -n 10 python -m bench.eta --world 1 --seeds 0,1,2,3,4 --out bench/results/eta/w1   # W = 1 (49 s)
+    python -m bench.eta --from-json bench/results/eta/w2/eta.json --write-tables --by-workers  # the /w2 keys
 
 eta(model, level, pattern) is the progress of one SPB iteration relative to one full-backprop
 iteration (docs/design.md section 2, docs/spb_model.md eq. E1). Measured here as
@@ -439,13 +440,13 @@ def table_eta_values(doc: dict[str, Any], model: str) -> dict[str, float]:
             if r["mean"] is not None}
 
 
-def eta_source(doc: dict[str, Any], model: str) -> dict[str, Any]:
+def eta_source(doc: dict[str, Any], model: str, results: str = "bench/results/eta/eta.json") -> dict[str, Any]:
     s = doc["setup"]
     mo = doc["summary"][model]
     return {
         "what": ("eta = iterations to the target with full backprop / with SPB, same seed, same lr; "
                  "meta['eta'] holds the mean over seeds, capped at 1"),
-        "command": doc["command"], "results": "bench/results/eta/eta.json", "date_utc": doc["date_utc"],
+        "command": doc["command"], "results": results, "date_utc": doc["date_utc"],
         "target": f"held-out accuracy >= {s['target']} on sklearn digits (DigitsData(seed), 20% held out), "
                   f"evaluated every {s['eval_every']} iterations",
         "workers": s["world"], "batch_size_per_worker": s["batch_size"], "seeds": s["seeds"],
@@ -474,11 +475,12 @@ def _optimizer_name(model: str) -> str:
 
 
 def write_tables(doc: dict[str, Any], tables_dir: Path, models: list[str] | None = None,
-                 by_workers: bool = False) -> list[Path]:
+                 by_workers: bool = False, results: str = "bench/results/eta/eta.json") -> list[Path]:
     """Set meta['eta'] and meta['eta_source'] in every table of ``tables_dir`` whose model was measured
     (only those two keys change). ``by_workers``: add the values under W-qualified keys
     ``"<level>/<pattern>/w<W>"`` (and the source under ``meta["eta_source"]["w<W>"]``), keeping
-    every existing key. Returns the files written."""
+    every existing key. ``results``: the eta.json the values come from, as the source names it.
+    Returns the files written."""
     from jigsaw_env.cost_table import table_files
 
     models = list(doc["summary"]) if models is None else models
@@ -495,11 +497,11 @@ def write_tables(doc: dict[str, Any], tables_dir: Path, models: list[str] | None
             eta.update({f"{k}/w{world}": v for k, v in table_eta_values(doc, m).items()})
             meta["eta"] = eta
             src = dict(meta.get("eta_source") or {})
-            src[f"w{world}"] = eta_source(doc, m)
+            src[f"w{world}"] = eta_source(doc, m, results)
             meta["eta_source"] = src
         else:
             meta["eta"] = table_eta_values(doc, m)
-            meta["eta_source"] = eta_source(doc, m)
+            meta["eta_source"] = eta_source(doc, m, results)
         path.write_text(json.dumps(d, indent=1, sort_keys=False) + "\n")  # as CostTable.save writes
         written.append(path)
     return written
@@ -615,7 +617,12 @@ def _main(argv: list[str] | None) -> int:
         print(markdown(doc))
         print(f"wrote {out / 'eta.json'} and {out / 'eta.md'} ({wall:.0f} s)")
     if a.write_tables:
-        written = write_tables(doc, Path(a.tables_dir), by_workers=a.by_workers)
+        src = Path(a.from_json) if a.from_json else Path(a.out) / "eta.json"
+        try:
+            src = src.resolve().relative_to(ROOT)
+        except ValueError:
+            pass
+        written = write_tables(doc, Path(a.tables_dir), by_workers=a.by_workers, results=str(src))
         print(f"wrote meta['eta'] into {len(written)} table(s): {', '.join(p.name for p in written)}")
     return 0
 

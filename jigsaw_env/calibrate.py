@@ -31,20 +31,18 @@ import time
 from pathlib import Path
 
 from jigsaw_env.cli_args import positive_int
-from jigsaw_env.cost_table import TABLES_DIR, CostTable, table_filename
+from jigsaw_env.cost_table import REFERENCE_BATCH_SIZES, TABLES_DIR, CostTable, table_filename
 
-# model -> batch size of its shipped tables (a Gavel batch size where Gavel has the job type)
-SHIPPED: dict[str, int] = {
-    "resnet18": 64,
-    "resnet50": 32,
-    "transformer_small": 64,
-    "lstm_lm": 20,
-    "recommendation": 1024,
-    "vgg16": 32,
-    "bert_base": 8,
-    "tiny_cnn": 32,
-    "tiny_mlp": 32,
-    "tiny_transformer": 32,
+# model -> batch size of its reference tables (a Gavel batch size where Gavel has the job type)
+SHIPPED: dict[str, int] = REFERENCE_BATCH_SIZES
+# model -> further batch sizes its cpu table is measured at; with SHIPPED they are the cpu tables the
+# Gavel batch sizes' K80/P100/V100 tables are derived from (docs/cost_tables.md section 9)
+MEASURED_BATCHES: dict[str, tuple[int, ...]] = {
+    "resnet18": (16, 32),
+    "resnet50": (16,),
+    "transformer_small": (16, 32),
+    "lstm_lm": (5, 10, 40, 80),
+    "recommendation": (512, 2048, 4096, 8192),
 }
 GPU_TYPES = ("k80", "p100", "v100")
 DEVICES = ("cpu", "cuda") + GPU_TYPES
@@ -182,6 +180,14 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
         written.append(path)
         cpu_tables[n] = table
         log(f"{_summary(table)}  [{time.perf_counter() - t0:.0f} s] -> {path.name}")
+        for b in MEASURED_BATCHES.get(n, ()):
+            t0 = time.perf_counter()
+            extra = calibrate(n, b, "cpu", repeats=repeats, progress=progress,
+                              command="python -m jigsaw_env.calibrate --ship", eta_from=out_dir)
+            p = out_dir / table_filename(n, b, "cpu")
+            extra.save(p)
+            written.append(p)
+            log(f"{_summary(extra)}  [{time.perf_counter() - t0:.0f} s] -> {p.name}")
     # reference tables for the extrapolation: every Gavel model's CPU table (fresh or shipped)
     refs = []
     for n in anchored:
@@ -201,16 +207,85 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
                 derive.append(n)
     for gpu in GPU_TYPES:
         for n in derive:
+            if n in tb.GPU_RATIO_FAMILY:
+                continue
             t = tb.anchor_table(cpu_tables[n], gpu, gavel_path=gavel_path, reference_tables=refs)
             path = out_dir / table_filename(n, SHIPPED[n], gpu)
             t.save(path)
             written.append(path)
             log(f"{_summary(t)} [{t.meta['kind']}] -> {path.name}")
+    for t in derive_gavel_batches([n for n in names if n in anchored], out_dir, gavel_path):
+        path = out_dir / table_filename(t.model, t.batch_size, t.device)
+        t.save(path)
+        written.append(path)
+        log(f"{_summary(t)} [{t.meta['kind']}] -> {path.name}")
+    for t in derive_gpu_ratio([n for n in names if n in tb.GPU_RATIO_FAMILY], gavel_path=gavel_path):
+        path = out_dir / table_filename(t.model, t.batch_size, t.device)
+        t.save(path)
+        written.append(path)
+        log(f"{_summary(t)} [{t.meta['kind']}] -> {path.name}")
     for fn_name in ("_shipped_tables", "available_tables", "get_table"):  # let get_table see new files
         fn = getattr(cost_table, fn_name, None)
         if hasattr(fn, "cache_clear"):
             fn.cache_clear()
     return written
+
+
+def derive_gavel_batches(models: list[str], tables_dir: Path, gavel_path: str | Path | None = None) -> list[CostTable]:
+    """The K80/P100/V100 tables of every batch size Gavel measured for ``models`` (Gavel-anchored
+    zoo models) other than the reference batch size, each anchored exactly to Gavel's alone
+    throughput there (:func:`jigsaw_env.table_builder.anchor_table`). The times are split as the
+    cpu table measured at that batch size in ``tables_dir``, or where there is none, as the
+    nearest measured cpu table scaled to the batch size by eq. B1
+    (:func:`jigsaw_env.cost_table.scale_to_batch`); docs/cost_tables.md section 9."""
+    from jigsaw_env import table_builder as tb
+    from jigsaw_env.cost_table import nearest_batch_size, scale_to_batch
+    from jigsaw_env.zoo import MODELS
+
+    out = []
+    for n in models:
+        job = MODELS[n].gavel_job
+        measured = {}
+        for b in (SHIPPED[n], *MEASURED_BATCHES.get(n, ())):
+            p = Path(tables_dir) / table_filename(n, b, "cpu")
+            if p.exists():
+                measured[b] = CostTable.load(p)
+        if not measured:
+            raise ValueError(f"{n}: no measured cpu table in {tables_dir} to derive its Gavel batch sizes from")
+        for b in tb.gavel_batch_sizes(job, GPU_TYPES, gavel_path):
+            if b == SHIPPED[n]:
+                continue
+            base = measured.get(b) or scale_to_batch(
+                measured[nearest_batch_size(b, list(measured))], b, 1.0,
+                "1 (any exponent gives this table: the anchor to Gavel below rescales every time)")
+            for gpu in GPU_TYPES:
+                out.append(tb.anchor_table(base, gpu, gavel_path=gavel_path))
+    return out
+
+
+def derive_gpu_ratio(models: list[str], gpu_dir: Path | None = None,
+                     gavel_path: str | Path | None = None) -> list[CostTable]:
+    """The K80/P100/V100 tables of ``models`` (keys of
+    :data:`jigsaw_env.table_builder.GPU_RATIO_FAMILY`) from their GPU-measured tables in ``gpu_dir``
+    (default ``bench/results/cuda_check``), by :func:`jigsaw_env.table_builder.anchor_through_gpu`."""
+    from jigsaw_env import table_builder as tb
+
+    d = Path(gpu_dir) if gpu_dir else tb.GPU_MEASURED_DIR
+    where = f"{d.relative_to(tb.PROJECT_ROOT)}/" if d.is_relative_to(tb.PROJECT_ROOT) else f"{d}/"
+
+    def load(m: str) -> CostTable:
+        p = d / table_filename(m, SHIPPED[m], "cuda")
+        if not p.exists():
+            raise FileNotFoundError(f"GPU-measured table not found: {p} (bench/cuda_check.sh measures it)")
+        return CostTable.load(p)
+
+    out = []
+    for n in models:
+        measured = load(n)
+        refs = [load(r) for r in tb.GPU_RATIO_FAMILY[n]]
+        for gpu in GPU_TYPES:
+            out.append(tb.anchor_through_gpu(measured, gpu, refs, gavel_path=gavel_path, where=where))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

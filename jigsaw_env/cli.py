@@ -29,6 +29,24 @@ SUBCOMMAND_MODULES = (
 )
 
 
+#: optional packages -> the extra of ``pyproject.toml`` that installs them (the core install has none)
+OPTIONAL_PACKAGES = {"torch": "calibrate", "stable_baselines3": "rl", "sb3_contrib": "rl", "tensorboard": "rl",
+                     "ray": "executor", "onnx": "executor", "onnxruntime": "executor", "sklearn": "executor"}
+#: subcommand -> the extra its work needs
+SUBCOMMAND_EXTRAS = {"train": "rl", "deploy": "executor", "export": "executor", "calibrate": "calibrate"}
+
+
+def missing_package_line(command: str, e: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install when ``e`` is an optional package that is not
+    installed; None for any other missing module (a bug, shown with its traceback)."""
+    top = (e.name or "").split(".")[0]
+    if top not in OPTIONAL_PACKAGES:
+        return None
+    extra = SUBCOMMAND_EXTRAS.get(command, OPTIONAL_PACKAGES[top])
+    return (f"jigsaw {command}: error: needs the Python package {top!r}, which is not installed: "
+            f"pip install 'jigsaw[{extra}]' (or 'jigsaw[all]')")
+
+
 class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit status 2."""
 
@@ -75,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)
+    except ModuleNotFoundError as e:
+        line = missing_package_line(args.command, e)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
     except (UserError, ValueError, OSError) as e:
         print(f"jigsaw {args.command}: error: {error_line(e)}", file=sys.stderr)
         return 2

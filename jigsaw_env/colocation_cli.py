@@ -43,14 +43,15 @@ def parse_pair(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
 
 def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels: tuple[int, int] = (0, 0),
             sharing: str = "fitted") -> dict:
-    """Rates of two 1-GPU jobs sharing one GPU of ``gpu_type``, from the simulator's cost profiles
-    and sharing model: ``jobs`` run free, each at its own pace (as Gavel measured pairs; eq. I3);
-    ``lockstep`` is the simulator's co-location component of the two (one iteration each per
-    step, eq. K2), which is how the simulator steps co-located jobs."""
+    """Rates of two 1-GPU jobs sharing one GPU of ``gpu_type``, from the simulator's cost profiles,
+    sharing model and engine: ``jobs`` run free, each at its own pace (the simulator's default
+    pace, eqs. F1-F4, and how Gavel measured pairs); ``lockstep`` is the simulator's lockstep
+    component of the two (one iteration each per step, eq. K2: ``--pace lockstep``)."""
     from .cluster import ClusterSpec
     from .cost_table import check_table_exists
     from .engine import Component, Member
-    from .interference import SharingModel, WorkerLoad
+    from .free_running import FreeRunner, free_running
+    from .interference import SharingModel
     from .spb import Pattern, SPBConfig
     from .state import CostModel, JobState
 
@@ -61,22 +62,22 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     cluster = ClusterSpec.from_gpus(1, gpus_per_node=1, gpu_type=gpu_type)
     costs = CostModel(cluster, SPBConfig())
     sharing_model = SharingModel(sharing, (gpu_type,))
-    members, phases = [], []
+    members = []
     for i, ((model, batch), level) in enumerate(zip(pair, levels)):
         job = JobState(job_id=i, arrival_s=0.0, num_gpus=1, model=model, batch_size=batch, iterations=1.0)
-        prof = costs.profile(job, level, Pattern.ROTATING, (0,))
-        members.append(Member(i, prof, (0,), 0))
-        phases.append([WorkerLoad(float(c), prof.batch_size) for c in prof.compute_s[:, 0]])
-    rates = sharing_model.free_running_rates(phases[0], phases[1], gpu_type)
-    comp = Component(members, 0.0, sharing=None if sharing == "timeslice" else sharing_model)
-    step_s = comp.cycle / comp.H  # mean seconds per lockstep step (one iteration of each job)
+        members.append(Member(i, costs.profile(job, level, Pattern.ROTATING, (0,)), (0,), 0))
+    free = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing_model)
+    pair_comp = Component(members, 0.0, sharing=None if sharing == "timeslice" else sharing_model)
+    step_s = pair_comp.cycle / pair_comp.H  # mean seconds per lockstep step (one iteration of each job)
     jobs, lockstep = [], []
-    for (model, batch), level, ph, rate in zip(pair, levels, phases, rates):
-        alone_s = sum(w.alone_s for w in ph) / len(ph)
-        jobs.append({"model": model, "batch_size": batch, "level": level, "rate_it_s": rate / alone_s,
-                     "alone_it_s": 1.0 / alone_s, "normalized_rate": rate})
+    for (model, batch), level, m, prof in zip(pair, levels, members, free.profiles):
+        alone = Component([m], 0.0)
+        together = Component([Member(m.job_id, prof, m.gpus, 0)], 0.0)
+        alone_s, together_s = alone.cycle / alone.H, together.cycle / together.H  # mean seconds per iteration
+        jobs.append({"model": model, "batch_size": batch, "level": level, "rate_it_s": 1.0 / together_s,
+                     "alone_it_s": 1.0 / alone_s, "normalized_rate": alone_s / together_s})
         lockstep.append({"model": model, "rate_it_s": 1.0 / step_s, "normalized_rate": alone_s / step_s})
-    return {"gpu_type": gpu_type, "sharing": sharing, "jobs": jobs, "combined": sum(rates),
+    return {"gpu_type": gpu_type, "sharing": sharing, "jobs": jobs, "combined": sum(j["normalized_rate"] for j in jobs),
             "lockstep": {"jobs": lockstep, "combined": sum(j["normalized_rate"] for j in lockstep)}}
 
 

@@ -411,11 +411,105 @@ def check_table_exists(model: str, batch_size: int, device: str) -> None:
                          f"allowed: {batches}")
 
 
-@lru_cache(maxsize=None)
-def get_table(model: str, batch_size: int | None = None, device: str = "v100") -> CostTable:
-    """Load a shipped table. ``batch_size=None`` takes the model's default (smallest shipped).
+#: model -> the batch size of its reference tables: the one batch size every device type has a
+#: measured (cpu) or anchored/extrapolated (k80/p100/v100) table at, and the batch size of a job of
+#: that model whose trace gives none (docs/cost_tables.md section 6)
+REFERENCE_BATCH_SIZES: dict[str, int] = {
+    "resnet18": 64,
+    "resnet50": 32,
+    "transformer_small": 64,
+    "lstm_lm": 20,
+    "recommendation": 1024,
+    "vgg16": 32,
+    "bert_base": 8,
+    "tiny_cnn": 32,
+    "tiny_mlp": 32,
+    "tiny_transformer": 32,
+}
+#: a job's batch size may be at most this factor from the nearest batch size with a table (either
+#: way) for :func:`scale_to_batch` to stand in for a measurement (docs/cost_tables.md section 9)
+MAX_BATCH_RATIO = 4.0
 
-    Raises ValueError naming the allowed values when the model, batch size or device is unknown.
+
+def nearest_batch_size(batch_size: int, sizes: list[int] | tuple[int, ...]) -> int:
+    """The batch size of ``sizes`` nearest to ``batch_size`` in ratio (smallest ``|ln(b / batch_size)|``;
+    a tie goes to the larger one)."""
+    if not sizes:
+        raise ValueError("nearest_batch_size needs at least one batch size")
+    return min(sorted(sizes, reverse=True), key=lambda b: abs(np.log(b / batch_size)))
+
+
+def batch_exponent(batch_size: int, times: dict[int, float]) -> tuple[float, tuple[int, int] | None]:
+    """``(alpha, pair)``: the exponent of eq. B1 for ``batch_size`` from ``times`` (batch size ->
+    full-backprop seconds of the tables one model has on one device type):
+    ``alpha = ln(T(b2) / T(b1)) / ln(b2 / b1)`` over the pair ``(b1, b2)`` of neighbouring batch
+    sizes with a table that brackets ``batch_size`` (below the smallest: the two smallest; above the
+    largest: the two largest). With one table, ``(1.0, None)``: time proportional to the batch."""
+    sizes = sorted(times)
+    if len(sizes) < 2:
+        return 1.0, None
+    k = int(np.searchsorted(sizes, batch_size))
+    k = min(max(k, 1), len(sizes) - 1)
+    b1, b2 = sizes[k - 1], sizes[k]
+    return float(np.log(times[b2] / times[b1]) / np.log(b2 / b1)), (b1, b2)
+
+
+def scale_to_batch(table: CostTable, batch_size: int, exponent: float = 1.0,
+                   exponent_source: str = "1 (one table: time proportional to the batch)") -> CostTable:
+    """The table of the same model at ``batch_size``, from ``table`` at batch ``b*`` by the
+    batch-scaling rule (docs/cost_tables.md eq. B1): with ``r = batch_size / b*``, every time
+    (``forward_s``, ``backward_weight_s``, ``backward_input_s`` of every group, ``optimizer_s``)
+    times ``r ** exponent`` (so ``compute_s(0)`` too, and the per-group split is ``table``'s), every
+    group's ``activation_bytes`` times ``r`` (they are per sample: measured, bench/batch_split.py);
+    ``param_bytes``, ``fixed_memory_bytes`` and ``executor_overhead_s`` as they are."""
+    _check_integer(f"cost table {table.model}", "batch_size", batch_size, 1)
+    if not (_is_number(exponent) and _finite(exponent)):
+        raise ValueError(f"cost table {table.model}: batch exponent must be a finite number, got {exponent!r}")
+    r = batch_size / table.batch_size
+    f = r ** float(exponent)
+    groups = tuple(LayerGroup(name=g.name, param_bytes=g.param_bytes,
+                              activation_bytes=int(round(g.activation_bytes * r)),
+                              forward_s=g.forward_s * f, backward_weight_s=g.backward_weight_s * f,
+                              backward_input_s=g.backward_input_s * f) for g in table.groups)
+    rule = (f"batch-scaled (docs/cost_tables.md eq. B1) from {table_filename(table.model, table.batch_size, table.device)}"
+            f" (digest {table.digest()}) at batch {table.batch_size} to {batch_size}: r = {r:.6g}, exponent "
+            f"alpha = {exponent_source}")
+    sources = dict(table.sources)
+    for k in ("forward_s", "backward_weight_s", "backward_input_s", "optimizer_s"):
+        if k in sources:
+            sources[k] = f"{sources[k]} [then x r^alpha = {f:.6g}, eq. B1]"
+    if "activation_bytes" in sources:
+        sources["activation_bytes"] = f"{sources['activation_bytes']} [then x r = {r:.6g}, eq. B1]"
+    sources["batch_scaling"] = (f"{rule}; every time x r^alpha = {f:.6g}, activation_bytes x r; param_bytes and "
+                                f"fixed_memory_bytes unchanged")
+    meta = dict(table.meta, kind="batch-scaled", scaled_from_batch_size=table.batch_size, batch_ratio=r,
+                batch_exponent=float(exponent), scaled_from_digest=table.digest())
+    return CostTable(model=table.model, batch_size=int(batch_size), device=table.device, groups=groups,
+                     optimizer_s=table.optimizer_s * f, fixed_memory_bytes=table.fixed_memory_bytes,
+                     sources=sources, meta=meta, executor_overhead_s=table.executor_overhead_s)
+
+
+def nearest_scaled_table(model: str, batch_size: int, device: str, sizes: list[int]) -> CostTable:
+    """Eq. B1 for a batch size without a table: the table of the nearest batch size of ``sizes``
+    (:func:`nearest_batch_size`) scaled by :func:`scale_to_batch` with the exponent of
+    :func:`batch_exponent` over the tables of ``sizes``."""
+    near = nearest_batch_size(batch_size, sizes)
+    times = {b: get_table(model, b, device).plain_compute_s(0) for b in sizes}
+    alpha, pair = batch_exponent(batch_size, times)
+    how = ("1 (one table: time proportional to the batch)" if pair is None else
+           f"ln(T({pair[1]}) / T({pair[0]})) / ln({pair[1]} / {pair[0]}) = ln({times[pair[1]]:.6g} / "
+           f"{times[pair[0]]:.6g}) / ln({pair[1] / pair[0]:.6g}) = {alpha:.6g} ({device} tables)")
+    return scale_to_batch(get_table(model, near, device), batch_size, alpha, how)
+
+
+@lru_cache(maxsize=None)
+def get_table(model: str, batch_size: int | None = None, device: str = "v100", nearest: bool = False) -> CostTable:
+    """Load a shipped table. ``batch_size=None`` takes the model's default (:func:`default_batch_size`).
+
+    ``nearest=True`` (what a trace job gets): a batch size without a table gets the table of the
+    nearest batch size with one, scaled by eq. B1 (:func:`nearest_scaled_table`), when it is within a factor
+    :data:`MAX_BATCH_RATIO` of it. Raises ValueError naming the allowed values when the model,
+    batch size or device is unknown.
     """
     tables = available_tables()
     models = sorted({m for m, _, _ in tables})
@@ -428,6 +522,13 @@ def get_table(model: str, batch_size: int | None = None, device: str = "v100") -
     if batch_size is None:
         batch_size = default_batch_size(model)
     if batch_size not in sizes:
+        if nearest and isinstance(batch_size, (int, np.integer)) and batch_size > 0:
+            near = nearest_batch_size(int(batch_size), sizes)
+            if max(near / batch_size, batch_size / near) <= MAX_BATCH_RATIO:
+                return nearest_scaled_table(model, int(batch_size), device, sizes)
+            raise ValueError(f"no cost table for model {model!r} at batch_size {batch_size} on {device}, and the nearest "
+                             f"batch size with one ({near}) is more than {MAX_BATCH_RATIO:g}x away; allowed: batch sizes "
+                             f"{sizes} and those within {MAX_BATCH_RATIO:g}x of them")
         raise ValueError(f"no cost table for model {model!r} at batch_size {batch_size}; allowed: {sizes}")
     reg = _REGISTERED.get((model, batch_size, device))
     if reg is not None:
@@ -435,12 +536,20 @@ def get_table(model: str, batch_size: int | None = None, device: str = "v100") -
     return CostTable.load(TABLES_DIR / table_filename(model, batch_size, device))
 
 
+def batch_scaled(model: str, batch_size: int, device: str) -> bool:
+    """True when a job of ``model`` at ``batch_size`` on ``device`` has no table of its own and
+    gets a batch-scaled one (:func:`get_table` with ``nearest=True``)."""
+    return (model, int(batch_size), device) not in set(available_tables())
+
+
 def default_batch_size(model: str) -> int:
-    """The batch size a job of ``model`` uses when a trace does not say (the smallest shipped)."""
+    """The batch size a job of ``model`` uses when a trace does not say: the model's reference batch
+    size (:data:`REFERENCE_BATCH_SIZES`) when it has a table there, else the smallest with one."""
     sizes = sorted({b for m, b, _ in available_tables() if m == model})
     if not sizes:
         raise ValueError(f"unknown model {model!r}; allowed: {sorted(available_models())}")
-    return sizes[0]
+    ref = REFERENCE_BATCH_SIZES.get(model)
+    return ref if ref in sizes else sizes[0]
 
 
 def isolated_iteration_time_s(model: str, batch_size: int | None, device: str) -> float:

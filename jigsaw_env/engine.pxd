@@ -13,10 +13,11 @@ cdef class Component:
     cdef object __weakref__
     cdef public object H, _cum_bytes_l, _cum_l, _cum_loads_l, _cum_tot, _eps, _loads_l, _phase_bytes_l, _step_l
     cdef public object cycle, finish, formed_s, gpu_list, k, loads, members, partial, ready_s, slot
+    cdef public object alloc_gpus, group, group_key, busy_rate, busy_rate_sum
 
 cdef class ComponentSet:
     cdef dict __dict__
     cdef object __weakref__
     cdef public object _cap, _free, _pending, _pool, _pool_used, _width, comps
     # the per-slot arrays (ComponentSet._INT, _FLOAT, and cum, ct)
-    cdef public object H, k, ncol, off, cycle, eps, ready, partial, ctH, prev, fin, cum, ct
+    cdef public object H, k, ncol, off, cycle, eps, ready, partial, ctH, prev, fin, rsum, cum, ct

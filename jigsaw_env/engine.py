@@ -24,6 +24,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Sequence
 
 import numpy as np
 
@@ -243,6 +244,27 @@ class Component:
         self.partial = 0.0    # seconds into step k
         self.finish: tuple[float, list[int]] | None = None  # cached by the simulator
         self.slot = -1  # its slot in a ComponentSet, while it is in one
+        # GPUs charged to it as allocated (its own, or under the free pace its share of the GPUs
+        # it shares with other jobs' components: 1 / jobs on each), and those components
+        self.alloc_gpus = float(len(gpus))
+        self.group: tuple | None = None
+        self.group_key: tuple | None = None
+        # under the free pace, the busy seconds per second of running credited to it on each of
+        # its GPUs (eq. F4; None: busy seconds are the compute of its steps), and their sum
+        self.busy_rate: tuple[float, ...] | None = None
+        self.busy_rate_sum = 0.0
+
+    def set_busy_rate(self, rates: Sequence[float]) -> None:
+        """Credit busy time at ``rates`` (busy seconds per second of running, per GPU of
+        ``gpu_list``) instead of by its steps' compute: a free-paced job shares its GPUs with
+        jobs whose compute overlaps its own (eq. F4)."""
+        if len(rates) != len(self.gpu_list):
+            raise ValueError(f"busy rates: one per GPU of the component ({len(self.gpu_list)}), got {len(rates)}")
+        self.busy_rate = tuple(float(r) for r in rates)
+        total = 0.0
+        for r in self.busy_rate:
+            total += r
+        self.busy_rate_sum = total
 
     @cached_property
     def gpus(self) -> np.ndarray:
@@ -325,6 +347,8 @@ class Component:
         busy = (self._sum_over(self.cum_loads, k0, k1)
                 + np.minimum(self.loads[k1 % self.H], self.partial)
                 - np.minimum(self.loads[k0 % self.H], partial0))
+        if self.busy_rate is not None:
+            busy = run * np.array(self.busy_rate)
         bytes_ = [float(self._sum_over(cb, k0, k1)) for cb in self.cum_bytes]
         return Advance(steps=k1 - k0, run_s=run, busy=np.asarray(busy, dtype=np.float64), bytes=bytes_)
 
@@ -348,8 +372,11 @@ class Component:
                 self.k = k1
                 self.partial = max(0.0, target - k1 * c)
             dk = self.k - k0
-            row = self._loads_l[0]
-            busy = dk * self._cum_tot[-1] + _computed(row, self.partial) - _computed(row, p0)
+            if self.busy_rate is not None:
+                busy = run * self.busy_rate_sum
+            else:
+                row = self._loads_l[0]
+                busy = dk * self._cum_tot[-1] + _computed(row, self.partial) - _computed(row, p0)
             return dk, run, busy, [dk * cb[-1] for cb in self._cum_bytes_l]
         if run > 0:
             q, r = divmod(k0, H)
@@ -363,12 +390,17 @@ class Component:
         q0, r0 = divmod(k0, H)
         q1, r1 = divmod(k1, H)
         busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0] + _computed(self._loads_l[r1], p1) - _computed(self._loads_l[r0], p0)
+        if self.busy_rate is not None:
+            busy = run * self.busy_rate_sum
         bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
         return k1 - k0, run, busy, bytes_
 
     def busy_list(self) -> list[float]:
         """:meth:`busy_vector` as Python floats, element by element with the same operations
         (numpy's per-call overhead dominates for a component's few GPUs)."""
+        if self.busy_rate is not None:
+            e = self.elapsed()
+            return [e * r for r in self.busy_rate]
         q, r = divmod(self.k, self.H)
         last, cl, lr, p = self._cum_loads_l[-1], self._cum_loads_l[r], self._loads_l[r], self.partial
         return [q * a + b + (x if x < p else p) for a, b, x in zip(last, cl, lr)]
@@ -376,6 +408,8 @@ class Component:
     def busy_vector(self) -> np.ndarray:
         """(len(gpus),) compute seconds per GPU since the component formed (steps 0..k-1 plus the
         computed part of step k): the sum of every :meth:`advance`'s ``busy``."""
+        if self.busy_rate is not None:
+            return np.array(self.busy_list())
         q, r = divmod(self.k, self.H)
         return q * self.cum_loads[-1] + self.cum_loads[r] + np.minimum(self.loads[r], self.partial)
 
@@ -423,13 +457,14 @@ class ComponentSet:
 
     # ----- storage
     _INT = ("H", "k", "ncol", "off")
-    _FLOAT = ("cycle", "eps", "ready", "partial", "ctH", "prev", "fin")
+    _FLOAT = ("cycle", "eps", "ready", "partial", "ctH", "prev", "fin", "rsum")
 
     def _grow(self, cap: int) -> None:
         """Room for ``cap`` slots (existing slots keep their values)."""
         old = self._cap
         for name in self._INT + self._FLOAT:
             new = (np.full(cap, np.inf) if name == "fin"  # (a free slot's: see remove())
+                   else np.full(cap, np.nan) if name == "rsum"  # (NaN: busy time from the steps)
                    else np.zeros(cap, dtype=np.int64 if name in self._INT else np.float64))
             if old:
                 new[:old] = getattr(self, name)
@@ -504,6 +539,7 @@ class ComponentSet:
         self.eps[idx] = [c._eps for c in comps]
         self.ready[idx] = [c.ready_s for c in comps]
         self.ctH[idx] = [c._cum_tot[-1] for c in comps]
+        self.rsum[idx] = [np.nan if c.busy_rate is None else c.busy_rate_sum for c in comps]
         self.ncol[idx] = [c.loads.shape[1] for c in comps]
         # the computed part of the step in flight, already counted (nothing before the first step)
         self.prev[idx] = [_computed(c._loads_l[c.k % c.H], c.partial) for c in comps]
@@ -576,8 +612,10 @@ class ComponentSet:
         n = self.ncol[slots]
         seg = np.repeat(np.arange(len(slots)), n)
         base = np.arange(int(n.sum())) - (np.cumsum(n) - n)[seg] + self.off[slots][seg]
+        rsum = self.rsum[slots]
+        rate = None if np.isnan(rsum).all() else (np.isnan(rsum), rsum)
         return (slots, self.H[slots], self.cycle[slots], self.eps[slots][:, None], self.ready[slots], self.cum[slots],
-                self.ct[slots], self.ctH[slots], n, seg, base, np.arange(len(slots)))
+                self.ct[slots], self.ctH[slots], n, seg, base, np.arange(len(slots)), rate)
 
     def computed(self, g: tuple, rows: np.ndarray, partial: np.ndarray) -> np.ndarray:
         """Per slot of ``g`` (:meth:`gather`), :func:`_computed` of load row ``rows[i]`` at
@@ -595,7 +633,7 @@ class ComponentSet:
         them, with the same operations in the same order."""
         if self._pending:
             self.materialize()
-        slots, H, cyc, eps, ready, cum, ct, ctH, _, _, _, ar = g
+        slots, H, cyc, eps, ready, cum, ct, ctH, _, _, _, ar, rate = g
         run = dt - np.minimum(dt, np.maximum(0.0, ready - now_s))
         k0 = self.k[slots]
         p0 = self.partial[slots]
@@ -615,6 +653,8 @@ class ComponentSet:
             r1 = np.where(moved, r1, r0)
         c1 = self.computed(g, r1, p1)
         busy = (q1 - q0) * ctH + ct[ar, r1] - ct[ar, r0] + c1 - self.prev[slots]
+        if rate is not None:  # free-paced components credit busy time at their rates (eq. F4)
+            busy = np.where(rate[0], busy, run * rate[1])
         self.k[slots] = k1
         self.partial[slots] = p1
         self.prev[slots] = c1

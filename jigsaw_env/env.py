@@ -61,6 +61,7 @@ from gymnasium import spaces
 from .actions import ActionCodec, InvalidAction, RoundBuilder
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder, check_features
+from .free_running import DEFAULT_PACE, check_pace
 from .interference import DEFAULT_SHARING, check_sharing
 from .render import FrameRenderer
 from .simulator import SimConfig, Simulator, check_job_table, jobs_from_table
@@ -154,7 +155,7 @@ class JigsawClusterEnv(gym.Env):
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
-                 sharing: str = DEFAULT_SHARING, obs_features=None):
+                 sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -197,7 +198,7 @@ class JigsawClusterEnv(gym.Env):
         self.sim_config = SimConfig(round_s=round_s, restart_s=restart_s, max_workers_per_gpu=max_workers_per_gpu,
                                     backlogged=backlogged, max_time_s=max_time_s, spb=self.spb,
                                     eta_override=eta_override, eta_scale=eta_scale, log_rounds=log_rounds,
-                                    sharing=check_sharing(sharing))
+                                    sharing=check_sharing(sharing), pace=check_pace(pace))
         self.trace = trace
         self.max_jobs = max_jobs
         self.load = load

@@ -413,7 +413,7 @@ def eta_table(jobs_sets: list[pd.DataFrame], cluster, spb) -> tuple[dict, dict]:
     gtype = cluster.main_gpu_type
     for (model, bs), grp in shapes.groupby(["model", "batch_size"]):
         from .cost_table import get_table
-        table = get_table(str(model), int(bs), gtype)
+        table = get_table(str(model), int(bs), gtype, nearest=True)
         measured = table.meta.get("eta", {}) if isinstance(table.meta, dict) else {}
         per: dict[str, list[float]] = {}
         kinds = set()
@@ -439,7 +439,7 @@ def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
     shapes = pd.concat([j[["model", "batch_size"]] for j in jobs_sets]).drop_duplicates()
     for model, bs in shapes.itertuples(index=False):
         for t in sorted(set(cluster.gpu_types)):
-            out[f"{model}-bs{int(bs)}-{t}"] = get_table(str(model), int(bs), t).digest()
+            out[f"{model}-bs{int(bs)}-{t}"] = get_table(str(model), int(bs), t, nearest=True).digest()
     return dict(sorted(out.items()))
 
 
@@ -572,7 +572,8 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                                            "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (docs/design.md 5b)")},
         "eta": {"values": [("table" if e is None else e) for e in etas],
                 "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
-                          else "--eta-sweep: eta_override = v for every SPB iteration (level > 0); level 0 is 1",
+                          else ("--eta-sweep: eta_override = v for every SPB iteration (level > 0) in the simulation; "
+                                "level 0 is 1; schedulers and observations see the cost tables' values"),
                 "table_values": eta_vals, "table_sources": eta_src},
         "cost_tables": table_digests(job_frames, cluster),
         "tables_dir": tables,

@@ -233,23 +233,6 @@ class SharingModel:
             t = self._memo[key] = concurrent_time(loads, lambda ls: self.model.rates(ls, gpu_type))
         return t
 
-    def free_running_rates(self, a: Sequence[WorkerLoad], b: Sequence[WorkerLoad], gpu_type: str) -> tuple[float, float]:
-        """Normalized rates of two 1-GPU jobs that share a GPU, each at its own pace, as Gavel ran
-        its pairs: ``a`` and ``b`` list each job's worker load in every phase of its SPB cycle.
-        Job a in phase p runs at the rate the model gives against b's phase q, and q is b's phase
-        at a random moment (weighted by the time b spends in it alone: the phases drift apart
-        when the jobs run free); a's rate is its alone cycle time over its mean cycle time
-        together (eq. I3 in docs/colocation.md)."""
-        def rate(mine: Sequence[WorkerLoad], other: Sequence[WorkerLoad]) -> float:
-            weights = [w.alone_s for w in other]
-            total_w = sum(weights)
-            together = 0.0
-            for m in mine:
-                together += sum(wq / total_w * m.alone_s / self.rates([m, o], gpu_type)[0]
-                                for wq, o in zip(weights, other))
-            return sum(m.alone_s for m in mine) / together
-        return rate(a, b), rate(b, a)
-
     @property
     def fitted(self) -> bool:
         """True when co-located workers run at the fitted model's rates (not time-sliced)."""

@@ -75,22 +75,32 @@ def reduce_broadcast_bytes(contributors: int, world: int, nbytes: float) -> floa
     return float(contributors - 1 + world - 1) * nbytes
 
 
-def group_sync(contributors: int, world: int, nbytes: float, link: Link) -> tuple[float, float, str]:
-    """Time (s), bytes and algorithm of syncing one layer group's gradient.
+#: how an executor may sync a layer group: the faster of the two (the simulator's choice), or one forced
+SYNC_METHODS = ("fastest", RING, REDUCE_BROADCAST)
 
-    Ring all-reduce only when every worker contributes (non-contributors would have to send
-    zeros); otherwise reduce-to-root + broadcast. When everyone contributes, the faster of the two
-    is used, ties going to fewer bytes. No contributor: no communication and no update.
+
+def group_sync(contributors: int, world: int, nbytes: float, link: Link,
+               method: str = "fastest") -> tuple[float, float, str]:
+    """Time (s), bytes and algorithm of syncing one layer group's gradient (eqs. N1, N2, N4).
+
+    Two methods give the same sum: a ring all-reduce over all ``W`` workers in which the
+    ``W - C`` non-contributors send zeros (N1), and a reduce to a root over the ``C`` contributors
+    followed by a broadcast to all ``W`` (N2). ``method="fastest"`` (the simulator's and the
+    executor's choice, eq. N4) takes the one with the smaller time, ties going to fewer bytes;
+    ``"ring"`` or ``"reduce_broadcast"`` forces one (the executor's tests compare them). No
+    contributor, no parameter or a single worker: no communication (and, with no contributor, no
+    update).
     """
+    if method not in SYNC_METHODS:
+        raise ValueError(f"sync method must be one of {list(SYNC_METHODS)}, got {method!r}")
     if world <= 1 or contributors <= 0 or nbytes <= 0:
         return 0.0, 0.0, NONE
     rb_t = reduce_broadcast_s(contributors, world, nbytes, link)
     rb_b = reduce_broadcast_bytes(contributors, world, nbytes)
-    if contributors == world:
-        ring_t = ring_allreduce_s(world, nbytes, link)
-        ring_b = ring_allreduce_bytes(world, nbytes)
-        if ring_t < rb_t or (ring_t == rb_t and ring_b <= rb_b):
-            return ring_t, ring_b, RING
+    ring_t = ring_allreduce_s(world, nbytes, link)
+    ring_b = ring_allreduce_bytes(world, nbytes)
+    if method == RING or (method == "fastest" and (ring_t < rb_t or (ring_t == rb_t and ring_b <= rb_b))):
+        return ring_t, ring_b, RING
     return rb_t, rb_b, REDUCE_BROADCAST
 
 

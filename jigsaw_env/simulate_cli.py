@@ -24,6 +24,7 @@ def _round_s(v: str) -> float | None:
     return x
 
 
+from .free_running import DEFAULT_PACE, PACES
 from .interference import DEFAULT_SHARING, SHARING_MODES
 from .overload import overload_warning, show_progress, warn
 
@@ -47,6 +48,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sharing", choices=SHARING_MODES, default=DEFAULT_SHARING,
                    help="how jobs on one GPU share it: 'fitted' (interference model fitted to measured "
                         "pairs, docs/colocation.md) or 'timeslice' (their work adds up)")
+    p.add_argument("--pace", choices=PACES, default=DEFAULT_PACE,
+                   help="how co-located jobs step: 'free' (each at its own pace, docs/colocation.md) or "
+                        "'lockstep' (one iteration each per step, held by a barrier)")
 
 
 def check_out_dir(path, what: str = "--out") -> None:
@@ -85,7 +89,7 @@ def build_cluster_and_config(args):
     cluster = ClusterSpec.from_gpus(args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
                                     gpu_memory_gib=args.gpu_memory_gib)
     config = SimConfig(round_s=args.round_s, restart_s=args.restart_s, max_workers_per_gpu=args.max_workers_per_gpu,
-                       backlogged=args.backlogged, sharing=args.sharing)
+                       backlogged=args.backlogged, sharing=args.sharing, pace=args.pace)
     return cluster, config
 
 
@@ -109,7 +113,7 @@ def run(args) -> int:
     from agents import available_schedulers, make_scheduler
     from traces import trace_from_args
 
-    from .simulator import Simulator
+    from .simulator import Simulator, jobs_from_table
 
     if args.list_agents:
         print("\n".join(available_schedulers()))
@@ -120,7 +124,8 @@ def run(args) -> int:
     cluster, config = build_cluster_and_config(args)
     trace = trace_from_args(args, cluster.num_gpus)
     require_jobs(trace)
-    sim = Simulator(cluster, trace.jobs, config)  # (its checks first: a job that cannot run is the one line)
+    # (its checks first: a job that cannot run is the one line, naming the trace)
+    sim = Simulator(cluster, jobs_from_table(trace.jobs, cluster, config.backlogged, origin=trace.source), config)
     if not args.backlogged:
         warn(trace_overload_warning(trace.jobs, cluster.num_gpus), args)
     agent.reset()

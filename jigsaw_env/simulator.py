@@ -25,6 +25,7 @@ import pandas as pd
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from .engine import Component, ComponentSet, Member
+from .free_running import DEFAULT_PACE, FreeRunner, check_pace, free_running
 from .gc_tuning import fewer_collections
 from .interference import DEFAULT_SHARING, SharingModel, check_sharing
 from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
@@ -45,12 +46,15 @@ class SimConfig:
     idle_round_s: round length when nothing runs at iteration granularity.
     eta_override / eta_scale: statistical-efficiency sensitivity knobs (level > 0 only).
     lockstep_s: seconds every lockstep step of a co-location component of two or more jobs waits
-        at the barrier that holds them together (eq. K3, docs/spb_model.md). 0 (the default) is
-        the ideal lockstep of eq. K2; ``jigsaw calibrate --executor`` measures the live
-        executor's value (``lockstep.json``), which the decision-log replay uses.
+        at the barrier that holds them together (eq. K3, docs/spb_model.md), under the lockstep
+        pace. 0 (the default) is the ideal lockstep of eq. K2; ``jigsaw calibrate --executor``
+        measures the live executor's value (``lockstep.json``), which the decision-log replay uses.
     sharing: how workers of different jobs on one GPU share it: ``"fitted"`` (the default: the
         interference model fitted to measured co-located pairs, docs/colocation.md) or
         ``"timeslice"`` (their work adds up, eq. K1 of docs/spb_model.md).
+    pace: how co-located jobs step: ``"free"`` (the default: each at its own pace, eqs. F1-F4 of
+        docs/colocation.md) or ``"lockstep"`` (one iteration each per step, held together by a
+        barrier: eqs. K1-K3). The live executor runs the same pace (``LiveConfig.pace``).
     """
 
     round_s: float | None = 300.0
@@ -65,6 +69,7 @@ class SimConfig:
     log_rounds: bool = True
     lockstep_s: float = 0.0
     sharing: str = DEFAULT_SHARING
+    pace: str = DEFAULT_PACE
 
     def __post_init__(self) -> None:
         if self.round_s is not None and not (self.round_s > 0 and np.isfinite(self.round_s)):
@@ -79,6 +84,7 @@ class SimConfig:
             raise ValueError(f"idle_round_s must be > 0, got {self.idle_round_s!r}")
         check_lockstep_s(self.lockstep_s)
         check_sharing(self.sharing)
+        check_pace(self.pace)
 
 
 def check_lockstep_s(value) -> None:
@@ -197,7 +203,7 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
         try:
             bs = int(bs) if bs == bs else default_batch_size(m)
             if (m, bs) not in checked:
-                get_table(m, bs, gtype)  # raises ValueError naming allowed models / sizes
+                get_table(m, bs, gtype, nearest=True)  # ValueError naming allowed models / sizes
                 checked.add((m, bs))
         except ValueError as e:
             raise ValueError(f"{where}: field 'model' / 'batch_size': {e}") from None
@@ -211,6 +217,26 @@ def jobs_from_table(df: pd.DataFrame, cluster: ClusterSpec, backlogged: bool = F
             raise ValueError(f"{where}: needs iterations > 0 or duration_s > 0")
         jobs.append(job)
     return jobs
+
+
+@dataclass
+class _Round:
+    """What one round of :meth:`Simulator.step` gathers as it goes (times in seconds): its start,
+    the counts at its start, the JobDecisions in force (for the round log) and those of the jobs
+    that finish in it, the finished jobs, the job-seconds in the system, and the sums of busy,
+    useful and allocated GPU-seconds with the per-job round-log sums (``acc``)."""
+
+    t0: float
+    active_at_start: int
+    n_dec: int
+    levels: list
+    n_alloc_gpus: int
+    n_shared_gpus: int
+    dec_of: dict
+    left: dict = field(default_factory=dict)
+    finished: list = field(default_factory=list)
+    job_seconds: float = 0.0
+    acc: dict = field(default_factory=lambda: {"busy": 0.0, "useful": 0.0, "alloc": 0.0, "jobs": {}})
 
 
 def _add_to_round_log(per_job: dict, job_id: int, run_s: float, steps: int, gain: float, nbytes: float) -> None:
@@ -426,7 +452,8 @@ class Simulator:
     def reset(self) -> ClusterState:
         jobs = [copy.copy(j) for j in self._initial_jobs]
         jobs.sort(key=lambda j: (j.arrival_s, j.job_id))
-        self.state = ClusterState(cluster=self.cluster, costs=self.costs, time_s=0.0, round=0,
+        # the scheduler's view: the tables' eta estimate, never a sweep's true eta (CostModel.estimate)
+        self.state = ClusterState(cluster=self.cluster, costs=self.costs.estimate(), time_s=0.0, round=0,
                                   jobs={j.job_id: j for j in jobs}, active_ids=[],
                                   max_workers_per_gpu=self.config.max_workers_per_gpu, sharing=self._sharing)
         self._pending = [j.job_id for j in jobs]  # arrival order
@@ -628,6 +655,8 @@ class Simulator:
         del self._components[comp.key]
         if len(comp.members) > 1:
             del self._shared[comp.key]
+        elif comp.group is not None:
+            self._shared.pop(comp.group_key, None)
         from_arrays = self._current != "objects"
         self._cset.remove(comp, write_back=from_arrays)
         gpus = comp.gpu_list
@@ -640,9 +669,18 @@ class Simulator:
         for g in gpus:
             if gc.get(g) is comp:
                 del gc[g]
-        self._n_live_gpus -= len(gpus)
+                self._n_live_gpus -= 1
         self._order = self._gathered = self._comps_list = None
         return comp
+
+    def _dissolve_group(self, comp: Component) -> tuple:
+        """Dissolve ``comp`` and, under the free pace, the components of the jobs it shares GPUs
+        with (formed together: their times depend on each other); returns them."""
+        group = (comp,) if comp.group is None else comp.group
+        for c in group:
+            if c.slot >= 0:
+                self._dissolve(c)
+        return group
 
     def _form(self, key: tuple, comp: Component) -> None:
         """Put a new component in: a slot in the component set, a row per job, its GPUs."""
@@ -661,10 +699,10 @@ class Simulator:
             comp_of[m.job_id] = comp
         comp.rows = [m.slot for m in comp.members]
         gc = self._gpu_comp
-        gpus = comp.gpu_list
-        for g in gpus:
+        for g in comp.gpu_list:
+            if g not in gc:
+                self._n_live_gpus += 1
             gc[g] = comp
-        self._n_live_gpus += len(gpus)
         self._need_finish.append(comp)
         self._order = self._gathered = self._comps_list = None
         if self._reference:
@@ -686,8 +724,8 @@ class Simulator:
         for jid in changed:
             comp = comp_of.get(jid)
             if comp is not None and comp.slot >= 0:
-                self._dissolve(comp)
-                dirty.update(m.job_id for m in comp.members)
+                for c in self._dissolve_group(comp):
+                    dirty.update(m.job_id for m in c.members)
         # GPUs of dirty running jobs may touch clean components: dissolve those too
         gpu_owner = self._gpu_comp
         frontier = [j for j in dirty if jobs[j].status is RUNNING]
@@ -696,11 +734,11 @@ class Simulator:
             for g in jobs[jid].placement:
                 comp = gpu_owner.get(g)
                 if comp is not None and comp.slot >= 0:
-                    self._dissolve(comp)
-                    for m in comp.members:
-                        if m.job_id not in dirty:
-                            dirty.add(m.job_id)
-                            frontier.append(m.job_id)
+                    for c in self._dissolve_group(comp):
+                        for m in c.members:
+                            if m.job_id not in dirty:
+                                dirty.add(m.job_id)
+                                frontier.append(m.job_id)
         for jid in dirty:
             comp_of.pop(jid, None)
         running = [j for j in dirty if jobs[j].status is RUNNING]
@@ -709,6 +747,7 @@ class Simulator:
         groups = [running] if len(running) == 1 else connected_groups({jid: jobs[jid].placement for jid in running})
         costs = self.costs
         formed_s = st.time_s if at_s is None else at_s
+        free = self.config.pace == "free"
         for jids in groups:
             members = []
             key = []
@@ -721,8 +760,54 @@ class Simulator:
                 key.append((jid, pl, j.level, j.pattern.value))
                 if j.restart_until_s > ready:
                     ready = j.restart_until_s
-            self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
-                                             self.config.lockstep_s, formed_s, self._sharing))
+            if free and len(members) > 1:
+                self._form_free_group(tuple(key), members, formed_s)
+            else:
+                self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
+                                                 self.config.lockstep_s, formed_s, self._sharing))
+
+    def _form_free_group(self, key: tuple, members: list[Member], formed_s: float) -> None:
+        """Under the free pace, a component per job of a group that shares GPUs, each stepping
+        with the times it takes beside the others (eqs. F1-F4, :mod:`jigsaw_env.free_running`)."""
+        fr = self._free_running(members)
+        per_gpu: dict[int, int] = {}
+        for m in members:
+            for g in set(m.gpus):
+                per_gpu[g] = per_gpu.get(g, 0) + 1
+        jobs = self.state.jobs
+        cache = None if self._reference else self._tables
+        comps = []
+        for m, prof, rate, entry in zip(members, fr.profiles, fr.busy_rate, key):
+            ready = max(self.state.time_s, jobs[m.job_id].restart_until_s)
+            comp = Component([Member(m.job_id, prof, m.gpus, m.iteration0, m.iso_s)], ready, cache, 0.0, formed_s, None)
+            comp.alloc_gpus = sum(1.0 / per_gpu[g] for g in comp.gpu_list)
+            comp.set_busy_rate(rate)
+            comps.append((entry, comp))
+        group = tuple(c for _, c in comps)
+        for entry, comp in comps:
+            comp.group, comp.group_key = group, key
+            self._form((entry,), comp)
+        self._shared[key] = tuple([m.job_id for m in members])
+
+    def _free_running(self, members: list[Member]):
+        """:func:`free_running` of ``members``, kept with the step tables: the result depends on
+        the members' profiles and on which of the group's GPUs (their types and nodes) each uses,
+        not on where the group sits or on the jobs' phases."""
+        sharing = self._sharing
+        gpus = sorted({g for m in members for g in m.gpus})
+        col = {g: i for i, g in enumerate(gpus)}
+        key = (sharing.mode, tuple((id(m.profile), tuple(col[g] for g in m.gpus)) for m in members),
+               tuple(sharing.gpu_type_of(g) for g in gpus), sharing.node_signature(gpus))
+        cache = None if self._reference else self.costs.free_running
+        hit = None if cache is None else cache.get(key)
+        if hit is not None and all(p is m.profile for p, m in zip(hit[0], members)):
+            return hit[1]
+        fr = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing)
+        if cache is not None:
+            if len(cache) > 50_000:
+                cache.clear()
+            cache[key] = (tuple(m.profile for m in members), fr)
+        return fr
 
     # ------------------------------------------------------------------ time
     def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
@@ -794,7 +879,8 @@ class Simulator:
     def _live_order(self) -> tuple:
         """Index arrays over the live components in their dict order (cached until one forms or
         dissolves): component slots, the components, job rows, each row's position among the
-        components, each component's GPU count and its formation time (s)."""
+        components, the GPUs each component is charged for (``Component.alloc_gpus``) and its
+        formation time (s)."""
         if self._order is None:
             comps = self._live_comps()
             slots = np.array([c.slot for c in comps], dtype=np.int64)
@@ -804,7 +890,7 @@ class Simulator:
                 ext(c.rows)
             pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
             self._order = (slots, comps, np.array(rows, dtype=np.int64), pos,
-                           np.array([len(c.gpu_list) for c in comps], dtype=np.float64),
+                           np.array([c.alloc_gpus for c in comps], dtype=np.float64),
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
 
@@ -918,7 +1004,7 @@ class Simulator:
             dt = t - now
             steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
             busy_sum += busy
-            alloc_sum += dt * len(comp.gpu_list)
+            alloc_sum += dt * comp.alloc_gpus
             for m, by in zip(comp.members, bytes_):
                 j = jobs[m.job_id]
                 rem = j.iterations - j.progress
@@ -968,14 +1054,46 @@ class Simulator:
         and memory is whole bytes (exact sums, in any order), so the validation would pass and
         build an equal ledger. It is used only when its job order is also the one validation
         would give (jobs kept, in the order in force, then jobs added); otherwise, or with any
-        other ledger, the decision is validated as usual."""
+        other ledger, the decision is validated as usual.
+
+        The round's phases: take the decision (validated, or adopted with its ledger; nothing
+        changes when it is refused), apply what changed, find the round's end, advance to it with
+        the completions inside it, then close the round (arrivals, clock, logs)."""
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
+        self._check_round_advances_time()
+        decision, ledger, removed, added = self._take_decision(decision, ledger)
         st = self.state
+        self._snap_window(st.time_s)
+        self._apply_changes(decision, removed, added)
+        self._in_force = ledger
+        st.running_ref = ledger.decision
+        n_alloc, n_shared = self._gpu_counts(ledger)
+        rnd = _Round(t0=st.time_s, active_at_start=len(st.active_ids), n_dec=len(ledger.decision),
+                     levels=list(self._levels), n_alloc_gpus=n_alloc, n_shared_gpus=n_shared,
+                     dec_of=ledger.decision if decision is None else decision)
+        t_end = self._advance_round(rnd, ledger, self._round_end_s(rnd.t0))
+        self._close_round(rnd, t_end)
+        acc = rnd.acc
+        return RoundResult(round=st.round - 1, start_s=rnd.t0, end_s=t_end, job_seconds=rnd.job_seconds,
+                           finished=rnd.finished, useful_gpu_s=acc["useful"], busy_gpu_s=acc["busy"],
+                           allocated_gpu_s=acc["alloc"], done=self.num_finished == len(st.jobs),
+                           truncated=self.truncated)
+
+    # ----- the phases of a round (step)
+    def _check_round_advances_time(self) -> None:
+        """ValueError, before anything changes, when one round would not move the clock."""
+        t = self.state.time_s
         rs = self.config.round_s if self.config.round_s is not None else self.config.idle_round_s
-        if st.time_s + rs == st.time_s:  # checked before anything changes
-            raise ValueError(f"simulated time {st.time_s:.6g} s is too large for rounds of {rs:g} s: adding one round "
+        if t + rs == t:
+            raise ValueError(f"simulated time {t:.6g} s is too large for rounds of {rs:g} s: adding one round "
                              f"does not change it in double precision (arrival or duration values far too large?)")
+
+    def _take_decision(self, decision, ledger) -> tuple:
+        """(decision, its ledger, jobs removed, jobs added): the decision validated against the
+        allocation in force (or its ledger adopted, or the allocation in force kept for None).
+        The job lists are None where nothing is applied job by job. Raises InfeasibleDecision
+        before anything changes."""
         ref = self._reference
         adopted = None
         if (ledger is not None and not ref and decision is not None and ledger.decision is decision
@@ -984,26 +1102,30 @@ class Simulator:
         self._round_token = object()  # ledgers handed out before this step are of an earlier round
         if adopted is not None:
             ledger, removed, added = adopted
-        elif decision is None and not ref:
+            return decision, ledger, removed, added
+        if decision is None and not ref:
             # the allocation in force: nothing to validate or apply. The ledger itself stands for
             # the decision (jobs finishing in the round leave it; the round log keeps their entries)
-            ledger = self._in_force
-        elif decision is None:
+            return None, self._in_force, None, None
+        if decision is None:
             decision = Decision(self._in_force.decision)
-            ledger = self._validate_full(decision)
-        else:
-            if not isinstance(decision, dict):
-                raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
-            try:
-                decision = Decision({int(k): v for k, v in decision.items()})
-            except (TypeError, ValueError):
-                raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
-            if ref:
-                ledger = self._validate_full(decision)
-            else:
-                ledger, removed, added = self._validate_diff(decision)  # raises before anything changes
-        self._snap_window(st.time_s)
+            return decision, self._validate_full(decision), None, None
+        if not isinstance(decision, dict):
+            raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
+        try:
+            decision = Decision({int(k): v for k, v in decision.items()})
+        except (TypeError, ValueError):
+            raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
         if ref:
+            return decision, self._validate_full(decision), None, None
+        ledger, removed, added = self._validate_diff(decision)  # raises before anything changes
+        return decision, ledger, removed, added
+
+    def _apply_changes(self, decision, removed, added) -> None:
+        """The jobs' bookkeeping (starts, stops, moves, level changes), the components they touch
+        and the count of jobs per SPB level."""
+        st = self.state
+        if self._reference:
             self._rebuild(apply_job_bookkeeping(st, decision, self.config.restart_s,
                                                 running_ids=list(self._in_force.decision)))
             self._levels = [0] * 8
@@ -1020,22 +1142,19 @@ class Simulator:
                 levels[min(decision[jid].level, 7)] += 1
             sub = Decision({jid: decision[jid] for jid in added})
             self._rebuild(apply_job_bookkeeping(st, sub, self.config.restart_s, running_ids=removed))
-        self._in_force = ledger
-        st.running_ref = ledger.decision
-        n_dec = len(ledger.decision)
-        levels = list(self._levels)
+
+    def _gpu_counts(self, ledger: GpuLedger) -> tuple[int, int]:
+        """(GPUs allocated, GPUs shared by two or more workers) in ``ledger``."""
         G = ledger.num_gpus
         n_free = ledger.num_with_workers(0)
-        n_alloc_gpus = G - n_free
-        n_shared_gpus = G - n_free - ledger.num_with_workers(1)
-        if ref:
-            n_alloc_gpus = G - ledger._wl.count(0)
-            n_shared_gpus = int(np.count_nonzero(ledger.workers > 1))
-        dec_of = ledger.decision if decision is None else decision  # JobDecisions for the round log
-        left: dict[int, JobDecision] = {}  # entries of jobs that finish in the round
-        t0 = st.time_s
+        if self._reference:
+            return G - ledger._wl.count(0), int(np.count_nonzero(ledger.workers > 1))
+        return G - n_free, G - n_free - ledger.num_with_workers(1)
+
+    def _round_end_s(self, t0: float) -> float:
+        """When a round starting at ``t0`` ends (s): after ``round_s``, at the next step boundary
+        (iteration granularity), at the next arrival on an idle cluster, capped at ``max_time_s``."""
         cfg = self.config
-        # ---- round end
         if self._components:
             if cfg.round_s is not None:
                 t_end = t0 + cfg.round_s
@@ -1044,26 +1163,28 @@ class Simulator:
                 t_end = t0 + min(c.time_to_next_step(t0) for c in self._components.values())
         else:
             nxt = self.next_arrival_s()
-            if not st.active_ids and nxt is not None:
+            if not self.state.active_ids and nxt is not None:
                 t_end = nxt  # idle cluster: jump to the next arrival
             else:
                 t_end = t0 + (cfg.round_s if cfg.round_s is not None else cfg.idle_round_s)
         if cfg.max_time_s is not None:
             t_end = min(t_end, self.first_arrival_s + cfg.max_time_s)
-        # ---- advance with completion events inside the round
-        acc = {"busy": 0.0, "useful": 0.0, "alloc": 0.0, "jobs": {}}
-        now = t0
-        finished: list[int] = []
-        active_at_start = len(st.active_ids)
-        job_seconds = 0.0
-        n_active = active_at_start
-        base_s = t0  # every live component has been advanced to max(base_s, its formation time)
+        return t_end
+
+    def _advance_round(self, rnd: "_Round", ledger: GpuLedger, t_end: float) -> float:
+        """Advance from the round's start to ``t_end`` with the completions inside it; returns the
+        round's end (the last completion when the episode ends before ``t_end``)."""
+        st = self.state
+        acc = rnd.acc
+        now = rnd.t0
+        n_active = rnd.active_at_start
+        base_s = now  # every live component has been advanced to max(base_s, its formation time)
         advances = now < t_end - 1e-12  # a round of (nearly) no time advances nothing
         while now < t_end - 1e-12:
             t_next, who_all = self._next_completion(now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
                 t_next, who_all = self.window_end_s, []
-            job_seconds += n_active * max(0.0, t_next - now)
+            rnd.job_seconds += n_active * max(0.0, t_next - now)
             now = t_next
             if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
                 # the measured window ends: its useful work counts every component up to now
@@ -1072,45 +1193,63 @@ class Simulator:
             elif who_all:
                 # only the components of the finishing jobs: the others are untouched until the
                 # round ends (or the window does)
-                comp_of = self._comp_of
-                some = []
-                for jid in who_all:
-                    c = comp_of[jid]
-                    if c not in some:
-                        some.append(c)
-                self._advance_components(now, base_s, acc, some)
+                self._advance_components(now, base_s, acc, self._components_of(who_all))
             if who_all:
-                rj = self._rjobs
-                for jid in who_all:
-                    j = st.jobs[jid]
-                    rj.progress[self._member_row(jid)] = j.iterations  # written back when it dissolves
-                    j.progress = j.iterations
-                    j.status = JobStatus.DONE
-                    j.finish_s = now
-                    j.placement = ()
-                    jd = ledger.decision.get(jid)
-                    if jd is not None:
-                        left[jid] = jd
-                        self._levels[min(jd.level, 7)] -= 1
-                        ledger.remove(jid)
-                    finished.append(jid)
-                    self.num_finished += 1
-                    n_active -= 1
-                self._rebuild(set(who_all), now)
+                self._complete(who_all, now, ledger, rnd)
+                n_active -= len(who_all)
             self._snap_window_acc(now, acc)
             if self.num_finished == len(st.jobs):
                 t_end = now  # episode over: the last round ends at the last completion
                 break
         if advances:  # the rest of the round, up to its last event (its end, or within 1e-12 s of it)
             self._advance_components(now, base_s, acc)
+        return t_end
+
+    def _components_of(self, job_ids: list[int]) -> list:
+        """The live components of ``job_ids``, with the free pace's siblings (formed together)."""
+        comp_of = self._comp_of
+        some = []
+        for jid in job_ids:
+            comp = comp_of[jid]
+            for c in ((comp,) if comp.group is None else comp.group):
+                if c not in some:
+                    some.append(c)
+        return some
+
+    def _complete(self, job_ids: list[int], now: float, ledger: GpuLedger, rnd: "_Round") -> None:
+        """Jobs ``job_ids`` finish at ``now``: done, out of the ledger (their entries kept for the
+        round log), their components re-formed without them."""
+        st = self.state
+        rj = self._rjobs
+        for jid in job_ids:
+            j = st.jobs[jid]
+            rj.progress[self._member_row(jid)] = j.iterations  # written back when it dissolves
+            j.progress = j.iterations
+            j.status = JobStatus.DONE
+            j.finish_s = now
+            j.placement = ()
+            jd = ledger.decision.get(jid)
+            if jd is not None:
+                rnd.left[jid] = jd
+                self._levels[min(jd.level, 7)] -= 1
+                ledger.remove(jid)
+            rnd.finished.append(jid)
+            self.num_finished += 1
+        self._rebuild(set(job_ids), now)
+
+    def _close_round(self, rnd: "_Round", t_end: float) -> None:
+        """The round ends at ``t_end``: finished jobs leave the active list, arrivals during the
+        round count from their arrival, the clock moves, new arrivals are admitted, the totals
+        and logs are written and the round counter moves on."""
+        st = self.state
         if not self._defer_round_end:
             self._end_round()
-        if finished:  # once per round, not per completion
-            # the jobs that finished are exactly the ones to drop (only this loop marks a job DONE);
+        if rnd.finished:  # once per round, not per completion
+            # the jobs that finished are exactly the ones to drop (only _complete marks a job DONE);
             # list.remove scans in C, where a filter over the (possibly thousands of) active jobs
             # would read every job's status in Python. The order of the rest is kept.
             remove = st.active_ids.remove
-            for jid in finished:
+            for jid in rnd.finished:
                 remove(jid)
         # arrivals during the round count as in the system from their arrival time
         nxt_pos = self._pending_pos
@@ -1118,45 +1257,47 @@ class Simulator:
             j = st.jobs[self._pending[nxt_pos]]
             if j.arrival_s > t_end + 1e-9:
                 break
-            job_seconds += t_end - j.arrival_s
+            rnd.job_seconds += t_end - j.arrival_s
             nxt_pos += 1
         st.time_s = t_end
         self._admit(t_end)
-        # ---- logs
-        busy = acc["busy"]
+        acc = rnd.acc
         self._useful_total += acc["useful"]
-        self._busy_total += busy
+        self._busy_total += acc["busy"]
         self._alloc_total += acc["alloc"]
-        if cfg.log_rounds:
-            rows = self._round_rows
-            gstr = self._gpu_str
-            for jid, (run_s, steps, gain, by) in acc["jobs"].items():
-                jd = dec_of.get(jid)
-                if jd is None:
-                    jd = left.get(jid)
-                if jd is not None:
-                    gpus = jd.gpus
-                    gs = gstr.get(gpus)
-                    if gs is None:
-                        if len(gstr) > 100_000:
-                            gstr.clear()
-                        gs = gstr[gpus] = " ".join(map(str, gpus))
-                    rows.append((st.round, t0, t_end, jid, gs, jd.level, jd.pattern.value,
-                                 run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
-                else:
-                    rows.append((st.round, t0, t_end, jid, "", 0, "",
-                                 run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
-        self._cluster_rows.append((st.round, t0, t_end, active_at_start, active_at_start - n_dec,
-                                   n_dec, n_alloc_gpus, n_shared_gpus,
-                                   busy, acc["alloc"], job_seconds, acc["useful"], len(finished), *levels))
+        if self.config.log_rounds:
+            self._log_jobs_of_round(rnd, t_end)
+        self._cluster_rows.append((st.round, rnd.t0, t_end, rnd.active_at_start, rnd.active_at_start - rnd.n_dec,
+                                   rnd.n_dec, rnd.n_alloc_gpus, rnd.n_shared_gpus, acc["busy"], acc["alloc"],
+                                   rnd.job_seconds, acc["useful"], len(rnd.finished), *rnd.levels))
         st.round += 1
+        cfg = self.config
         if cfg.max_time_s is not None and not self.done and st.time_s >= self.first_arrival_s + cfg.max_time_s - 1e-9:
             self.truncated = True
         self._snap_window(st.time_s)
-        return RoundResult(round=st.round - 1, start_s=t0, end_s=t_end, job_seconds=job_seconds,
-                           finished=finished, useful_gpu_s=acc["useful"], busy_gpu_s=busy,
-                           allocated_gpu_s=acc["alloc"], done=self.num_finished == len(st.jobs),
-                           truncated=self.truncated)
+
+    def _log_jobs_of_round(self, rnd: "_Round", t_end: float) -> None:
+        """One round-log row per job that ran in the round (its JobDecision, or the one it had
+        when it finished)."""
+        st = self.state
+        rows = self._round_rows
+        gstr = self._gpu_str
+        for jid, (run_s, steps, gain, by) in rnd.acc["jobs"].items():
+            jd = rnd.dec_of.get(jid)
+            if jd is None:
+                jd = rnd.left.get(jid)
+            if jd is not None:
+                gpus = jd.gpus
+                gs = gstr.get(gpus)
+                if gs is None:
+                    if len(gstr) > 100_000:
+                        gstr.clear()
+                    gs = gstr[gpus] = " ".join(map(str, gpus))
+                rows.append((st.round, rnd.t0, t_end, jid, gs, jd.level, jd.pattern.value,
+                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+            else:
+                rows.append((st.round, rnd.t0, t_end, jid, "", 0, "",
+                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
 
     def _snap_window_acc(self, now: float, acc: dict) -> None:
         if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:

@@ -274,10 +274,12 @@ def isolated_throughput(model: str, batch_size: int | None, num_gpus: int, gpu_t
 
     ``1 / (compute_s(0) + sync time of a full ring all-reduce)`` (eq. T1 at level 0); the job
     spans ``ceil(num_gpus / gpus_per_node)`` nodes and uses the cross-node link if more than one.
+    A batch size without a table gets the nearest one's scaled by eq. B1 (docs/cost_tables.md
+    section 9; ``get_table(..., nearest=True)``).
     """
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-    table = get_table(model, batch_size, gpu_type)
+    table = get_table(model, batch_size, gpu_type, nearest=True)
     link = intra if num_gpus <= gpus_per_node else cross
     prof = job_profile(table, 0, Pattern.ROTATING, int(num_gpus), link)
     return 1.0 / float(prof.dedicated_iteration_s()[0])

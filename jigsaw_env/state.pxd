@@ -20,4 +20,4 @@ cdef class CostModel:
     cdef dict __dict__
     cdef object __weakref__
     cdef public object _iso, _peak_fast, _peak_lists, _peaks, _profiles, cluster, eta_override, eta_scale
-    cdef public object homogeneous, spb, step_tables
+    cdef public object free_running, homogeneous, spb, step_tables

@@ -187,6 +187,8 @@ class CostModel:
         # engine.Component's shared step tables (the simulator's cache), keyed by profile identity:
         # kept here so that they live exactly as long as the profiles they are computed from
         self.step_tables: dict = {}
+        # the free pace's times of groups of co-located jobs (Simulator._free_running), keyed the same way
+        self.free_running: dict = {}
         self.homogeneous = len(set(cluster.gpu_types)) == 1
 
     def mismatch(self, cluster: ClusterSpec, spb: SPBConfig, eta_override: float | None, eta_scale: float) -> str | None:
@@ -199,7 +201,22 @@ class CostModel:
         return None
 
     def table(self, model: str, batch_size: int, gpu_type: str) -> CostTable:
-        return get_table(model, batch_size, gpu_type)
+        """The job's cost table; a batch size without one gets the nearest one's scaled by eq. B1
+        (docs/cost_tables.md section 9)."""
+        return get_table(model, batch_size, gpu_type, nearest=True)
+
+    def estimate(self) -> "CostModel":
+        """The cost model a scheduler and the env's observation see: the same cluster, SPB settings
+        and tables, with each table's own eta (eq. E1), not ``eta_override`` / ``eta_scale``. Those
+        two set the simulated *true* eta of a sensitivity sweep, which no scheduler can know
+        (docs/simulator.md section 1). ``self`` when neither is set; otherwise one CostModel made
+        on first use and kept (its caches live as long as this one)."""
+        if self.eta_override is None and self.eta_scale == 1.0:
+            return self
+        est = getattr(self, "_estimate", None)
+        if est is None:
+            est = self._estimate = CostModel(self.cluster, self.spb)
+        return est
 
     def _eta(self, eta: float, level: int) -> float:
         if level == 0:

@@ -17,10 +17,10 @@ Two steps (docs/cost_tables.md has every formula):
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -34,12 +34,11 @@ import torch
 import torch.nn as nn
 
 from jigsaw_env.cost_table import CostTable, LayerGroup
+from jigsaw_env.gavel_data import GAVEL_FILE, PROJECT_ROOT, data_dir, gavel_alone_throughput, gavel_key, gavel_throughputs
 from jigsaw_env.zoo import ZooModel, build_model
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GPU_TYPES = ("k80", "p100", "v100")
 MEASURE_DEVICES = ("cpu", "cuda")
-GAVEL_FILE = "gavel/simulation_throughputs.json"
 # Assumed (not measured here) per-process CUDA context + cuDNN/cuBLAS workspace on K80/P100/V100.
 ASSUMED_CUDA_OVERHEAD_BYTES = 500 * 2**20
 # Used only when the CPU overhead measurement (a subprocess) fails.
@@ -51,50 +50,6 @@ OPTIMIZER_TEXT = {
     "adam": "Adam",
     "adamw": "AdamW",
 }
-
-
-# --------------------------------------------------------------------------------------------
-# data folder and Gavel throughputs
-# --------------------------------------------------------------------------------------------
-def data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA`` or ``<project root>/../shared/data``."""
-    env = os.environ.get("JIGSAW_DATA")
-    return Path(env) if env else (PROJECT_ROOT.parent / "shared" / "data")
-
-
-@lru_cache(maxsize=4)
-def _load_gavel(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(
-            f"Gavel throughputs not found at {p}; set JIGSAW_DATA to the data folder "
-            f"(it must contain {GAVEL_FILE})")
-    return json.loads(p.read_text())
-
-
-def gavel_throughputs(path: str | Path | None = None) -> dict[str, Any]:
-    """Gavel's ``simulation_throughputs.json`` (read from the data folder, never copied)."""
-    return _load_gavel(str(path or data_dir() / GAVEL_FILE))
-
-
-def gavel_key(job: str, batch_size: int, scale_factor: int = 1) -> str:
-    """The key Gavel uses, e.g. ``"('ResNet-18 (batch size 64)', 1)"``."""
-    return str((f"{job} (batch size {batch_size})", scale_factor))
-
-
-def gavel_alone_throughput(job: str | None, batch_size: int, gpu: str,
-                           path: str | Path | None = None) -> tuple[str, float] | None:
-    """(key, iterations/s alone at scale factor 1) or None when Gavel has no such entry."""
-    if job is None:
-        return None
-    table = gavel_throughputs(path)
-    if gpu not in table:
-        raise ValueError(f"Gavel throughputs have no GPU type {gpu!r}; allowed: {sorted(table)}")
-    key = gavel_key(job, batch_size)
-    entry = table[gpu].get(key)
-    if entry is None or not entry.get("null"):
-        return None
-    return key, float(entry["null"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,7 +516,7 @@ def _derived_sources(base: CostTable, gpu: str, factor: float, fixed_text: str, 
         "optimizer_s": times.format("optimizer_s: " + src.get("optimizer_s", "measured")),
         "fixed_memory_bytes": fixed_text,
         "anchor": anchor_text,
-    }
+    } | ({"batch_scaling": src["batch_scaling"]} if "batch_scaling" in src else {})
 
 
 def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None,
@@ -631,11 +586,92 @@ def default_reference_tables(device: str = "cpu", tables_dir: Path | None = None
     from jigsaw_env.cost_table import TABLES_DIR
     from jigsaw_env.zoo import MODELS
 
+    from jigsaw_env.cost_table import REFERENCE_BATCH_SIZES, table_filename
+
     d = Path(tables_dir) if tables_dir else TABLES_DIR
     out = []
     for name, ctor in sorted(MODELS.items()):
-        if getattr(ctor, "gavel_job", None) is None:
+        if getattr(ctor, "gavel_job", None) is None or name not in REFERENCE_BATCH_SIZES:
             continue
-        for p in sorted(d.glob(f"{name}-bs*-{device}.json")):
+        p = d / table_filename(name, REFERENCE_BATCH_SIZES[name], device)
+        if p.exists():
             out.append(CostTable.load(p))
     return out
+
+
+def gavel_batch_sizes(job: str, gpus: Iterable[str] = GPU_TYPES, path: str | Path | None = None) -> list[int]:
+    """The batch sizes at which Gavel measured job type ``job`` alone (scale factor 1) on every GPU
+    type of ``gpus``; ``[]`` when it has none."""
+    table = gavel_throughputs(path)
+    pat = re.compile(r"\('" + re.escape(job) + r" \(batch size (\d+)\)', 1\)")
+    per_gpu = []
+    for g in gpus:
+        sizes = set()
+        for key, entry in table.get(g, {}).items():
+            m = pat.fullmatch(key)
+            if m and entry.get("null"):
+                sizes.add(int(m.group(1)))
+        per_gpu.append(sizes)
+    return sorted(set.intersection(*per_gpu)) if per_gpu else []
+
+
+#: models Gavel did not measure whose K80/P100/V100 tables come from a GPU measurement of their
+#: own, scaled by the ratio (1 / Gavel throughput) / GPU-measured time of the anchored models of
+#: the same family (docs/cost_tables.md section 4)
+GPU_RATIO_FAMILY: dict[str, tuple[str, ...]] = {
+    "vgg16": ("resnet18", "resnet50"),           # convolutional image classifiers
+    "bert_base": ("transformer_small",),         # Transformer encoders
+}
+#: the repository's GPU measurements (``bench/cuda_check.sh``: ``jigsaw calibrate --device cuda``)
+GPU_MEASURED_DIR = PROJECT_ROOT / "bench" / "results" / "cuda_check"
+
+
+def anchor_through_gpu(measured: CostTable, gpu: str, references: Iterable[CostTable],
+                       gavel_path: str | Path | None = None, where: str = "") -> CostTable:
+    """The ``gpu`` (k80/p100/v100) table of a model Gavel did not measure, from ``measured`` (its
+    table measured on a local GPU, ``device = "cuda"``): every time of it times
+
+        k = exp(mean over references m of ln((1 / theta(m, gpu)) / T(m)))
+
+    where ``references`` are GPU-measured tables (same GPU as ``measured``) of Gavel-anchored
+    models, ``T(m)`` their ``compute_s(0)`` and ``theta(m, gpu)`` Gavel's alone throughput at their
+    batch size. The per-group split and the activation bytes are the GPU-measured ones; the fixed
+    memory is exact state + the assumed CUDA overhead (as :func:`anchor_table`)."""
+    if gpu not in GPU_TYPES:
+        raise ValueError(f"unknown GPU type {gpu!r}; allowed: {list(GPU_TYPES)}")
+    if measured.device != "cuda":
+        raise ValueError(f"{measured.model}: anchor_through_gpu needs a table measured on a GPU (device 'cuda'), "
+                         f"got {measured.device!r}")
+    path = Path(gavel_path) if gavel_path else data_dir() / GAVEL_FILE
+    ratios = {}
+    for ref in references:
+        if ref.device != "cuda":
+            raise ValueError(f"{ref.model}: reference tables must be measured on a GPU (device 'cuda'), got "
+                             f"{ref.device!r}")
+        hit = gavel_alone_throughput(ref.meta.get("gavel_job"), ref.batch_size, gpu, path)
+        if hit is None:
+            raise ValueError(f"{ref.model} bs {ref.batch_size}: no Gavel throughput on {gpu} to take a ratio from")
+        ratios[f"{ref.model}-bs{ref.batch_size}"] = (1.0 / hit[1]) / ref.plain_compute_s(0)
+    if not ratios:
+        raise ValueError(f"cannot anchor {measured.model} to {gpu}: no GPU-measured reference tables")
+    factor = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    on = measured.meta.get("processor", "a GPU")
+    base_t = measured.plain_compute_s(0)
+    fixed_b, fixed_text = _gpu_fixed_memory(measured)
+    meta = {k: v for k, v in measured.meta.items()
+            if k not in ("kind", "calibration_wall_s", "loadavg_1min_start_end")}
+    meta.update({"kind": "gpu-ratio", "derived_from": f"{where}{measured.model}-bs{measured.batch_size}-cuda.json",
+                 "base_digest": measured.digest(), "base_compute_s0": base_t, "gavel_file": str(GAVEL_FILE),
+                 "gavel_key": None, "gavel_gpu": gpu, "gavel_throughput_it_s": None, "anchor_scale": factor,
+                 "gpu_ratios": ratios, "framework_overhead_bytes": ASSUMED_CUDA_OVERHEAD_BYTES})
+    anchor_text = (f"GPU measurement x ratio (Gavel has no job type for {measured.model}): the table measured on {on} "
+                   f"({where}{measured.model}-bs{measured.batch_size}-cuda.json, `{measured.meta.get('command')}`, "
+                   f"full iteration {base_t:.6g} s) with every time scaled by k = {factor:.6g}, the geometric mean over "
+                   f"the Gavel-anchored models of the same family of (1 / Gavel throughput on {gpu}) / their time measured "
+                   f"on the same GPU: " + ", ".join(f"{k}: {v:.4g}" for k, v in sorted(ratios.items()))
+                   + f" ({GAVEL_FILE}, scale factor 1, 'null' = alone); so compute_s(0) = {base_t * factor:.6g} s; the "
+                   f"per-group split and activation bytes are the ones measured on {on}")
+    sources = _derived_sources(measured, gpu, factor, fixed_text, anchor_text)
+    sources["activation_bytes"] = (f"{measured.sources.get('activation_bytes', 'exact count')} (counted on {on}'s "
+                                   f"kernels)")
+    return scale_table(measured, factor, device=gpu, fixed_memory_bytes=fixed_b, sources=sources, meta=meta)

@@ -90,9 +90,10 @@ def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:
     else:
         sched, rec = PinnedGroups(groups), None
         spec = {"kind": "custom", "name": PinnedGroups.name, "groups": [[list(j), list(g)] for j, g in groups]}
-    # one round per job (a round ends when its jobs are done), no checkpoint inside the run
+    # one round per job (a round ends when its jobs are done), no checkpoint inside the run; the
+    # pairs step in lockstep, whose barrier they measure (eq. X3)
     cfg = LiveConfig(slots=slots, round_s=1e6, max_workers_per_gpu=1 if groups is None else 2, timeout_s=60,
-                     checkpoint_every=0, evaluate=False)
+                     checkpoint_every=0, evaluate=False, pace="lockstep")
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, recorder=rec)
     try:
         return ex.run()

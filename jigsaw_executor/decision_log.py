@@ -364,8 +364,11 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
         notes.append(f"restart_s = {restart_s:.3f} s: median measured start-up of the resumed/migrated incarnations "
                      f"({len(ups)})")
     jobs = [_job_state(j) for j in header["jobs"]]
+    # the pace the run stepped co-located jobs at (a header without one: the lockstep it then had)
+    pace = header["sim"].get("pace", "lockstep")
+    notes.append(f"pace: {pace} (as the live run)")
     base = SimConfig(round_s=1.0, restart_s=float(restart_s), max_workers_per_gpu=int(header["sim"]["max_workers_per_gpu"]),
-                     spb=spb, lockstep_s=float(lockstep_s or 0.0))
+                     spb=spb, lockstep_s=float(lockstep_s or 0.0), pace=pace)
     sim = Simulator(cluster, jobs, base)
     sim_rounds: list[dict] = []
     live_steps: dict[tuple[int, int], dict] = {}

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int
+from jigsaw_env.free_running import DEFAULT_PACE, PACES
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
 
@@ -167,6 +168,9 @@ def register(subparsers) -> None:
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones or "
                                                   "`jigsaw calibrate --executor` output (its link.json is used unless "
                                                   "--link-alpha-us/--link-gbps are given)")
+    p.add_argument("--pace", choices=PACES, default=DEFAULT_PACE,
+                   help="how jobs sharing a slot step: 'free' (each at its own pace) or 'lockstep' (a barrier "
+                        "before every step); the replay simulates the same pace")
     p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")
     p.add_argument("--allow-oversubscribe", action="store_true", help="allow more slots than physical cores")
     p.add_argument("--no-replay", action="store_true", help="skip replaying the decision log at the end")
@@ -345,7 +349,7 @@ def run(args) -> int:
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
                              echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
                              max_restarts=args.max_restarts, recovery=args.recovery,
-                             lockstep_s=lockstep_s)
+                             lockstep_s=lockstep_s, pace=args.pace)
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
@@ -380,7 +384,7 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
            address: str | None = None, timeout_s: float = 60.0, pin: bool = True, allow_oversubscribe: bool = False,
            replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
            echo=None, spb: SPBConfig | None = None, checkpoint_every: int = 500, max_restarts: int = 3,
-           recovery: str = "full", lockstep_s: float = 0.0) -> tuple[dict, dict | None]:
+           recovery: str = "full", lockstep_s: float = 0.0, pace: str = DEFAULT_PACE) -> tuple[dict, dict | None]:
     """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
     Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
     from jigsaw_env.network import INTRA_NODE, Link
@@ -397,7 +401,7 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
     cfg = LiveConfig(slots=slots, round_s=round_s or (DEMO_ROUND_S if demo else 5.0), steps_per_round=steps_per_round,
                      max_workers_per_gpu=max_workers_per_gpu, slot_memory_gib=slot_memory_gib, spb=spb, link=link,
                      timeout_s=timeout_s, pin=pin, checkpoint_every=checkpoint_every, max_restarts=max_restarts,
-                     recovery=recovery, lockstep_s=lockstep_s)
+                     recovery=recovery, lockstep_s=lockstep_s, pace=pace)
     if demo and scenario is None:
         scenario = DemoScenario()
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,

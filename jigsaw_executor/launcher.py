@@ -142,6 +142,7 @@ class _JobSpec:
     return_state: bool
     evaluate: bool
     hash_optimizer: bool
+    sync_method: str = "fastest"
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,7 +204,8 @@ def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
     optimizer = model.make_optimizer()
     trainer = SPBTrainer(model, optimizer, spb_config=spec.spb, average_over=spec.average_over,
                          link=spec.link, buffer_sync=spec.buffer_sync,
-                         measure_activations=spec.measure_activations, timeout_s=spec.timeout_s)
+                         measure_activations=spec.measure_activations, timeout_s=spec.timeout_s,
+                         sync_method=spec.sync_method)
     torch.manual_seed(mix_seed(spec.seed, 0xD40, rank))  # per-rank stream (dropout), in the checkpoint
     start = spec.start_iteration
     if spec.resume and spec.checkpoint_dir and read_checkpoint_meta(spec.checkpoint_dir) is not None:
@@ -391,7 +393,7 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
                   record_grads_at: Sequence[int] = (), measure_activations: bool = True,
                   buffer_sync: str = "average", model_kwargs: dict[str, Any] | None = None,
                   lr: float | None = None, threads: int = 1, return_state: bool = False,
-                  evaluate: bool = False, hash_optimizer: bool = True) -> JobResult:
+                  evaluate: bool = False, hash_optimizer: bool = True, sync_method: str = "fastest") -> JobResult:
     """Train ``model_name`` with real SPB on ``world_size`` local processes.
 
     decisions: one :class:`Decision` (or ``(level, pattern[, starts])``) for every iteration, a
@@ -404,6 +406,8 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
     fail_at / fail_mode: fault injection for tests: rank ``fail_at[0]`` at iteration ``fail_at[1]``
         raises (``"raise"``), stalls (``"hang"``) or exits without a Python error (``"exit"``).
     record_grads_at: iterations whose local (before sync) and synced gradients are returned.
+    sync_method: ``"fastest"`` (the simulator's choice per group, eq. N4), ``"ring"`` or
+        ``"reduce_broadcast"`` (``SPBTrainer``).
     Returns a :class:`JobResult`; raises :class:`JobFailed` when a worker fails.
     """
     import torch.distributed as dist
@@ -415,6 +419,10 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
         raise ValueError(f"unknown model {model_name!r}; allowed: {executor_model_names()}")
     if world_size < 1 or iterations < 0:
         raise ValueError(f"need world_size >= 1 and iterations >= 0, got {world_size}, {iterations}")
+    from jigsaw_env.network import SYNC_METHODS
+
+    if sync_method not in SYNC_METHODS:
+        raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
     if fail_mode not in FAIL_MODES:
         raise ValueError(f"fail_mode must be one of {list(FAIL_MODES)}, got {fail_mode!r}")
     data = data or default_source(model_name)
@@ -451,7 +459,7 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
             fail_mode=fail_mode, record_grads_at=tuple(int(t) for t in record_grads_at),
             measure_activations=measure_activations, buffer_sync=buffer_sync,
             model_kwargs=tuple(sorted((model_kwargs or {}).items())), lr=lr, threads=threads,
-            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer)
+            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer, sync_method=sync_method)
         ctx = _mp_context()
         env_before = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         for k in env_before:  # inherited by the workers (and a fork server started now)

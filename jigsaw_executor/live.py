@@ -40,6 +40,7 @@ import numpy as np
 
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.cost_table import get_table
+from jigsaw_env.free_running import DEFAULT_PACE, check_pace
 from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.placement import validate_decision
 from jigsaw_env.spb import Pattern, SPBConfig
@@ -50,7 +51,7 @@ from .store_seal import new_token
 from .decision_log import (FORMAT, DecisionLogWriter, cluster_to_dict, decision_to_dict, encode_array, encode_mask,
                            spb_from_dict, spb_to_dict, state_from_dict, state_to_dict)
 
-__all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of"]
+__all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "components_of", "segments_of"]
 
 SNAPSHOT_FORMAT = "jigsaw-live-state/2"
 #: the field that held a pickled scheduler in run folders written by an earlier version (refused)
@@ -115,6 +116,10 @@ class LiveConfig:
     lockstep_s: the barrier the simulator charges every co-located lockstep step when it replays
         this run's decision log (``SimConfig.lockstep_s``, eq. K3; recorded in the log's header).
         ``jigsaw deploy --tables OUT`` takes it from ``OUT/lockstep.json``. It changes nothing live.
+    pace: how jobs that share slots step: ``"free"`` (each at its own pace: no barrier between
+        them) or ``"lockstep"`` (their rank 0s meet at a store barrier before every step). The
+        decision log's header records it and the replay runs the simulator at the same pace
+        (``SimConfig.pace``).
     """
 
     slots: int = 2
@@ -136,11 +141,13 @@ class LiveConfig:
     max_restarts: int = 3
     recovery: str = "full"
     lockstep_s: float = 0.0
+    pace: str = DEFAULT_PACE
 
     def __post_init__(self) -> None:
         from jigsaw_env.simulator import check_lockstep_s
 
         check_lockstep_s(self.lockstep_s)
+        check_pace(self.pace)
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery must be one of {list(RECOVERY_MODES)}, got {self.recovery!r}")
         for name in ("checkpoint_every", "max_restarts"):
@@ -161,6 +168,7 @@ class LiveConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "LiveConfig":
         d = dict(d)
+        d.setdefault("pace", "lockstep")  # a run folder without it was run in lockstep
         d["spb"] = spb_from_dict(d["spb"])
         d["link"] = Link(*d["link"])
         return cls(**d)
@@ -176,6 +184,16 @@ def components_of(decision: dict) -> list[list[int]]:
     from jigsaw_env.placement import connected_groups
 
     return connected_groups({jid: jd.gpus for jid, jd in decision.items()})
+
+
+def segments_of(decision: dict, pace: str) -> list[list[int]]:
+    """The groups of jobs whose rank 0s meet at a barrier before every step: the components of
+    ``decision`` under the lockstep pace, every job on its own under the free pace (the
+    simulator's ``SimConfig.pace`` likewise forms one component per job)."""
+    comps = components_of(decision)
+    if check_pace(pace) == "free":
+        return [[jid] for members in comps for jid in members]
+    return comps
 
 
 def _steps_to_finish(job: JobState, eta: float) -> int:
@@ -365,7 +383,7 @@ class LiveExecutor:
                 "cluster": cluster_to_dict(self.cluster), "spb": spb_to_dict(self.cfg.spb),
                 "sim": {"max_workers_per_gpu": self.cfg.max_workers_per_gpu, "round_s": self.cfg.round_s,
                         "steps_per_round": self.cfg.steps_per_round, "restart_s": self.cfg.restart_s,
-                        "lockstep_s": self.cfg.lockstep_s},
+                        "lockstep_s": self.cfg.lockstep_s, "pace": self.cfg.pace},
                 "config": self.cfg.to_dict(), "jobs": [j.to_dict() for j in self.jobs],
                 "scheduler": self.scheduler_spec, "tables": tables,
                 "scenario": self.scenario.to_dict() if self.scenario is not None and hasattr(self.scenario, "to_dict") else None,
@@ -489,7 +507,7 @@ class LiveExecutor:
         apply_job_bookkeeping(self.state, decision, self.cfg.restart_s)
 
     def _records(self, decision: Decision, r: int, starting: set[int]) -> dict:
-        comps = components_of(decision)
+        comps = segments_of(decision, self.cfg.pace)
         recs = {}
         for c, members in enumerate(comps):
             for jid in members:

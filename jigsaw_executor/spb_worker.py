@@ -13,17 +13,24 @@ layer groups, and an optimizer. One :meth:`SPBTrainer.step` is one SPB iteration
 3. **Gradient sync, per layer group ``b``,** over the contributors ``C_b = {w : s_w <= b}`` only.
    The group's gradients are flattened into one buffer (one collective per group and dtype):
 
-   * ``|C_b| = W``: ring all-reduce (SUM) over the job, then divide by the divisor;
-   * ``0 < |C_b| < W``: reduce (SUM) to the lowest contributing rank over a cached process subgroup
+   * ring: all-reduce (SUM) over the whole job, the ``W - |C_b|`` non-contributors sending a
+     buffer of ``-0.0`` (the exact additive identity of IEEE floats: ``x + (-0.0) = x`` for every
+     ``x``, ``+0.0`` and ``-0.0`` included), then divide by the divisor on every rank;
+   * reduce+broadcast: reduce (SUM) to the lowest contributing rank over a cached process subgroup
      of ``C_b``, divide there, then broadcast from that rank to the whole job;
    * ``|C_b| = 0``: no communication and no update: every rank sets the group's ``.grad`` to
      ``None``, so SGD / Adam skip those parameters (no momentum, no weight decay, no step count).
 
-   The choice between ring and reduce+broadcast is ``jigsaw_env.network.group_sync``'s (the
-   simulator's), so the executor and the simulator use the same algorithm per group. The divisor
-   is ``|C_b|`` (``average_over="contributors"``, default) or ``W`` (``"all"``). The division happens
-   on one rank (reduce root) or identically on all ranks (ring), so every rank steps the optimizer
-   on bit-identical gradients and replicas stay bit-identical.
+   Which of the two runs is ``jigsaw_env.network.group_sync``'s choice (eq. N4 of
+   docs/spb_model.md: the faster by the alpha-beta model, the simulator's own function), so the
+   executor and the simulator use the same algorithm per group; ``sync_method`` forces one. Both
+   add the same contributions, so they give the same sum; bit for bit whenever the sum does not
+   depend on the order of the additions (always with at most two contributors, since float
+   addition is commutative; with three or more, gloo's ring and its reduce add in different orders
+   and may differ in the last bit: ``tests/test_executor_spb.py::test_sync_methods_bit_identical``).
+   The divisor is ``|C_b|`` (``average_over="contributors"``, default) or ``W`` (``"all"``). The
+   division happens on one rank (reduce root) or identically on all ranks (ring), so every rank
+   steps the optimizer on bit-identical gradients and replicas stay bit-identical.
 4. **Optimizer step** (``model.optimizer_step``: the zoo model's clipping, then ``step``).
 5. **BatchNorm buffers.** Running statistics are updated in the forward on every rank from
    different data (also in the no-grad part). After the step the floating-point buffers of every
@@ -74,7 +81,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from jigsaw_env.network import INTRA_NODE, NONE, REDUCE_BROADCAST, RING, Link, group_sync
+from jigsaw_env.network import INTRA_NODE, NONE, REDUCE_BROADCAST, RING, SYNC_METHODS, Link, group_sync
 from jigsaw_env.spb import Pattern, SPBConfig, cycle_length, worker_starts
 
 BUFFER_SYNC_MODES = ("average", "broadcast")
@@ -115,10 +122,14 @@ class GroupSync:
 
 
 def plan_sync(starts: Sequence[int], param_bytes: Sequence[int], link: Link = INTRA_NODE,
-              average_over: str = "contributors") -> tuple[GroupSync, ...]:
-    """The per-group sync plan for worker start groups ``starts`` (one per job rank)."""
+              average_over: str = "contributors", method: str = "fastest") -> tuple[GroupSync, ...]:
+    """The per-group sync plan for worker start groups ``starts`` (one per job rank). ``method``:
+    ``"fastest"`` (the simulator's choice per group, ``group_sync``), or ``"ring"`` /
+    ``"reduce_broadcast"`` for every group that syncs."""
     if average_over not in AVERAGE_OVER:
         raise ValueError(f"average_over must be one of {list(AVERAGE_OVER)}, got {average_over!r}")
+    if method not in SYNC_METHODS:
+        raise ValueError(f"sync method must be one of {list(SYNC_METHODS)}, got {method!r}")
     starts = [int(s) for s in starts]
     world, B = len(starts), len(param_bytes)
     if world < 1:
@@ -132,7 +143,7 @@ def plan_sync(starts: Sequence[int], param_bytes: Sequence[int], link: Link = IN
         if not contrib:
             plan.append(GroupSync(b, contrib, NONE, None, 0, m))
             continue
-        _, _, algo = group_sync(len(contrib), world, float(m), link)
+        _, _, algo = group_sync(len(contrib), world, float(m), link, method)
         divisor = len(contrib) if average_over == "contributors" else world
         root = contrib[0] if algo == REDUCE_BROADCAST else None
         plan.append(GroupSync(b, contrib, algo, root, divisor, m))
@@ -398,6 +409,8 @@ class SPBTrainer:
             the root) instead of over a cached subgroup.
         link: the link the simulator assumes, used only to choose ring vs reduce+broadcast exactly
             as ``jigsaw_env.network.group_sync`` does.
+        sync_method: ``"fastest"`` (that choice, the default), ``"ring"`` or ``"reduce_broadcast"``
+            (one method for every group, e.g. to compare the two).
         buffer_sync: ``"average"`` or ``"broadcast"`` for BatchNorm running statistics.
         measure_activations: count saved-for-backward bytes with saved_tensors_hooks.
         loss_fn: ``(output, targets) -> loss``; default ``model.loss`` or cross entropy.
@@ -419,12 +432,16 @@ class SPBTrainer:
                  process_group: Any = None, link: Link = INTRA_NODE, buffer_sync: str = "average",
                  measure_activations: bool = True, loss_fn: Callable | None = None,
                  timeout_s: float | None = None, sync_initial_state: bool = True,
-                 precreate_subgroups: bool = True, transactional: bool = False) -> None:
+                 precreate_subgroups: bool = True, transactional: bool = False,
+                 sync_method: str = "fastest") -> None:
         groups = getattr(model, "groups", None)
         if not isinstance(groups, nn.ModuleList) or len(groups) == 0:
             raise ValueError("SPBTrainer needs a model with a non-empty `groups` nn.ModuleList (its layer groups)")
         if buffer_sync not in BUFFER_SYNC_MODES:
             raise ValueError(f"buffer_sync must be one of {list(BUFFER_SYNC_MODES)}, got {buffer_sync!r}")
+        if sync_method not in SYNC_METHODS:
+            raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
+        self.sync_method = sync_method
         self.model = model
         self.optimizer = optimizer
         self.spb = spb_config
@@ -510,7 +527,7 @@ class SPBTrainer:
         return tuple(int(s) for s in worker_starts(slots, pattern, self.world, int(iteration)))
 
     def plan(self, starts: Sequence[int]) -> tuple[GroupSync, ...]:
-        return plan_sync(starts, self.param_bytes, self.link, self.average_over)
+        return plan_sync(starts, self.param_bytes, self.link, self.average_over, self.sync_method)
 
     # ----- process subgroups -----
     def _global(self, job_rank: int) -> int:
@@ -715,8 +732,10 @@ class SPBTrainer:
                     # a parameter that got no gradient on a contributor counts as zero
                     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                                       for p in ps])
-                else:
-                    flat = torch.zeros(sum(p.numel() for p in ps), dtype=dtype, device=self.device)
+                elif gs.algorithm == RING:  # -0.0: the exact additive identity (module doc, step 3)
+                    flat = torch.full((sum(p.numel() for p in ps),), -0.0, dtype=dtype, device=self.device)
+                else:  # filled by the broadcast
+                    flat = torch.empty(sum(p.numel() for p in ps), dtype=dtype, device=self.device)
                 if gs.algorithm == RING:
                     self._allreduce(flat, acc)
                     flat.div_(gs.divisor)

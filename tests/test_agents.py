@@ -202,7 +202,7 @@ def test_jigsaw_colocates_two_spb_jobs_that_do_not_fit_without_spb():
     # alone; eta 0.8125, so each job does 0.8125 x 11/16 = 0.56 of its dedicated speed: 1.12 together.
     jobs = [job(1, 4, 100, model=TOY4C), job(2, 4, 100, model=TOY4C)]
     cl = toy_cluster(4, 4, gpu_memory_gib=8)
-    sim = Simulator(cl, jobs, SimConfig(round_s=60.0, sharing="timeslice"))
+    sim = Simulator(cl, jobs, SimConfig(round_s=60.0, sharing="timeslice", pace="lockstep"))
     for name in ("fifo", "tiresias", "gandiva"):
         assert list(make_scheduler(name).schedule(sim.state)) == [1]
     jig = make_scheduler("jigsaw")
@@ -216,7 +216,7 @@ def test_jigsaw_colocates_two_spb_jobs_that_do_not_fit_without_spb():
     # and it pays: both finish after ceil(100 / 0.8125) = 124 steps x 16 s = 1984 s; FIFO runs them
     # one after the other: 1100 s, then the next round boundary (1140 s) + 1100 s
     run_to_end(sim, jig)
-    fifo = Simulator(cl, jobs, SimConfig(round_s=60.0, sharing="timeslice"))
+    fifo = Simulator(cl, jobs, SimConfig(round_s=60.0, sharing="timeslice", pace="lockstep"))
     run_to_end(fifo, make_scheduler("fifo"))
     assert sim.metrics()["makespan_s"] == pytest.approx(1984.0)
     assert fifo.metrics()["makespan_s"] == pytest.approx(2240.0)

@@ -212,6 +212,7 @@ BUILDERS.update({
     "gavel_bad_steps.trace": edited("gavel_7col.trace", "\t112521\t", "\tmany\t"),
     "gavel_zero_scale.trace": edited("gavel_10col.trace", "\t205707\t1\t", "\t205707\t0\t"),
     "gavel_empty.trace": text_file(""),
+    "gavel_far_batch.trace": edited("gavel_7col.trace", "ResNet-18 (batch size 32)\t", "ResNet-18 (batch size 2048)\t"),
     # canonical csv
     "jobs_unknown_column.csv": edited("canonical_jobs.csv", "src_note", "note"),
     "jobs_duplicate_id.csv": edited("canonical_jobs.csv", "7,5.0,4", "10,5.0,4"),
@@ -223,7 +224,7 @@ BUILDERS.update({
     "jobs_zero_duration.csv": text_file(CANON_HEADER + "1,0,2,0,,resnet18,\n"),
     "jobs_unknown_model.csv": text_file(CANON_HEADER + "1,0,1,100,,gpt5,8\n"),
     "jobs_vgg16.csv": text_file(CANON_HEADER + "1,0,1,100,,vgg16,\n2,10,2,100,,tiny_mlp,\n"),
-    "jobs_bad_batch.csv": text_file(CANON_HEADER + "1,0,1,100,,resnet18,7\n"),
+    "jobs_bad_batch.csv": text_file(CANON_HEADER + "1,0,1,100,,resnet18,1\n"),
     # live job lists (jigsaw deploy --jobs)
     "live_too_big.csv": text_file(LIVE_HEADER + "0,tiny_mlp,4,100\n"),
     "live_no_iterations.csv": text_file("job_id,model,num_gpus\n0,tiny_mlp,1\n"),

@@ -401,3 +401,24 @@ def test_clone_accuracy_labels_and_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--windows", "a"])
     assert "--windows must be comma-separated integers, got 'a'" in capsys.readouterr().err
+
+
+def test_sync_methods_fit_recovers_a_known_link():
+    # medians made exactly by eqs. N1/N2 with alpha 100 us and 1 GB/s: the NNLS fit on relative
+    # error gives them back, and N4 with the fitted link picks what these times say is faster
+    from bench.sync_methods import fit_link
+    from jigsaw_env.network import Link, group_sync
+
+    link = Link(100e-6, 1e9)
+    cells = []
+    for w in (2, 3, 4):
+        for c in range(1, w + 1):
+            for m in (4096, 65536, 1 << 20):
+                cells.append({"world": w, "contributors": c, "bytes": m,
+                              **{k: {"median_s": group_sync(c, w, float(m), link, method=k)[0]}
+                                 for k in ("ring", "reduce_broadcast")}})
+    alpha, beta = fit_link(cells)
+    assert alpha == pytest.approx(100e-6, rel=1e-9) and beta == pytest.approx(1e9, rel=1e-9)
+    # W = 4, one contributor: the ring wins above 2 alpha beta = 200 kB (1 MB), r+b below (64 kB)
+    assert group_sync(1, 4, float(1 << 20), Link(alpha, beta))[2] == "ring"
+    assert group_sync(1, 4, 65536.0, Link(alpha, beta))[2] == "reduce_broadcast"

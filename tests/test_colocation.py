@@ -13,6 +13,7 @@ from data_helpers import require_data
 from jigsaw_env.cli import main
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.engine import Component, Member
+from jigsaw_env.free_running import FreeRunner, free_running
 from jigsaw_env.interference import (COEF_NAMES, FIT_FILE, InterferenceModel, SharingModel, WorkerLoad,
                                      concurrent_time, fitted_model)
 from jigsaw_env.simulator import SimConfig, Simulator
@@ -121,12 +122,52 @@ def test_simulator_sharing_option_checks():
 
 
 def test_free_running_pair_with_constant_rates():
-    # each job runs at 0.8 beside the other whatever its phase: the pair's rates are 0.8 and 0.8
+    # two 1-GPU jobs without syncs always compute: each runs at 0.8 beside the other whatever its
+    # phase (eq. F1 with d = 1), so every phase takes 1 / 0.8 of its time alone; time-sliced, 2x
     s = SharingModel("fitted", ("v100",), model=constant_model(0.8))
-    a = [WorkerLoad(0.1, 32), WorkerLoad(0.05, 32)]
-    b = [WorkerLoad(0.3, 64)]
-    assert s.free_running_rates(a, b, "v100") == pytest.approx((0.8, 0.8))
-    assert SharingModel("timeslice").free_running_rates(a, b, "v100") == pytest.approx((0.5, 0.5))
+    a, b = one_gpu_profile([0.1, 0.05]), one_gpu_profile([0.3], 64)
+    fr = free_running([FreeRunner(a, (0,)), FreeRunner(b, (0,))], s)
+    assert fr.profiles[0].compute_s.ravel().tolist() == pytest.approx([0.125, 0.0625], rel=1e-12)
+    assert fr.profiles[1].compute_s.ravel().tolist() == pytest.approx([0.375], rel=1e-12)
+    assert fr.duty == ((1.0,), (1.0,))
+    fr = free_running([FreeRunner(a, (0,)), FreeRunner(b, (0,))], SharingModel("timeslice", ("v100",)))
+    assert fr.profiles[0].compute_s.ravel().tolist() == pytest.approx([0.2, 0.1], rel=1e-12)
+    # the GPU is busy all the time, credited half to each job (eq. F4)
+    assert fr.busy_rate == ((0.5,), (0.5,))
+
+
+def test_free_running_two_jobs_with_syncs_by_hand():
+    # two 2-GPU jobs on the same two GPUs of one node, time-sliced, each 1 s of compute per worker
+    # and 1 s of sync alone (2 s a step). Free: c = 1 x ((1 - d) + 2 d), s = 1 x (1 + u) with the
+    # other's shares d = c / T, u = s / T; by symmetry c = s = 1.5 s, T = 3 s (lockstep: 2 + 2 = 4 s)
+    sharing = SharingModel("timeslice", ("v100",) * 8, gpus_per_node=4)
+    p = two_node_profile(1.0, 1.0)
+    fr = free_running([FreeRunner(p, (0, 1)), FreeRunner(p, (0, 1))], sharing)
+    for q in fr.profiles:
+        assert q.compute_s.tolist() == [[pytest.approx(1.5, rel=1e-9)] * 2]
+        assert q.comm_s.tolist() == [pytest.approx(1.5, rel=1e-9)]
+    # each GPU busy 1 - (1 - 1/2)^2 = 3/4 of the time, 3/8 credited to each job
+    assert fr.busy_rate == ((pytest.approx(0.375), pytest.approx(0.375)),) * 2
+    lock = Component([Member(1, p, (0, 1), 0), Member(2, p, (0, 1), 0)], 0.0, sharing=sharing)
+    assert lock.step.tolist() == [4.0]
+
+
+def test_free_running_three_jobs_on_one_gpu_and_a_gpu_to_itself():
+    # three 1-GPU jobs on GPU 0, time-sliced: each at 1/3 while both others compute (always)
+    sharing = SharingModel("timeslice", ("v100",) * 2)
+    p = one_gpu_profile([1.0])
+    fr = free_running([FreeRunner(p, (0,))] * 3, sharing)
+    assert [q.compute_s.item() for q in fr.profiles] == [pytest.approx(3.0)] * 3
+    # a 2-GPU job (1 s compute, no sync) sharing GPU 0 with a 1-GPU job of 1 s: on GPU 0 both
+    # always compute (2 s each), GPU 1 is the 2-GPU job's alone; its step waits for GPU 0
+    q = JobProfile(level=0, pattern=Pattern.ROTATING, slots=(0,), period=1, compute_s=np.array([[1.0, 1.0]]),
+                   comm_s=np.zeros(1), bytes=np.zeros(1), peak_bytes=np.zeros(2), eta=1.0, batch_size=32)
+    fr = free_running([FreeRunner(q, (0, 1)), FreeRunner(p, (0,))], sharing)
+    assert fr.profiles[0].compute_s.tolist() == [[pytest.approx(2.0), 1.0]]
+    assert fr.profiles[1].compute_s.item() == pytest.approx(2.0)
+    # GPU 1 computes 1 s of every 2 s step; GPU 0 always
+    assert fr.duty[0] == (pytest.approx(1.0), pytest.approx(0.5))
+    assert fr.busy_rate[0] == (pytest.approx(0.5), pytest.approx(0.5))
 
 
 # ----- the fit

@@ -4,7 +4,8 @@
   structure, and ``--write-tables`` on a temporary copy of the shipped tables changes exactly
   ``meta["eta"]`` / ``meta["eta_source"]`` of the measured model's tables and nothing else;
 * the simulator uses a table's ``meta["eta"]["<level>/<pattern>"]`` instead of the eq. E1 prior;
-* the shipped tables carry what ``bench/results/eta/eta.json`` says (measured models only).
+* the shipped tables carry what ``bench/results/eta/eta.json`` (default keys) and ``w1/``, ``w2/eta.json``
+  (``/w1``, ``/w2`` keys) say (measured models only).
 """
 from __future__ import annotations
 
@@ -165,19 +166,41 @@ def test_simulator_uses_measured_eta_from_table_meta():
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no bench/results/eta/eta.json")
 def test_shipped_tables_carry_the_measured_eta():
+    """Default keys: the W = 4 measurement (eta.json); ``/w1`` and ``/w2`` keys: the W = 1 and W = 2
+    measurements (w1/eta.json, w2/eta.json), each read by eq. E1 for jobs of exactly that size."""
     doc = json.loads(RESULTS.read_text())
+    by_w = {w: json.loads((RESULTS.parent / f"w{w}" / "eta.json").read_text()) for w in (1, 2)}
     measured = set(doc["summary"])
     seen = set()
     for path in sorted(TABLES.glob("*.json")):
         t = CostTable.load(path)
         if t.model in measured:
             seen.add(t.model)
-            assert t.meta.get("eta") == bench_eta.table_eta_values(doc, t.model), path.name
+            want = dict(bench_eta.table_eta_values(doc, t.model))
+            for w, d in by_w.items():
+                want.update({f"{k}/w{w}": v for k, v in bench_eta.table_eta_values(d, t.model).items()})
+            assert t.meta.get("eta") == want, path.name
             assert t.meta["eta_source"]["seeds"] == doc["setup"]["seeds"]
+            assert [t.meta["eta_source"][f"w{w}"]["workers"] for w in (1, 2)] == [1, 2]
             for key, val in t.meta["eta"].items():
-                lvl, pat = key.split("/")
+                lvl, pat, *w = key.split("/")
                 assert 0 < val <= 1
-                assert job_profile(t, int(lvl), pat, doc["setup"]["world"], INTRA_NODE, SPBConfig()).eta == val
+                world = int(w[0][1:]) if w else doc["setup"]["world"]
+                assert job_profile(t, int(lvl), pat, world, INTRA_NODE, SPBConfig()).eta == val
         else:
             assert "eta" not in t.meta and "eta_source" not in t.meta, f"{path.name}: eta written for an unmeasured model"
     assert seen == measured
+
+
+def test_eta_by_worker_count_in_the_shipped_tables():
+    """Known values (bench/results/eta/{w1,w2,}/eta.md, means capped at 1): tiny_mlp at level 2
+    rotating measured 0.333 at W = 1 (every seed hit the cap: an upper bound), 0.634 at W = 2 and
+    0.882 at W = 4; W = 3 has no measurement and takes the default (W = 4) value; W = 1 static is
+    full backprop, eta exactly 1."""
+    from jigsaw_env.cost_table import get_table
+
+    t = get_table("tiny_mlp", 32, "v100")
+    eta = {w: job_profile(t, 2, "rotating", w, INTRA_NODE).eta for w in (1, 2, 3, 4)}
+    assert eta == {1: 0.3333, 2: 0.6337, 3: 0.8817, 4: 0.8817}
+    assert job_profile(t, 3, "static", 1, INTRA_NODE).eta == 1.0
+    assert job_profile(get_table("tiny_cnn", 32, "cpu"), 3, "rotating", 1, INTRA_NODE).eta == 0.6739

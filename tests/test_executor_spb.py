@@ -19,7 +19,6 @@ Distributed jobs run once per module (fixtures) and several tests check their re
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -136,25 +135,32 @@ def pause_resume(tmp_path_factory):
 def test_plan_matches_simulator_formulas():
     from jigsaw_env.cost_table import CostTable, LayerGroup
 
+    from jigsaw_env.network import CROSS_NODE
+
     rng = np.random.default_rng(0)
-    pbytes = [400, 4000, 0, 1200, 40]
+    # sizes on both sides of N4's crossover (one contributor of 4: 2 alpha beta = 153 kB intra-node)
+    pbytes = [400, 4000, 0, 1_200_000, 40, 400_000, 150_000]
     table = CostTable("x", 1, "cpu", tuple(LayerGroup(f"g{i}", m, 0, 0, 0, 0) for i, m in enumerate(pbytes)), 0.0, 0)
-    for _ in range(200):
-        W = int(rng.integers(1, 6))
+    partial = set()  # algorithms chosen for groups with 0 < |C_b| < W
+    for i in range(300):
+        W = int(rng.integers(1, 7))
         starts = rng.integers(0, len(pbytes), size=W)
-        plan = plan_sync(starts, pbytes)
+        link = INTRA_NODE if i % 2 else CROSS_NODE
+        plan = plan_sync(starts, pbytes, link)
         # bytes by the per-call convention of spb_worker: ring 2(W-1)M, reduce (C-1)M, broadcast (W-1)M
         total = sum(2 * (W - 1) * g.nbytes if g.algorithm == RING else
                     ((len(g.contributors) - 1) + (W - 1)) * g.nbytes if g.algorithm == REDUCE_BROADCAST else 0
                     for g in plan)
-        cost = iteration_cost(table, starts, INTRA_NODE)
+        cost = iteration_cost(table, starts, link)
         assert total == cost.bytes
         assert tuple(g.algorithm for g in plan) == cost.algorithms
+        partial |= {g.algorithm for g in plan if 0 < len(g.contributors) < W and g.nbytes > 0}
         assert [len(g.contributors) for g in plan] == cost.contributors.tolist()
         for g in plan:
             assert g.contributors == tuple(w for w in range(W) if starts[w] <= g.group)
             if g.algorithm == REDUCE_BROADCAST:
                 assert g.root == min(g.contributors)
+    assert partial == {RING, REDUCE_BROADCAST}  # both are chosen for partly contributed groups
 
 
 @pytest.mark.parametrize("numel,W", [(1, 2), (7, 3), (100, 4), (101, 4), (3, 5)])
@@ -162,6 +168,152 @@ def test_ring_bytes_per_rank_sum_to_simulator_total(numel, W):
     per_rank = [ring_bytes_sent(numel, 4, W, r) for r in range(W)]
     assert sum(per_rank) == 2 * (W - 1) * numel * 4
     assert max(per_rank) - min(per_rank) <= 2 * 4
+
+
+def test_plan_sync_methods_and_choice():
+    # N4 at the intra-node link (alpha 10 us, 7.67 GB/s), W = 4, one contributor: the ring beats
+    # reduce+broadcast iff 6 (alpha + M/(4 beta)) < 3 (alpha + M/beta), i.e. M > 2 alpha beta = 153.4 kB
+    big, small = 160_000, 140_000
+    plan = plan_sync([0, 1, 1, 1], [big, small])
+    assert [len(g.contributors) for g in plan] == [1, 4]
+    assert plan[0].algorithm == RING and plan[0].root is None
+    plan = plan_sync([0, 1, 1, 1], [small, big])
+    assert plan[0].algorithm == REDUCE_BROADCAST and plan[0].root == 0
+    # forced methods: every group that syncs, whatever the sizes; no contributor stays "none"
+    for method in (RING, REDUCE_BROADCAST):
+        plan = plan_sync([1, 2, 2], [big, small, 8], method=method)
+        assert [g.algorithm for g in plan] == ["none", method, method]
+    with pytest.raises(ValueError, match=r"sync method must be one of \['fastest', 'ring', 'reduce_broadcast'\]"):
+        plan_sync([0, 1], [8, 8], method="tree")
+    with pytest.raises(ValueError, match="sync_method must be one of"):
+        run_job_local("tiny_mlp", 2, 1, sync_method="tree")
+
+
+# groups of a 4-rank sync test: parameter counts not divisible by 4 (uneven ring chunks)
+_METHOD_SIZES = (4001, 1000, 37, 502, 9)
+# starts -> |C_b| = (1, 2, 3, 4, 4); (0, 1, 1, 1); (0, 0, 1, 1); (0, 1, 1, 4); (0, 0, 4, 4) where groups 0
+# and 1 of the last one have two contributors, ranks 2 and 3 sending zeros
+_METHOD_STARTS = ((0, 1, 2, 3), (3, 4, 4, 0), (4, 4, 2, 2), (3, 1, 4, 1), (0, 0, 4, 4))
+
+
+def _method_grad(kind: str, case: int, rank: int, b: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * case + 100 * rank + b)
+    if kind == "integer":  # k / 1024 with |k| <= 1000: every sum of four is exact in float32
+        return torch.randint(-1000, 1001, (n,), generator=g).float() / 1024
+    x = torch.randn(n, generator=g) * torch.exp(3 * torch.randn(n, generator=g))
+    x[:: 7] = -0.0  # on every rank: a sum of -0.0s is -0.0, and adding +0.0 would make it +0.0
+    return x
+
+
+def _methods_worker(rank: int, world: int, port: int, q) -> None:
+    import torch.distributed as dist
+    from datetime import timedelta
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    try:
+        model = torch.nn.Module()
+        model.groups = torch.nn.ModuleList([torch.nn.Linear(n, 1, bias=False) for n in _METHOD_SIZES])
+        trainer = SPBTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), timeout_s=60,
+                             sync_initial_state=False, precreate_subgroups=False)
+        out = {}
+        for case, starts in enumerate(_METHOD_STARTS):
+            for kind in ("random", "integer"):
+                for method in (RING, REDUCE_BROADCAST):
+                    plan = plan_sync(starts, trainer.param_bytes, method=method)
+                    trainer._ensure_subgroups(plan)
+                    for b, ps in enumerate(trainer.group_params):
+                        ps[0].grad = (_method_grad(kind, case, rank, b, _METHOD_SIZES[b]).view_as(ps[0])
+                                      if starts[rank] <= b else None)
+                    acc = trainer._new_acc()
+                    trainer._sync_grads(plan, acc)
+                    # numpy arrays travel by value (a tensor would go through shared memory)
+                    out[(case, kind, method)] = ([None if ps[0].grad is None else ps[0].grad.reshape(-1).numpy().copy()
+                                                  for ps in trainer.group_params], acc["total"])
+        q.put((rank, out))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def sync_methods_4():
+    """Both sync methods on 4 gloo ranks for every case of _METHOD_STARTS: {rank: {(case, kind,
+    method): (synced gradient per group, bytes)}}."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_methods_worker, args=(r, 4, port, q)) for r in range(4)]
+    for p in procs:
+        p.start()
+    try:
+        res = dict(q.get(timeout=240) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    return {r: {k: ([None if g is None else torch.from_numpy(g) for g in grads], total)
+                    for k, (grads, total) in out.items()} for r, out in res.items()}
+
+
+def test_sync_methods_bit_identical(sync_methods_4):
+    """Ring over all ranks with -0.0 from non-contributors and reduce+broadcast over the
+    contributors give bit-identical averaged gradients whenever the sum does not depend on the
+    order of the additions: at most two contributors (float addition is commutative), or values
+    whose sums are exact (the "integer" cases). Three or more random contributions: gloo's ring and
+    reduce add in different orders, so equal up to float32 rounding only."""
+    def bits(t):
+        return torch.zeros(0, dtype=torch.int32) if t is None else t.view(torch.int32)
+
+    res = sync_methods_4
+    for case, starts in enumerate(_METHOD_STARTS):
+        contributors = [[r for r in range(4) if starts[r] <= b] for b in range(len(_METHOD_SIZES))]
+        for kind in ("random", "integer"):
+            ring, ring_bytes = res[0][(case, kind, RING)]
+            rb, rb_bytes = res[0][(case, kind, REDUCE_BROADCAST)]
+            # bytes: the forced method's N1 / N2 summed over the groups that sync
+            m = [4 * n for n in _METHOD_SIZES]
+            assert ring_bytes == sum(2 * 3 * m[b] for b, c in enumerate(contributors) if c)
+            assert rb_bytes == sum((len(c) - 1 + 3) * m[b] for b, c in enumerate(contributors) if c)
+            for r in range(1, 4):  # every rank holds the same bits, per method
+                for method in (RING, REDUCE_BROADCAST):
+                    assert all(torch.equal(bits(a), bits(b))
+                               for a, b in zip(res[r][(case, kind, method)][0], res[0][(case, kind, method)][0]))
+            for b, c in enumerate(contributors):
+                if not c:  # no contributor: no gradient on any rank, with either method
+                    assert ring[b] is None and rb[b] is None
+                    continue
+                terms = [_method_grad(kind, case, r, b, _METHOD_SIZES[b]) for r in c]
+                ref = terms[0]  # not sum(): 0 + (-0.0) is +0.0
+                for t in terms[1:]:
+                    ref = ref + t
+                ref = ref / len(c)
+                if len(c) <= 2 or kind == "integer":
+                    assert torch.equal(bits(ring[b]), bits(rb[b])), (case, kind, b)
+                    assert torch.equal(bits(ring[b]), bits(ref)), (case, kind, b)
+                else:
+                    assert torch.allclose(ring[b], rb[b], rtol=1e-5, atol=0), (case, kind, b)
+                    assert torch.allclose(ring[b], ref, rtol=1e-5, atol=0), (case, kind, b)
+            if kind == "random":  # the -0.0 elements of every contribution stay -0.0 through both methods
+                for g in ring + rb:
+                    assert g is None or (torch.signbit(g[::7]) & (g[::7] == 0)).all()
+
+
+def test_two_rank_jobs_bit_identical_across_sync_methods():
+    # W = 2: every group has at most two contributors, so forced ring, forced reduce+broadcast and
+    # the simulator's choice train to the same bits (parameters and optimizer state), iteration
+    # after iteration of SPB (MLP_DECISIONS: groups with one, two and no contributors)
+    kw = dict(batch_size=BS, device=DEVICE, seed=SEED, timeout_s=30, job_timeout_s=120)
+    res = {m: run_job_local("tiny_mlp", 2, len(MLP_DECISIONS), MLP_DECISIONS, sync_method=m, **kw)
+           for m in ("fastest", RING, REDUCE_BROADCAST)}
+    assert len({h for r in res.values() for h in r.state_hashes}) == 1
+    algos = {m: {a for rep in r.reports[0] for a in rep.algorithms} for m, r in res.items()}
+    assert algos[RING] == {RING, "none"} and algos[REDUCE_BROADCAST] == {REDUCE_BROADCAST, "none"}
 
 
 def test_digits_sampler_deterministic_disjoint():
@@ -326,22 +478,20 @@ def test_buffer_broadcast_mode_and_single_worker_job():
 # --------------------------------------------------------------------------------------------
 # failures surface as job failures, never as hangs
 # --------------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)  # a hang fails the test (the job's own bound is 60 s)
 def test_worker_exception_fails_the_job_with_rank_and_error():
-    t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 1 failed: RuntimeError: injected failure on rank 1") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(2, "rotating"), batch_size=BS, device=DEVICE, fail_at=(1, 1),
                       timeout_s=20, job_timeout_s=60)
     assert ei.value.rank == 1
-    assert time.monotonic() - t0 < 20
 
 
+@pytest.mark.timeout(45)  # the 2 s store timeout fails the job, not the 60 s job bound
 def test_stalled_worker_times_out_instead_of_hanging():
-    t0 = time.monotonic()
     with pytest.raises(JobFailed, match=r"worker rank 0 failed") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 1), fail_mode="hang",
                       timeout_s=2, job_timeout_s=60)
     assert ei.value.rank == 0 and "ranks [1] were still running" in str(ei.value)
-    assert time.monotonic() - t0 < 30
 
 
 def test_crashed_worker_fails_the_job():

@@ -21,8 +21,10 @@ from traces import load_trace
 GOLDEN = Path(__file__).parent / "golden" / "golden_metrics.json"
 
 # name: (trace spec, gpus, agent, SimConfig kwargs). Scenarios under time-slicing and under the
-# fitted co-location model (the default sharing, "-fitted").
-TS = {"sharing": "timeslice"}
+# fitted co-location model (the default sharing, "-fitted"), in lockstep, and under the defaults
+# (the fitted sharing, each co-located job at its own pace: "-free").
+LOCK = {"pace": "lockstep"}
+TS = {"sharing": "timeslice", **LOCK}
 SCENARIOS = {
     "fifo-synth60": ("synthetic:jobs=60,load=1.5,seed=11", 16, "fifo", TS),
     "tiresias-synth60": ("synthetic:jobs=60,load=1.5,seed=11", 16, "tiresias", TS),
@@ -31,9 +33,13 @@ SCENARIOS = {
     "jigsaw-backlogged40": ("synthetic:jobs=40,load=1.0,seed=5", 16, "jigsaw", {"backlogged": True, **TS}),
     # iteration granularity needs short jobs: 12 tiny jobs given by iteration counts
     "srtf-iteration12": ("tiny", 8, "srtf", {"round_s": None, **TS}),
-    "gandiva+spb-synth60-fitted": ("synthetic:jobs=60,load=1.5,seed=11", 16, "gandiva+spb", {}),
-    "jigsaw-synth60-fitted": ("synthetic:jobs=60,load=1.5,seed=11", 16, "jigsaw", {}),
-    "jigsaw-backlogged40-fitted": ("synthetic:jobs=40,load=1.0,seed=5", 16, "jigsaw", {"backlogged": True}),
+    "gandiva+spb-synth60-fitted": ("synthetic:jobs=60,load=1.5,seed=11", 16, "gandiva+spb", LOCK),
+    "jigsaw-synth60-fitted": ("synthetic:jobs=60,load=1.5,seed=11", 16, "jigsaw", LOCK),
+    "jigsaw-backlogged40-fitted": ("synthetic:jobs=40,load=1.0,seed=5", 16, "jigsaw", {"backlogged": True, **LOCK}),
+    "gandiva+spb-synth60-free": ("synthetic:jobs=60,load=1.5,seed=11", 16, "gandiva+spb", {}),
+    "jigsaw-synth60-free": ("synthetic:jobs=60,load=1.5,seed=11", 16, "jigsaw", {}),
+    "jigsaw-backlogged40-free": ("synthetic:jobs=40,load=1.0,seed=5", 16, "jigsaw", {"backlogged": True}),
+    "jigsaw-synth60-timeslice-free": ("synthetic:jobs=60,load=1.5,seed=11", 16, "jigsaw", {"sharing": "timeslice"}),
 }
 
 

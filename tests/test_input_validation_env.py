@@ -297,6 +297,8 @@ ENV_ARGS = [
     ({"eta_override": 5.0}, "eta_override must be None or a number in (0, 1], got 5.0"),
     ({"eta_override": "x"}, "eta_override must be None or a number in (0, 1], got 'x'"),
     ({"load": "x"}, "load must be None or a finite number > 0, got 'x'"),
+    ({"sharing": "mps"}, "sharing must be one of fitted, timeslice, got 'mps'"),
+    ({"pace": "async"}, "pace must be one of free, lockstep, got 'async'"),
     ({"load": float("inf")}, "load must be None or a finite number > 0, got inf"),
     ({"trace": 5}, "trace must be a trace spec (KIND:PATH or synthetic[:key=value,...]) or a pandas DataFrame "
                    "job table, got int 5"),

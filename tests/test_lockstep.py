@@ -64,7 +64,8 @@ def test_shared_step_tables_are_not_mixed_across_barriers():
 def _pair_finish(lockstep_s: float) -> dict[int, float]:
     """Two 1-GPU level-0 jobs of 10 iterations (11 s each alone) co-located on GPU 0, time-sliced (eq. K1)."""
     jobs = [JobState(1, 0.0, 1, TOY4C, BS, 10), JobState(2, 0.0, 1, TOY4C, BS, 10)]
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, lockstep_s=lockstep_s, sharing="timeslice"))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, lockstep_s=lockstep_s, sharing="timeslice",
+                                                   pace="lockstep"))
     while not sim.done:
         sim.step(Decision({j: JobDecision((0,), 0, Pattern.ROTATING) for j in sim.state.active_ids}))
     return sim.jobs_frame().set_index("job_id")["finish_s"].to_dict()
@@ -74,6 +75,53 @@ def test_simulator_charges_the_barrier_per_co_located_step():
     # 10 lockstep steps of 11 + 11 = 22 s: 220 s; with 0.25 s at every barrier: 10 x 22.25 = 222.5 s
     assert _pair_finish(0.0) == {1: pytest.approx(220.0), 2: pytest.approx(220.0)}
     assert _pair_finish(0.25) == {1: pytest.approx(222.5), 2: pytest.approx(222.5)}
+
+
+def test_free_pace_has_no_barrier():
+    # each job at its own pace, time-sliced: 11 s / (1/2) = 22 s an iteration, no barrier charged
+    jobs = [JobState(1, 0.0, 1, TOY4C, BS, 10), JobState(2, 0.0, 1, TOY4C, BS, 10)]
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, lockstep_s=0.25, sharing="timeslice"))
+    while not sim.done:
+        sim.step(Decision({j: JobDecision((0,), 0, Pattern.ROTATING) for j in sim.state.active_ids}))
+    assert sim.jobs_frame().set_index("job_id")["finish_s"].to_dict() == {1: pytest.approx(220.0),
+                                                                          2: pytest.approx(220.0)}
+
+
+def test_executor_segments_follow_the_pace():
+    from jigsaw_executor.live import segments_of
+
+    d = {1: JobDecision((0,), 0), 2: JobDecision((0, 1), 0), 3: JobDecision((2,), 0)}
+    assert segments_of(d, "lockstep") == [[1, 2], [3]]
+    assert segments_of(d, "free") == [[1], [2], [3]]
+    with pytest.raises(ValueError, match="pace must be one of free, lockstep, got 'async'"):
+        segments_of(d, "async")
+
+
+def test_replay_runs_the_pace_the_log_records(tmp_path):
+    import json
+
+    from jigsaw_executor.decision_log import replay_decision_log
+
+    lines = LOG.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert "pace" not in header["sim"]  # the fixture's run stepped its pairs in lockstep
+    header["sim"]["pace"] = "free"
+    free_log = tmp_path / "decision_log.jsonl"
+    free_log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    from jigsaw_executor.decision_log import _tables_registered
+
+    tables = _tables_with_lockstep(tmp_path, 0.002, "barred")
+    # the scheduler re-runs on the registered tables: those of the logged run (W = 4 eta only)
+    with _tables_registered(_tables_with_lockstep(tmp_path, None, "logged")):
+        lock = replay_decision_log(LOG, tables=tables)
+        free = replay_decision_log(free_log, tables=tables)
+    assert any(n == "pace: lockstep (as the live run)" for n in lock.notes)
+    assert any(n == "pace: free (as the live run)" for n in free.notes)
+    assert lock.decisions_match and free.decisions_match
+    # a co-located job of the first round: free, it does not wait for its partner at a barrier
+    lr = {(x["round"], x["job_id"]): x for x in lock.rounds}
+    differ = [x for x in free.rounds if x["round"] == 0 and x["sim_iter_s"] != lr[(0, x["job_id"])]["sim_iter_s"]]
+    assert differ
 
 
 def test_simulator_job_alone_ignores_the_barrier():
@@ -125,26 +173,36 @@ def test_bad_lockstep_file_names_the_file_and_field(tmp_path, content, what):
 
 # ----------------------------------------------------------------------------------- the replay
 def _tables_with_lockstep(tmp_path: Path, lockstep_s: float | None, name: str) -> Path:
+    """The CPU tables of the logged jobs, with eta as the logged run's tables held it: measured at
+    4 workers only (no ``/w<W>`` keys, which change the policy's decisions for its 1- and 2-slot
+    jobs), and ``lockstep.json`` when ``lockstep_s`` is given."""
     d = tmp_path / name
     d.mkdir()
     for m in ("tiny_cnn", "tiny_mlp", "tiny_transformer"):
-        (d / f"{m}-bs32-cpu.json").write_text((TABLES_DIR / f"{m}-bs32-cpu.json").read_text())
+        t = json.loads((TABLES_DIR / f"{m}-bs32-cpu.json").read_text())
+        meta = t.get("meta", {})
+        if "eta" in meta:
+            meta["eta"] = {k: v for k, v in meta["eta"].items() if "/w" not in k}
+            meta["eta_source"] = {k: v for k, v in meta["eta_source"].items() if not k.startswith("w")}
+        (d / f"{m}-bs32-cpu.json").write_text(json.dumps(t, indent=1) + "\n")
     if lockstep_s is not None:
         save_lockstep(d / LOCKSTEP_FILE, lockstep_s, "test")
     return d
 
 
 def test_replay_picks_up_lockstep_json_and_charges_co_located_rounds_only(tmp_path):
-    from jigsaw_executor.decision_log import read_decision_log, replay_decision_log
+    from jigsaw_executor.decision_log import _tables_registered, read_decision_log, replay_decision_log
 
     b = 0.002
-    plain = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "plain"))
-    barred = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, b, "barred"))
-    explicit = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "explicit"), lockstep_s=b)
+    # the scheduler re-runs on the registered tables: those of the logged run (W = 4 eta only)
+    with _tables_registered(_tables_with_lockstep(tmp_path, None, "logged")):
+        plain = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "plain"))
+        barred = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, b, "barred"))
+        explicit = replay_decision_log(LOG, tables=_tables_with_lockstep(tmp_path, None, "explicit"), lockstep_s=b)
     assert plain.decisions_match and barred.decisions_match
     assert barred.jobs == explicit.jobs and barred.rounds == explicit.rounds
     assert any("lockstep barrier: 2.000 ms" in n for n in barred.notes)
-    assert not any("lockstep" in n for n in plain.notes)
+    assert not any("lockstep barrier" in n for n in plain.notes)
     _, rounds, _ = read_decision_log(LOG)
     shared = {}  # round -> jobs sharing a slot in that round's decision
     for r in rounds:

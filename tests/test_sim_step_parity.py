@@ -113,22 +113,38 @@ def check_from_scratch(sim: Simulator) -> None:
     """The incremental structures against ones recomputed from the job states."""
     st = sim.state
     running = {j.job_id: j for j in st.jobs.values() if j.status is JobStatus.RUNNING}
-    # components: the connected groups of the running jobs, keyed by their configuration
-    want = {tuple((jid, running[jid].placement, running[jid].level, running[jid].pattern.value) for jid in g)
-            for g in connected_groups({jid: j.placement for jid, j in running.items()})}
+    # components: the connected groups of the running jobs, keyed by their configuration (under
+    # the free pace a group of several jobs is a component per job, formed together)
+    free = sim.config.pace == "free"
+    want, groups = set(), {}
+    for g in connected_groups({jid: j.placement for jid, j in running.items()}):
+        key = tuple((jid, running[jid].placement, running[jid].level, running[jid].pattern.value) for jid in g)
+        if free and len(key) > 1:
+            want.update((entry,) for entry in key)
+            groups[key] = tuple(g)
+        else:
+            want.add(key)
+            if len(key) > 1:
+                groups[key] = tuple(g)
     assert set(sim._components) == want
+    assert sim._shared == groups
     for key, comp in sim._components.items():
         assert comp.key == key and comp.slot >= 0
         assert [m.job_id for m in comp.members] == [k[0] for k in key]
         assert comp.gpus.tolist() == sorted({g for m in comp.members for g in m.gpus})
         for m in comp.members:
+            j = running[m.job_id]
             assert sim._comp_of[m.job_id] is comp
-            assert m.profile is sim.costs.profile(running[m.job_id], running[m.job_id].level,
-                                                  running[m.job_id].pattern, running[m.job_id].placement)
+            alone = sim.costs.profile(j, j.level, j.pattern, j.placement)
+            if comp.group is None:
+                assert m.profile is alone
+            else:  # its times beside the others: never shorter than alone
+                assert comp in comp.group and len(comp.members) == 1
+                assert np.all(m.profile.compute_s >= alone.compute_s) and np.all(m.profile.comm_s >= alone.comm_s)
         for g in comp.gpus.tolist():
-            assert sim._gpu_comp[g] is comp
+            assert sim._gpu_comp[g] is comp or (comp.group is not None and sim._gpu_comp[g] in comp.group)
     assert set(sim._comp_of) == set(running)
-    assert len(sim._gpu_comp) == sim._n_live_gpus == sum(len(c.gpus) for c in sim._components.values())
+    assert len(sim._gpu_comp) == sim._n_live_gpus == len({g for c in sim._components.values() for g in c.gpu_list})
     # the ledger in force: a fresh validation of the running jobs' configurations
     cur = st.current_decision()
     led = sim._in_force
@@ -185,7 +201,7 @@ def pair(gpus: int, jobs: int, seed: int, round_s, load: float = 2.0, **kw) -> t
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_incremental_step_equals_the_reference_step_every_round(seed, round_s):
     gpus = (8, 16)[seed % 2]
-    inc, ref = pair(gpus, 24, seed, round_s)
+    inc, ref = pair(gpus, 24, seed, round_s, pace="free" if seed < 2 else "lockstep")
     if seed % 2:
         inc.VECTOR_MIN_COMPONENTS = 1  # the vectorised round on one side, the scalar one on the other
         inc.VECTOR_MIN_FINISH = 1
@@ -217,7 +233,7 @@ def test_incremental_step_equals_the_reference_step_every_round(seed, round_s):
         assert result_tuple(ra) == result_tuple(rb)
         assert observe(inc) == observe(ref)
         check_from_scratch(inc)
-        colocated += any(len(c.members) > 1 for c in inc._components.values())
+        colocated += bool(inc._shared)
         cur = dict(inc.in_force_ledger().decision)
         n += 1
     assert n > 20 and changes > 10 and (colocated > 0 or round_s is None)

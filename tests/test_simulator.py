@@ -383,7 +383,7 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     # 2 more -> 152 + 22 = 174.
     jobs = [job(1, 1, 10), job(2, 1, 6.5)]
     dec = {1: JobDecision((0,), 0), 2: JobDecision((0,), 3, Pattern.ROTATING)}
-    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice"))
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice", pace="lockstep"))
     run(sim, lambda s: Decision({j: dec[j] for j in s.state.active_ids}))
     jf = by_id(sim.jobs_frame())
     assert jf.loc[2, "finish_s"] == pytest.approx(152.0, rel=REL)
@@ -400,6 +400,28 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     assert m["compute_utilization"] == pytest.approx(174 / (4 * 174))
     # each job's attained service still counts its own GPU: 152 s and 174 s
     assert jf.loc[2, "attained_gpu_s"] == pytest.approx(152.0) and jf.loc[1, "attained_gpu_s"] == pytest.approx(174.0)
+
+
+def test_colocated_jobs_in_simulator_run_free_by_default():
+    # the same X and Y, each at its own pace (eqs. F1-F4): time-sliced, each runs at 1/2 while the
+    # other computes, and with no sync the other always computes: X takes 22 s an iteration, Y
+    # 22, 18, 14, 10 s (64 s a cycle). Y's 8 steps take 2 cycles: 128 s. X has done 5 iterations
+    # by then (110 s; its sixth, 18 s in, starts over when it is re-formed alone) and runs its
+    # other 5 alone at 11 s: 128 + 55 = 183 s.
+    jobs = [job(1, 1, 10), job(2, 1, 6.5)]
+    dec = {1: JobDecision((0,), 0), 2: JobDecision((0,), 3, Pattern.ROTATING)}
+    sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=50.0, sharing="timeslice"))
+    assert sim.config.pace == "free"
+    run(sim, lambda s: Decision({j: dec[j] for j in s.state.active_ids}))
+    jf = by_id(sim.jobs_frame())
+    assert jf.loc[2, "finish_s"] == pytest.approx(128.0, rel=REL)
+    assert jf.loc[1, "finish_s"] == pytest.approx(183.0, rel=REL)
+    # GPU 0 is busy all the time (both always compute: U = 1, each credited 1/2 of it), and the
+    # two jobs hold it once: 1/2 a GPU each while together
+    assert sim._busy_per_gpu[0] == pytest.approx(183.0)
+    m = sim.metrics()
+    assert m["gpu_utilization"] == pytest.approx(183 / (4 * 183))
+    assert m["compute_utilization"] == pytest.approx(183 / (4 * 183))
 
 
 # ---------------------------------------------------------------- round-length parity
@@ -624,6 +646,43 @@ def test_eta_override_applies_to_spb_only():
     # 13 steps of a single worker rotating through 11, 9, 7, 5: 3 cycles (96) + 11 = 107
     assert jf.loc[1, "finish_s"] == pytest.approx(107.0)
     assert jf.loc[2, "finish_s"] == pytest.approx(33.0)
+
+
+@pytest.mark.parametrize("agent", ["jigsaw", "gandiva+spb"])
+def test_schedulers_see_the_table_eta_not_the_swept_one(agent):
+    """An eta sweep sets the simulated true eta; schedulers and the observation keep the tables'
+    estimate (CostModel.estimate), so their decisions do not depend on the swept value. Were they
+    to read the true eta, both agents would run every job at level 0 at eta 0.05 (SPB then loses
+    95 % of each iteration) and every job at level 3 at eta 1.0: different decisions."""
+    from agents import make_scheduler
+    from jigsaw_env.cost_table import default_batch_size
+
+    specs = [(1, "resnet18"), (2, "transformer_small"), (1, "lstm_lm"), (1, "tiny_cnn")]
+
+    def first_decision(eta_override):
+        jobs = [JobState(i, 0.0, g, m, default_batch_size(m), 500.0) for i, (g, m) in enumerate(specs)]
+        sim = Simulator(ClusterSpec.from_gpus(4), jobs, SimConfig(eta_override=eta_override))
+        d = make_scheduler(agent)(sim.state)
+        return sim, {j: (jd.gpus, jd.level, jd.pattern) for j, jd in d.items()}
+
+    _, plain = first_decision(None)
+    levels = {lv for _, lv, _ in plain.values()}
+    assert 0 in levels and max(levels) > 0  # SPB on for some jobs, off for others
+    for eta in (0.05, 1.0):
+        sim, got = first_decision(eta)
+        assert got == plain, eta
+        j0 = sim.state.jobs[0]
+        # resnet18 has 10 groups and no measured eta: level 3 slots (0, 2, 4, 7), mean skipped
+        # fraction 3.25 / 10, prior 1 - 0.5 x 0.325 = 0.8375 (eq. E1); the simulator uses the sweep's
+        assert sim.state.costs.profile(j0, 3, Pattern.ROTATING, (0,)).eta == pytest.approx(0.8375)
+        assert sim.costs.profile(j0, 3, Pattern.ROTATING, (0,)).eta == eta
+        # the observation's feature 14 (eta at the half level, 2: slots (0, 1, 3, 5), 2.25 / 10
+        # skipped): 1 - 0.5 x 0.225 = 0.8875, not the swept value
+        obs = ObservationEncoder(4).encode(sim.state, [0, 1, 2, 3], sim.in_force_ledger(), set())
+        assert obs[14] == pytest.approx(0.8875)
+    # without a sweep the scheduler's cost model is the simulator's own
+    sim, _ = first_decision(None)
+    assert sim.state.costs is sim.costs and sim.costs.estimate() is sim.costs
 
 
 def test_write_logs(tmp_path):

@@ -180,10 +180,11 @@ def test_dedicated_iteration_time_T1():
     link = Link(0.5, 100.0)
     prof = job_profile(t, 3, "rotating", 3, link)
     # T1: slowest worker + sync, per phase; every phase has a full-depth worker (2.95 s). Sync on
-    # the link (alpha 0.5 s, 100 B/s), workers starting at groups 0, 1, 2: g0 (1000 B) has one
-    # contributor, reduce+broadcast (1 - 1 + 3 - 1) x (0.5 + 10) = 21 s; g1 (100 B) two,
-    # (2 - 1 + 2) x (0.5 + 1) = 4.5 s; g2 (10 B) all three, ring 2 x 2 x (0.5 + 10 / 300) s
-    sync = 21.0 + 4.5 + 4 * (0.5 + 10 / 300)
+    # the link (alpha 0.5 s, 100 B/s), workers starting at groups 0, 1, 2 (N4: the faster of N1, N2):
+    # g0 (1000 B) has one contributor: reduce+broadcast (1 - 1 + 3 - 1) x (0.5 + 10) = 21 s against
+    # ring 2 x 2 x (0.5 + 1000 / 300) = 15.33 s -> ring; g1 (100 B) two: (2 - 1 + 2) x (0.5 + 1) = 4.5 s
+    # against 4 x (0.5 + 100 / 300) = 3.33 s -> ring; g2 (10 B) all three, ring 4 x (0.5 + 10 / 300) s
+    sync = 4 * (0.5 + 1000 / 300) + 4 * (0.5 + 100 / 300) + 4 * (0.5 + 10 / 300)
     assert prof.comm_s == pytest.approx([sync] * 3, rel=REL)
     assert prof.dedicated_iteration_s() == pytest.approx([2.95 + sync] * 3, rel=REL)
 
@@ -221,9 +222,25 @@ def test_collective_formulas():
     # N2 reduce+broadcast, C=2, W=4: ((C-1)+(W-1)) (alpha + M/beta) = 4 * (0.5 + 4) = 18; bytes 4*400
     assert network.reduce_broadcast_s(2, 4, 400, link) == pytest.approx(18.0)
     assert network.reduce_broadcast_bytes(2, 4, 400) == 1600
-    # everyone contributes -> ring (faster); not everyone -> reduce+broadcast; nobody -> nothing
+    # N4: the faster of the two, ties to fewer bytes. Everyone contributes -> ring (9 s < 6 x 4.5 s)
     assert group_sync(4, 4, 400, link) == (pytest.approx(9.0), 2400, network.RING)
-    assert group_sync(2, 4, 400, link) == (pytest.approx(18.0), 1600, network.REDUCE_BROADCAST)
+    # C=2 of W=4: ring over all four (zeros from two) 9 s < reduce+broadcast 18 s -> ring, 2400 B
+    assert group_sync(2, 4, 400, link) == (pytest.approx(9.0), 2400, network.RING)
+    # C=1 of W=4, 10 B: r+b (0+3) x (0.5 + 0.1) = 1.8 s, 30 B; ring 6 x (0.5 + 10/400) = 3.15 s -> r+b
+    assert group_sync(1, 4, 10, link) == (pytest.approx(1.8), 30, network.REDUCE_BROADCAST)
+    # C=1 of W=4: ring < r+b iff 6 (alpha + M/(4 beta)) < 3 (alpha + M/beta) iff M > 2 alpha beta = 100 B;
+    # at M = 100 both take 4.5 s (6 x 0.75, 3 x 1.5): the tie goes to fewer bytes, r+b 300 < ring 600
+    assert group_sync(1, 4, 100, link) == (pytest.approx(4.5), 300, network.REDUCE_BROADCAST)
+    assert group_sync(1, 4, 101, link)[2] == network.RING
+    # W=2, C=1: r+b alpha + M/beta is always alpha faster than the ring 2 alpha + M/beta
+    assert group_sync(1, 2, 400, link) == (pytest.approx(4.5), 400, network.REDUCE_BROADCAST)
+    # a forced method (the executor's tests): ring 3.15 s / 60 B; r+b with everyone (3+3) x 4.5 = 27 s
+    assert group_sync(1, 4, 10, link, method="ring") == (pytest.approx(3.15), 60, network.RING)
+    assert group_sync(4, 4, 400, link, method="reduce_broadcast") == (pytest.approx(27.0), 2400,
+                                                                        network.REDUCE_BROADCAST)
+    with pytest.raises(ValueError, match=r"sync method must be one of \['fastest', 'ring', 'reduce_broadcast'\]"):
+        group_sync(2, 4, 400, link, method="tree")
+    # nobody -> nothing
     assert group_sync(0, 4, 400, link) == (0.0, 0.0, network.NONE)
     assert group_sync(1, 1, 400, link) == (0.0, 0.0, network.NONE)  # W=1: no communication
     assert group_sync(4, 4, 0, link) == (0.0, 0.0, network.NONE)    # no parameters
@@ -242,13 +259,24 @@ def test_iteration_bytes_and_time_toy3():
     # W=3, starts (0,1,2): |C_b| = #{w: s_w <= b} = (1, 2, 3)
     c = iteration_cost(t, np.array([0, 1, 2]), link)
     assert c.contributors.tolist() == [1, 2, 3]
-    assert c.algorithms == (network.REDUCE_BROADCAST, network.REDUCE_BROADCAST, network.RING)
-    # bytes: g0 (0+2)*1000 = 2000; g1 (1+2)*100 = 300; g2 ring 2*2*10 = 40 -> 2340
-    assert c.bytes == pytest.approx(2340)
-    # time: g0 2*(0.5 + 1000/100) = 21; g1 3*(0.5 + 100/100) = 4.5;
-    #       g2 ring 2*2*(0.5 + 10/(3*100)) = 4*0.533333 = 2.133333  (r+b would be 4*(0.5+0.1) = 2.4)
-    assert c.comm_s == pytest.approx(21 + 4.5 + 4 * (0.5 + 10 / 300), rel=REL)
+    # N4 per group, ring 2*2*(0.5 + M/300) against r+b (C-1+2)*(0.5 + M/100):
+    #   g0 M=1000, C=1: ring 4*3.833333 = 15.333333 < r+b 2*10.5 = 21  -> ring, 4*1000 = 4000 B
+    #   g1 M=100,  C=2: ring 4*0.833333 = 3.333333  < r+b 3*1.5 = 4.5  -> ring, 4*100 = 400 B
+    #   g2 M=10,   C=3: ring 4*0.533333 = 2.133333  < r+b 4*0.6 = 2.4  -> ring, 4*10 = 40 B
+    # so this SPB iteration syncs exactly as the level-0 one below: 4440 B in 20.8 s
+    assert c.algorithms == (network.RING, network.RING, network.RING)
+    assert c.bytes == pytest.approx(4440)
+    assert c.comm_s == pytest.approx(4 * (1.5 + 1110 / 300), rel=REL)
     assert c.compute_s.tolist() == pytest.approx(TOY3_COMPUTE)
+
+    # a slower start-up (alpha 2 s) mixes the two: ring 4*(2 + M/300) against r+b (C+1)*(2 + M/100)
+    #   g0 C=1: ring 4*5.333333 = 21.333333 < r+b 2*12 = 24        -> ring 4000 B
+    #   g1 C=2: ring 4*2.333333 = 9.333333  > r+b 3*3 = 9           -> r+b (1+2)*100 = 300 B
+    #   g2 C=3: ring 4*2.033333 = 8.133333  < r+b 4*2.1 = 8.4       -> ring 40 B
+    slow = iteration_cost(t, np.array([0, 1, 2]), Link(2.0, 100.0))
+    assert slow.algorithms == (network.RING, network.REDUCE_BROADCAST, network.RING)
+    assert slow.bytes == pytest.approx(4340)
+    assert slow.comm_s == pytest.approx(4 * (2 + 1000 / 300) + 9 + 4 * (2 + 10 / 300), rel=REL)
 
     # level 0, W=3: every group ring; bytes 2*2*(1000+100+10) = 4440;
     # time 4*(0.5 + 1000/300) + 4*(0.5 + 100/300) + 4*(0.5 + 10/300) = 4*(1.5 + 1110/300) = 20.8

@@ -38,7 +38,7 @@ def test_show_is_anchored_and_spb_rows_follow_the_model(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["resnet18", "--batch-size", "7", "--gpu-type", "v100"],
-     "no cost table for model 'resnet18' at batch size 7 on v100; allowed: [64]"),
+     "no cost table for model 'resnet18' at batch size 7 on v100; allowed: [16, 32, 64, 128, 256]"),
     (["resnet18", "--batch-size", "64", "--gpu-type", "a100"],
      "no cost table for model 'resnet18' on 'a100'; allowed GPU types: ['cpu', 'k80', 'p100', 'v100']"),
 ])

@@ -16,7 +16,7 @@ from . import synthetic
 from ._loader import LoaderResult
 from .alibaba import load_alibaba2020, load_alibaba2023
 from .canonical import load_canonical_csv
-from .gavel import load_gavel
+from .gavel import load_gavel, map_stand_ins
 from .helios import load_helios
 from .models import ZOO_MODELS, BatchSizeFn, ThroughputFn, estimated_durations, fill_iterations, fill_models, model_choices
 from .philly import load_philly_csv, load_philly_json
@@ -272,8 +272,11 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
         jobs.loc[jobs["gpu_type"] == "", "gpu_type"] = res.default_gpu_type
 
     mapped = computed = 0
+    stand_ins: dict[str, int] = {}
     if map_models and len(jobs):
         choices = model_choices(len(res.jobs), seed, models)[pos]
+        if kind == "gavel":
+            jobs, stand_ins = map_stand_ins(jobs, data_dir(), f"{kind}:{path_shown}")
         try:
             jobs, mapped = fill_models(jobs, choices, batch_size_fn)
             jobs, computed = fill_iterations(jobs, throughput_fn)
@@ -316,6 +319,7 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
         "capped_gpus": capped,
         "gpu_type": gpu_type or res.default_gpu_type,
         "models_mapped": mapped,
+        "gavel_stand_ins": stand_ins,
         "iterations_computed": computed,
         "load": load_info,
         "time_offset_s": offset,

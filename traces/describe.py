@@ -11,8 +11,31 @@ from .models import ThroughputFn, estimated_durations
 QUANTILES = (10, 50, 90, 99)
 
 
+def batch_scaled_jobs(jobs) -> dict[str, int]:
+    """``{"<model>-bs<B>-<gpu type>": jobs}`` for the jobs whose (model, batch size) has no cost table
+    on their GPU type, so the simulator gives them the nearest batch size's table scaled by eq. B1
+    (docs/cost_tables.md section 9); jobs without a model or batch size are not counted."""
+    has = (jobs["model"] != "").to_numpy() & jobs["batch_size"].notna().to_numpy()
+    if not has.any():
+        return {}
+    try:
+        from jigsaw_env.cost_table import available_tables  # noqa: PLC0415
+    except ImportError:
+        return {}
+    known = set(available_tables())
+    typed = {(m, d) for m, _, d in known}
+    sub = jobs.loc[has, ["model", "batch_size", "gpu_type"]]
+    out: dict[str, int] = {}
+    for (m, b, g), n in sub.value_counts(sort=False).items():
+        # a model without any table on the type is an error for the simulator, not a scaled table
+        if (str(m), str(g)) in typed and (str(m), int(b), str(g)) not in known:
+            out[f"{m}-bs{int(b)}-{g}"] = int(n)
+    return dict(sorted(out.items()))
+
+
 def describe_trace(trace: Trace, cluster_gpus: int, throughput_fn: ThroughputFn | None = None) -> dict[str, Any]:
-    """Job count, GPU histogram, duration quantiles, arrival span, offered load, filter summary."""
+    """Job count, GPU histogram, duration quantiles, arrival span, offered load, filter summary,
+    and the jobs whose batch size has no cost table (batch-scaled)."""
     jobs = trace.jobs
     n = len(jobs)
     hist = {int(k): int(v) for k, v in jobs["num_gpus"].value_counts().sort_index().items()}
@@ -32,6 +55,7 @@ def describe_trace(trace: Trace, cluster_gpus: int, throughput_fn: ThroughputFn 
     span = float(a.max() - a.min()) if n else 0.0
     load = offered_load(jobs, cluster_gpus, d_est) if n else float("nan")
     it = jobs["iterations"].to_numpy(dtype=np.float64)
+    scaled = batch_scaled_jobs(jobs) if n else {}
     out: dict[str, Any] = {
         "source": trace.source,
         "digest": trace.digest(),
@@ -49,6 +73,8 @@ def describe_trace(trace: Trace, cluster_gpus: int, throughput_fn: ThroughputFn 
         "cluster_gpus": int(cluster_gpus),
         "offered_load": None if not np.isfinite(load) else float(load),
         "models": {str(k): int(v) for k, v in jobs["model"].value_counts().items()},
+        "jobs_batch_scaled": int(sum(scaled.values())),
+        "batch_scaled": scaled,
         "status": {str(k): int(v) for k, v in jobs["status"].value_counts().items()},
         "gpu_types": {str(k): int(v) for k, v in jobs["gpu_type"].value_counts().items()},
         "vcs": int(jobs["vc"].replace("", np.nan).nunique()),
@@ -101,6 +127,13 @@ def render_description(d: dict[str, Any]) -> str:
                      f"vs {li['cluster_gpus']} GPUs (was {li['before_scaling']:.4g})")
     if d["models"] and any(k for k in d["models"]):
         lines.append("models    " + ", ".join(f"{k or '(none)'} {v:,}" for k, v in d["models"].items()))
+    if d.get("jobs_batch_scaled"):
+        lines.append(f"batch     {d['jobs_batch_scaled']:,} jobs at a batch size without a cost table (nearest batch "
+                     "size's table scaled, docs/cost_tables.md eq. B1): "
+                     + ", ".join(f"{k} {v:,}" for k, v in d["batch_scaled"].items()))
+    if s.get("gavel_stand_ins"):
+        lines.append("stand-ins " + ", ".join(f"{k} {v:,}" for k, v in s["gavel_stand_ins"].items())
+                     + " (Gavel job types without a zoo model, docs/traces.md eq. G2)")
     if d["status"] and any(k for k in d["status"]):
         lines.append("status    " + ", ".join(f"{k} {v:,}" for k, v in d["status"].items()))
     lines.append("gpu type  " + ", ".join(f"{k} {v:,}" for k, v in d["gpu_types"].items()))
