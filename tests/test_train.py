@@ -69,6 +69,18 @@ def test_training_writes_the_run_dir(trained):
     ev = pd.read_csv(trained / "eval.csv")
     assert len(ev) >= 2 and ev["timesteps"].is_monotonic_increasing
     assert ev["mean_reward"].notna().all() and (ev["mean_avg_jct_s"] > 0).all()
+    # validation by default; Tiresias's and Jigsaw's values on the same episodes, in TensorBoard too
+    assert cfg["sampling"]["select_on"] == "val"
+    ref = json.loads((trained / "reference.json").read_text())
+    assert ref["split"] == "val" and set(ref["agents"]) == {"tiresias", "jigsaw"}
+    assert all(r["mean_avg_jct_s"] > 0 and r["episodes"] == 1 for r in ref["agents"].values())
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(next((trained / "tb").rglob("events.out.tfevents.*")).parent))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"eval/mean_reward_tiresias", "eval/mean_avg_jct_s_jigsaw"} <= tags
+    assert [e.value for e in acc.Scalars("eval/mean_reward_jigsaw")][-1] == pytest.approx(
+        ref["agents"]["jigsaw"]["mean_reward"])
 
 
 @pytest.mark.slow
