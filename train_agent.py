@@ -15,17 +15,23 @@ plain stable-baselines3 algorithms on the same env, where a masked action is a n
 
 Training uses N environments (``--n-envs`` or ``--num-envs``, SubprocVecEnv; ``--vec dummy`` keeps
 them in this process; ``--ray [ADDRESS]`` runs them as Ray actors, agents/ray_vec_env.py and
-docs/scale.md), VecNormalize on observations and rewards, a MaskableEvalCallback on a held-out split of
-the trace (synthetic: disjoint generator seeds; real traces: the last ``--holdout`` of the jobs;
-see agents/rl_env.py) or, with ``--val F``, on a validation split cut before it (so the held-out
-jobs stay unseen until the final evaluation; a warm-started run is also evaluated before its first
-update), checkpoints, TensorBoard logs and a progress bar. Every episode draws new
-jobs (a new synthetic trace, or a random window of the trace), optionally with a sampled load
-(``--load 0.5,1.0,1.5``) and a curriculum (``--curriculum``), so one agent generalises across
-trace windows.
+docs/scale.md), VecNormalize on observations and rewards, a MaskableEvalCallback on a validation split
+of the trace (``--val F``, default 0.1; synthetic: generator seeds of its own; real traces: the F
+of the jobs before the held-out ``--holdout``; see agents/rl_env.py), so the held-out jobs stay
+unseen until the final evaluation (``--val 0``: no in-training evaluation and no best/; a
+warm-started run is also evaluated before its first update), checkpoints, TensorBoard logs and a
+progress bar. Every episode draws new jobs (a new synthetic trace, or a random window of the
+trace), optionally with a sampled load (``--load 0.5,1.0,1.5``) and a curriculum
+(``--curriculum``), so one agent generalises across trace windows.
 
-RUN_DIR/ gets model.zip, vecnormalize.npz, config.json, eval.csv, eval.png, best/ (the best
-evaluation's model as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/ and tb/
+``--preset NAME`` and ``--config FILE`` read options from TOML (agents/presets/); flags on the
+command line override them. ``--gamma-per-hour`` discounts per simulated second
+(agents/semi_mdp.py); ``--obs-features`` chooses the observation's feature groups. SIGINT and
+SIGTERM stop a run in any phase with its folder kept; ``--resume`` finishes it.
+
+RUN_DIR/ gets model.zip, vecnormalize.npz, config.json, eval.csv, eval.png, reference.json
+(Tiresias's and Jigsaw's values on the validation episodes), best/ (the best evaluation's model
+as a RUN_DIR of its own, beside SB3's best_model.zip), checkpoints/, warm_start/ and tb/
 (TensorBoard). docs/evaluation.md describes them.
 """
 from __future__ import annotations
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from jigsaw_env.cli_args import int_at_least, non_negative_float, positive_float, positive_int
+from jigsaw_env.encoder import FEATURE_GROUPS
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -99,6 +106,42 @@ def _seed(text: str) -> int:
     return x
 
 
+def _gamma_per_hour(text: str) -> float:
+    """--gamma-per-hour: a discount factor per simulated hour, in (0, 1]."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gamma-per-hour must be a number, got {text!r}") from None
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"--gamma-per-hour must be in (0, 1], got {text}")
+    return x
+
+
+def _obs_features(text: str) -> list[str]:
+    """--obs-features: comma-separated feature groups (``jigsaw_env.encoder.FEATURE_GROUPS``)."""
+    from jigsaw_env.encoder import check_features
+    try:
+        return list(check_features(text, "--obs-features"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+#: --val's default: in-training evaluation and best/ on a validation split, never on held-out jobs
+DEFAULT_VAL = 0.1
+
+
+def preset_dir() -> Path:
+    """The folder of the shipped presets: ``presets/`` of the ``agents`` package (package data)."""
+    import importlib.util
+    spec = importlib.util.find_spec("agents")
+    return Path(list(spec.submodule_search_locations)[0]) / "presets"
+
+
+def preset_names() -> list[str]:
+    """The shipped presets (agents/presets/*.toml), sorted."""
+    return sorted(f.stem for f in preset_dir().glob("*.toml"))
+
+
 _gpu_list = _positive_ints("--train-gpus", "GPU counts")
 _val_gpu_list = _positive_ints("--val-gpus", "GPU counts")
 _net_arch = _positive_ints("--net-arch", "layer sizes")
@@ -123,10 +166,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: synthetic 1.0, a real trace's own arrivals)")
     t.add_argument("--holdout", type=float, default=0.2,
                    help="held-out fraction of a real trace for evaluation (default 0.2: the last 20%% of jobs)")
-    t.add_argument("--val", type=float, default=0.0, metavar="F",
+    t.add_argument("--val", type=float, default=DEFAULT_VAL, metavar="F",
                    help="validation fraction of a real trace (of all jobs, cut from the end of the training part; "
-                        "synthetic: its own generator seeds); when > 0 the evaluation callback and best/ use it "
-                        "instead of the held-out split, which then stays unseen until the final evaluation (default 0)")
+                        "synthetic: its own generator seeds): the evaluation callback, eval.csv and best/ use it, "
+                        "so the held-out split stays unseen until the final evaluation; 0 turns the in-training "
+                        f"evaluation and best/ off (default {DEFAULT_VAL})")
     t.add_argument("--wide-share", type=float, default=0.0, metavar="F",
                    help="share of training episodes (real traces) built around a job of at least --wide-gpus GPUs: "
                         "one drawn uniformly, then a window holding it (default 0: uniform windows)")
@@ -145,7 +189,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="grow episodes from max_jobs/4 jobs at half load to the full task over --curriculum-steps")
     t.add_argument("--curriculum-steps", type=positive_int("--curriculum-steps"), default=None,
                    help="timesteps of the curriculum ramp (default: half of --timesteps)")
-    t.add_argument("--max-time-s", type=float, default=None, help="truncate episodes after this simulated time")
+    t.add_argument("--max-time-s", type=float, default=None,
+                   help="truncate episodes after this simulated time (default: none)")
     e = p.add_argument_group("environment")
     e.add_argument("--window-k", type=positive_int("--window-k"), default=16, help="jobs visible per round, K (default 16)")
     e.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L (default 3)")
@@ -154,6 +199,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--reward-scale", type=float, default=3600.0, help="reward divisor in seconds (default 3600)")
     e.add_argument("--observe-remaining", action=argparse.BooleanOptionalAction, default=True,
                    help="observe remaining work (an oracle, as SRTF has; default on)")
+    e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
+                   help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
+                        f"(docs/environment.md lists each group's features) (default: every group)")
     a = p.add_argument_group("training")
     a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
     a.add_argument("--timesteps", type=positive_int("--timesteps"), default=100_000,
@@ -170,7 +218,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Ray, --ray auto or --ray HOST:PORT on a running cluster (docs/scale.md)")
     a.add_argument("--seed", type=_seed, default=0, help="random seed, 0 .. 2**32 - 1 (default 0)")
     a.add_argument("--eval-freq", type=positive_int("--eval-freq"), default=10_000,
-                   help="evaluate on the held-out split every this many timesteps (default 10000)")
+                   help="evaluate on the validation split every this many timesteps (default 10000)")
     a.add_argument("--eval-episodes", type=positive_int("--eval-episodes"), default=3, help="episodes per evaluation (default 3)")
     a.add_argument("--checkpoint-freq", type=positive_int("--checkpoint-freq"), default=10_000,
                    help="save a checkpoint every this many timesteps (default 10000)")
@@ -184,7 +232,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--target-kl", type=positive_float("--target-kl"), default=None,
                    help="PPO: stop an update's epochs early once the approximate KL exceeds this (default: off); "
                         "keeps fine-tuning after --warm-start close to the cloned policy")
-    a.add_argument("--gamma", type=_gamma, default=0.99, help="discount factor, in (0, 1] (default 0.99)")
+    a.add_argument("--gamma", type=_gamma, default=0.99,
+                   help="discount factor per env step, in (0, 1] (default 0.99)")
+    a.add_argument("--gamma-per-hour", type=_gamma_per_hour, default=None, metavar="G",
+                   help="discount per simulated hour instead (semi-MDP): a step that takes dt simulated seconds "
+                        "(info['dt_s']: a round's length on an advance, 0 on a decision step) is discounted by "
+                        "G^(dt/3600); docs/evaluation.md (default: off, --gamma per step)")
     a.add_argument("--ent-coef", type=non_negative_float("--ent-coef"), default=0.01,
                    help="entropy bonus coefficient, >= 0 (default 0.01)")
     a.add_argument("--net-arch", type=_net_arch, default=[128, 128], help="hidden layers (default 128,128)")
@@ -226,6 +279,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads while the policy is fitted to the demonstrations (default: every physical "
                         f"core this process may use, {cores} here); the env workers are idle then, and RL keeps one "
                         "thread")
+    c = p.add_argument_group("presets and config files (flags given on the command line override them)")
+    c.add_argument("--preset", choices=preset_names(), default=None, metavar="NAME",
+                   help=f"options of a shipped recipe (agents/presets/NAME.toml): {', '.join(preset_names())} "
+                        f"(default: none)")
+    c.add_argument("--config", default=None, metavar="FILE",
+                   help="options from a TOML file with a [train] table of option = value (names as the flags, "
+                        "without the dashes); over --preset's (default: none)")
     o = p.add_argument_group("output")
     o.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-<time>)")
     o.add_argument("--resume", action="store_true",
@@ -270,9 +330,9 @@ def explicit_options(args) -> dict[str, str]:
 
 
 def register(subparsers) -> None:
+    # every option's help says its default once (no ArgumentDefaultsHelpFormatter on top)
     p = subparsers.add_parser("train", help="train a learned scheduler (MaskablePPO / PPO / A2C)",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -283,9 +343,111 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# ----------------------------------------------------------------------------------------------- option files
+FROM_FILES_ATTR = "_options_from_files"
+#: options a preset or a config file cannot set
+_NOT_IN_FILES = frozenset({"preset", "config", "run_dir", "resume", "help"})
+
+
+def _load_toml(path: Path, label: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ValueError(f"{label}: reading TOML needs Python 3.11 or the tomli package") from None
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{label}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{label}: not a text file ({e.reason})") from None
+
+
+def read_options_file(path: Path, label: str) -> tuple[dict[str, Any], list[str], str]:
+    """A preset or config file: ``([train] options, needs, description)``. The file holds an optional
+    ``description`` (text), an optional ``needs`` (options that must come from the command line,
+    e.g. a trace path) and a ``[train]`` table of ``option = value`` (the flags' names without the
+    leading dashes). ValueError (one line naming the file and the key) otherwise."""
+    d = _load_toml(path, label)
+    unknown = sorted(set(d) - {"description", "needs", "train"})
+    if unknown:
+        raise ValueError(f"{label}: unknown key {unknown[0]!r}; expected description, needs and a [train] table")
+    train = d.get("train", {})
+    if not isinstance(train, dict):
+        raise ValueError(f"{label}: 'train' must be a table ([train] with option = value lines)")
+    needs = d.get("needs", [])
+    if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
+        raise ValueError(f"{label}: 'needs' must be a list of option names, e.g. [\"trace\"]")
+    return train, needs, str(d.get("description", ""))
+
+
+def apply_option_files(args) -> dict[str, str]:
+    """Set the options of ``--preset`` then ``--config`` (later files win) on ``args``, except those
+    given on the command line, which win over both; returns {dest: file label} of what they set.
+    Each value goes through the flag's own parser (type, choices), so a bad one gets the flag's
+    message, prefixed by the file. ValueError (one line) for an unknown option or a missing ``needs``."""
+    sources = []
+    if getattr(args, "preset", None):
+        sources.append((f"--preset {args.preset}", preset_dir() / f"{args.preset}.toml"))
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise ValueError(f"--config: no such file: {path}")
+        sources.append((f"--config {path}", path))
+    explicit = explicit_options(args)
+    actions = {a.dest: a for a in build_parser()._actions if a.option_strings}
+    applied: dict[str, str] = {}
+    needs_of: list[tuple[str, str]] = []
+    for label, path in sources:
+        options, needs, _ = read_options_file(path, label)
+        needs_of += [(label, n) for n in needs]
+        for key, value in options.items():
+            dest = str(key).replace("-", "_")
+            act = actions.get(dest)
+            if act is None or dest in _NOT_IN_FILES:
+                raise ValueError(f"{label}: unknown option {key!r} in [train]; expected a `jigsaw train` flag "
+                                 f"without its dashes (e.g. max-jobs = 50)")
+            flag = act.option_strings[0]
+            if act.nargs == 0:  # a switch: true or false
+                if not isinstance(value, bool):
+                    raise ValueError(f"{label}: option {key!r}: expected true or false, got {value!r}")
+            else:
+                if isinstance(value, bool) or isinstance(value, dict):
+                    raise ValueError(f"{label}: option {key!r}: expected a value for {flag}, got {value!r}")
+                text = ",".join(str(x) for x in value) if isinstance(value, list) else str(value)
+                if act.type is not None:
+                    try:
+                        value = act.type(text)
+                    except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+                        raise ValueError(f"{label}: option {key!r}: {e}") from None
+                else:
+                    value = text
+                if act.choices is not None and value not in act.choices:
+                    raise ValueError(f"{label}: option {key!r}: expected one of {list(act.choices)}, got {value!r}")
+            if dest not in explicit:
+                setattr(args, dest, value)
+                applied[dest] = label
+    for label, n in needs_of:
+        dest = n.replace("-", "_")
+        if dest not in explicit and dest not in applied:
+            raise ValueError(f"{label} needs --{n.replace('_', '-')} on the command line (the preset cannot know it)")
+    setattr(args, FROM_FILES_ATTR, applied)
+    return applied
+
+
+def options_from_files(args) -> dict[str, str]:
+    """{dest: file label} of the options a preset or config file set (:func:`apply_option_files`)."""
+    return dict(getattr(args, FROM_FILES_ATTR, None) or {})
+
+
 # ----------------------------------------------------------------------------------------------- config
 def config_from_args(args) -> dict[str, Any]:
     """The JSON config of a run (written to RUN_DIR/config.json)."""
+    from jigsaw_env.encoder import check_features
+
     from agents.rl import RUN_FORMAT, spaces_signature
 
     loads = args.load
@@ -297,7 +459,7 @@ def config_from_args(args) -> dict[str, Any]:
         "round_s": args.round_s, "restart_s": args.restart_s, "reward": args.reward,
         "reward_scale": args.reward_scale, "observe_remaining": args.observe_remaining,
         "backlogged": args.backlogged, "max_time_s": args.max_time_s, "sharing": args.sharing,
-        "pace": args.pace,
+        "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
     }
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
@@ -306,7 +468,8 @@ def config_from_args(args) -> dict[str, Any]:
         "policy": "MlpPolicy" if args.policy == "mlp" else "slots",
         "hyperparameters": {"learning_rate": args.learning_rate, "n_steps": n_steps, "batch_size": args.batch_size,
                             "n_epochs": args.n_epochs, "gamma": args.gamma, "ent_coef": args.ent_coef,
-                            "net_arch": list(args.net_arch), "slot_hidden": args.slot_hidden, "clip_range": args.clip_range, "target_kl": args.target_kl},
+                            "net_arch": list(args.net_arch), "slot_hidden": args.slot_hidden, "clip_range": args.clip_range, "target_kl": args.target_kl,
+                            "gamma_per_hour": args.gamma_per_hour},
         "env": env,
         "sampling": {"loads": loads, "holdout": args.holdout, "val": args.val, "trace_gpu_type": args.trace_gpu_type,
                      "wide_share": args.wide_share, "wide_gpus": args.wide_gpus,
@@ -321,8 +484,11 @@ def config_from_args(args) -> dict[str, Any]:
                                                               if args.trace.startswith("synthetic") else
                                                               f"the {args.val:.0%} of the jobs before the last "
                                                               f"{args.holdout:.0%}"),
-                     "select_on": "val" if args.val > 0 else "eval"},
-        "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots),
+                     # best/ and eval.csv: the validation split, never the held-out one (none without --val)
+                     "select_on": "val" if args.val > 0 else None},
+        "spaces": spaces_signature(args.window_k, args.spb_levels, args.spb_slots, env["obs_features"]),
+        "preset": getattr(args, "preset", None),
+        "config_file": str(Path(args.config).resolve()) if getattr(args, "config", None) else None,
         "normalize_obs": True, "normalize_reward": True,
         "n_envs": args.n_envs, "vec": "ray" if getattr(args, "ray", None) is not None else args.vec, "seed": args.seed,
         "timesteps": args.timesteps, "trained_timesteps": 0, "max_wall_s": args.max_wall_s,
@@ -370,11 +536,14 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- envs
-def _env_factories(cfg: dict, split: str, n: int, seed: int):
+def _env_factories(cfg: dict, split: str, n: int, seed: int, subprocess_workers: bool = False):
+    """The env factories of ``n`` envs of a split; ``subprocess_workers``: for SubprocVecEnv
+    workers, which then ignore SIGINT/SIGTERM (the trainer handles them, ``make_env_fn``)."""
     from agents.rl_env import make_env_fn
     s = cfg["sampling"]
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
+                        ignore_signals=subprocess_workers,
                         loads=s["loads"], wide_share=float(s.get("wide_share") or 0.0),
                         wide_gpus=int(s.get("wide_gpus") or 8),
                         cluster_sizes={"train": s.get("train_gpus"), "val": s.get("val_gpus")}.get(split),
@@ -482,7 +651,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
     csv_path = run_dir / "eval.csv"
 
     class EvalToCSV(MaskableEvalCallback):
-        """MaskableEvalCallback that replays the same held-out episodes at every evaluation and
+        """MaskableEvalCallback that replays the same validation episodes at every evaluation and
         appends a row (reward and the episodes' metrics) to eval.csv."""
 
         def _log_success_callback(self, locals_, globals_):
@@ -525,6 +694,10 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
                     f.write(",".join(_fmt_csv(x) for x in row) + "\n")
                 self.logger.record("eval/mean_avg_jct_s", row[5])
                 self.logger.record("eval/mean_cluster_efficiency", row[7])
+                for name, ref in (reference or {}).items():  # flat lines: the heuristics on the same episodes
+                    for key in ("mean_reward", "mean_avg_jct_s"):
+                        if ref.get(key) is not None:
+                            self.logger.record(f"eval/{key}_{name}", float(ref[key]))
                 self.last_eval_s = time.perf_counter() - t_eval
             return cont
 
@@ -553,7 +726,7 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             d.mkdir(parents=True, exist_ok=True)
             save_state(self.model, self.model.get_vec_normalize_env(), d / "model.zip", d / "vecnormalize.npz")
             _write_json(d / "config.json", dict(cfg, trained_timesteps=int(self.model.num_timesteps),
-                                                selected_on=cfg["sampling"].get("select_on", "eval")))
+                                                selected_on="val"))
             return True
 
     class Curriculum(BaseCallback):
@@ -604,26 +777,81 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             return False
 
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    evaluator = EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"],
-                          eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
-                          best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"), deterministic=True,
-                          callback_on_new_best=SaveBestRun(),
-                          use_masking=masked, warn=False, verbose=cfg.get("verbose", 0))
-    # a resumed run: best/ stays the best of the whole run, so a new evaluation replaces it only
-    # if it beats every evaluation eval.csv kept (the same episodes are replayed at each one)
-    kept = _eval_rewards(csv_path)
-    if kept:
-        evaluator.best_mean_reward = max(kept)
-    cbs = [
-        AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
-                         name_prefix=CHECKPOINT_PREFIX),  # AtomicCheckpoint saves the statistics itself
-        evaluator,
-    ]
+    cbs = [AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
+                            name_prefix=CHECKPOINT_PREFIX)]  # AtomicCheckpoint saves the statistics itself
+    if (cfg["hyperparameters"] or {}).get("gamma_per_hour") is not None:
+        from agents.semi_mdp import record_step_durations_callback
+        cbs.append(record_step_durations_callback())  # before the others: it only records info["dt_s"]
+    evaluator = None
+    if eval_env is not None:  # validation episodes only (best/ is never chosen on held-out jobs)
+        reference = reference_values(cfg, run_dir, eval_seed)
+        evaluator = EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"],
+                              eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
+                              best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"),
+                              deterministic=True, callback_on_new_best=SaveBestRun(),
+                              use_masking=masked, warn=False, verbose=cfg.get("verbose", 0))
+        # a resumed run: best/ stays the best of the whole run, so a new evaluation replaces it only
+        # if it beats every evaluation eval.csv kept (the same episodes are replayed at each one)
+        kept = _eval_rewards(csv_path)
+        if kept:
+            evaluator.best_mean_reward = max(kept)
+        cbs.append(evaluator)
     if cfg.get("max_wall_s"):
         cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0), evaluator))
     if cfg["sampling"].get("curriculum"):
         cbs.append(Curriculum(cfg["sampling"].get("curriculum_steps") or cfg["timesteps"] // 2))
     return CallbackList(cbs)
+
+
+REFERENCE_AGENTS = ("tiresias", "jigsaw")
+REFERENCE_FILE = "reference.json"
+
+
+def play_reference(cfg: dict, name: str, episodes: int, eval_seed: int) -> dict:
+    """Heuristic ``name`` played as env actions (agents/imitation.py's HeuristicExpert) on the very
+    episodes the in-training evaluation replays: the validation env made as the evaluation's, reset
+    with ``eval_seed``, then reset without a seed between episodes, as SB3's DummyVecEnv does.
+    Returns its mean episode return and mean JCT (s) over them."""
+    from agents.imitation import HeuristicExpert
+
+    env = _env_factories(cfg, "val", 1, eval_seed)[0]()
+    base = env.unwrapped
+    expert = HeuristicExpert(name)
+    returns, jcts = [], []
+    try:
+        env.reset(seed=eval_seed)
+        for i in range(episodes):
+            if i:
+                env.reset()
+            ret = 0.0
+            while True:
+                _, r, term, trunc, info = env.step(expert.act(base))
+                ret += float(r)
+                if term or trunc:
+                    break
+            returns.append(ret)
+            m = info.get("episode_metrics") or {}
+            if m.get("avg_jct_s") is not None:
+                jcts.append(float(m["avg_jct_s"]))
+    finally:
+        env.close()
+    return {"mean_reward": sum(returns) / len(returns),
+            "mean_avg_jct_s": sum(jcts) / len(jcts) if jcts else None, "episodes": episodes}
+
+
+def reference_values(cfg: dict, run_dir: Path, eval_seed: int) -> dict[str, dict]:
+    """Tiresias's and Jigsaw's values on the validation episodes (:func:`play_reference`), kept in
+    RUN_DIR/reference.json (a resumed run reads them back); eval.png and TensorBoard draw them as
+    flat reference lines."""
+    path = run_dir / REFERENCE_FILE
+    episodes = int(cfg["eval"]["episodes"])
+    with contextlib.suppress(OSError, ValueError):
+        d = json.loads(path.read_text())
+        if isinstance(d, dict) and d.get("eval_seed") == eval_seed and d.get("episodes") == episodes:
+            return d["agents"]
+    out = {name: play_reference(cfg, name, episodes, eval_seed) for name in REFERENCE_AGENTS}
+    _write_json(path, {"split": "val", "eval_seed": eval_seed, "episodes": episodes, "agents": out})
+    return out
 
 
 def _std(x) -> float:
@@ -638,7 +866,8 @@ def _fmt_csv(x) -> str:
 
 
 def plot_eval_curve(run_dir: Path) -> Path | None:
-    """eval.png from eval.csv: held-out mean reward (+- sd) and mean JCT against timesteps."""
+    """eval.png from eval.csv: validation mean reward (+- sd) and mean JCT against timesteps, with
+    reference.json's heuristics (Tiresias, Jigsaw on the same episodes) as flat lines."""
     import pandas as pd
     csv_path = run_dir / "eval.csv"
     if not csv_path.is_file():
@@ -647,14 +876,25 @@ def plot_eval_curve(run_dir: Path) -> Path | None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    ref = {}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        ref = json.loads((run_dir / REFERENCE_FILE).read_text())["agents"]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     if len(df):
-        ax[0].errorbar(df["timesteps"], df["mean_reward"], yerr=df["std_reward"], marker="o", capsize=3)
-        ax[1].plot(df["timesteps"], df["mean_avg_jct_s"] / 3600.0, marker="o")
-    ax[0].set(xlabel="timesteps", ylabel="held-out episode return", title="evaluation return (mean +- sd)")
-    ax[1].set(xlabel="timesteps", ylabel="mean JCT (h)", title="held-out mean JCT")
+        ax[0].errorbar(df["timesteps"], df["mean_reward"], yerr=df["std_reward"], marker="o", capsize=3,
+                       label="policy")
+        ax[1].plot(df["timesteps"], df["mean_avg_jct_s"] / 3600.0, marker="o", label="policy")
+    for (name, r), style in zip(sorted(ref.items()), ("--", ":", "-.")):
+        if r.get("mean_reward") is not None:
+            ax[0].axhline(float(r["mean_reward"]), ls=style, color="grey", label=name)
+        if r.get("mean_avg_jct_s") is not None:
+            ax[1].axhline(float(r["mean_avg_jct_s"]) / 3600.0, ls=style, color="grey", label=name)
+    ax[0].set(xlabel="timesteps", ylabel="validation episode return", title="evaluation return (mean +- sd)")
+    ax[1].set(xlabel="timesteps", ylabel="mean JCT (h)", title="validation mean JCT")
     for a in ax:
         a.grid(alpha=0.3)
+        if ref:
+            a.legend(fontsize=8)
     fig.tight_layout()
     out = run_dir / "eval.png"
     fig.savefig(out, dpi=110)
@@ -668,12 +908,15 @@ def train(args) -> dict:
 
     Every option is checked, the envs are built and the model is made before anything is written;
     a start that fails later, before any model was saved, removes what it wrote (never what the
-    folder held before), so the same --run-dir can be used again."""
+    folder held before), so the same --run-dir can be used again. A run stopped by SIGINT or
+    SIGTERM keeps its folder once config.json is written, whatever the phase: ``--resume`` goes on
+    from what it saved (or starts the recorded run afresh when nothing was saved yet)."""
     import torch
     torch.set_num_threads(1)
 
     from jigsaw_env.cost_table import register_tables_dir
 
+    apply_option_files(args)
     if getattr(args, "ray", None) not in (None, "local"):
         from jigsaw_executor.cluster_ray import probe_address
         probe_address(args.ray)  # an address nobody answers: one line now, before anything is built
@@ -684,6 +927,10 @@ def train(args) -> dict:
     resume_from = None
     if args.resume:
         cfg, resume_from = _resume_config(args, run_dir)
+        if resume_from is None:
+            print(f"{run_dir}: no model saved yet; the recorded run starts again"
+                  + (" from its last finished warm-start stage" if (run_dir / WARM_DIR / WARM_STATE).is_file()
+                     else ""), file=sys.stderr)
     else:
         if run_dir.exists() and not run_dir.is_dir():
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(run_dir))
@@ -694,7 +941,7 @@ def train(args) -> dict:
         cfg = config_from_args(args)
     if cfg.get("tables"):
         register_tables_dir(cfg["tables"])
-    if resume_from is None:
+    if not args.resume:
         _check_env(cfg)
     else:
         try:
@@ -706,7 +953,8 @@ def train(args) -> dict:
     try:
         cfg = _train(args, cfg, run_dir, resume_from)
     except BaseException as e:
-        if resume_from is None:
+        interrupted = isinstance(e, KeyboardInterrupt) and cfg_path.is_file()
+        if not args.resume and not interrupted:
             _undo_failed_start(run_dir, before, e)
         raise
     plot_eval_curve(run_dir)
@@ -721,6 +969,8 @@ def _check_new_run(args) -> None:
         raise ValueError(f"--spb-levels must be >= 0, got {args.spb_levels}")
     if args.dagger_rounds < 0:
         raise ValueError(f"--dagger-rounds must be >= 0, got {args.dagger_rounds}")
+    if args.gamma_per_hour is not None and "gamma" in {**options_from_files(args), **explicit_options(args)}:
+        raise ValueError("--gamma-per-hour replaces --gamma (a discount per env step); give one of them")
     if 0.0 < args.holdout < 1.0 and not 0.0 <= args.val < 1.0 - args.holdout:
         raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
     if not 0.0 <= args.wide_share <= 1.0:
@@ -760,18 +1010,21 @@ def _check_new_run(args) -> None:
 
 
 # --resume: the options a resumed run takes from the command line; every other option is the run's
-RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progress", "tensorboard", "verbose", "ray"})
+RESUME_OWN = frozenset({"timesteps", "max_wall_s", "run_dir", "resume", "progress", "tensorboard", "verbose",
+                        "preset", "config", "ray"})
 #: option dest -> where config.json records it
 RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
-                               "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace")},
+                               "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
+                               "obs_features")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
                                     "val_gpus", "curriculum", "curriculum_steps")},
     **{d: (d,) for d in ("algo", "policy", "n_envs", "vec", "seed", "checkpoint_freq", "tables")},
     **{d: ("hyperparameters", d) for d in ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "ent_coef",
-                                           "net_arch", "slot_hidden", "clip_range", "target_kl")},
+                                           "net_arch", "slot_hidden", "clip_range", "target_kl",
+                                           "gamma_per_hour")},
     "eval_freq": ("eval", "freq"), "eval_episodes": ("eval", "episodes"),
     "warm_start": ("warm_start", "expert"), "warm_start_s": ("warm_start", "record_s"),
     "warm_start_order": ("warm_start", "order"), "bc_epochs": ("warm_start", "epochs"),
@@ -820,7 +1073,9 @@ def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
     """ValueError (one line) when an option given on the command line (not a default) differs from
     what the run's config.json records: a resumed run keeps its config."""
     differ = []
-    for dest, flag in explicit_options(args).items():
+    given = {d: f"--{d.replace('_', '-')} ({label})" for d, label in options_from_files(args).items()}
+    given.update(explicit_options(args))
+    for dest, flag in given.items():
         if dest in RESUME_OWN:
             continue
         given = _as_recorded(dest, getattr(args, dest))
@@ -872,7 +1127,7 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
         raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")
 
 
-def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None]]:
+def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None] | None]:
     """The config of the run to resume (checked, with this session's --timesteps and
     --max-wall-s) and the saved state it continues from; nothing is written."""
     from agents.rl import read_run_config
@@ -884,18 +1139,25 @@ def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | N
     _check_resumable(cfg, cfg_path)
     _check_resume_options(args, cfg, cfg_path)
     resume_from = _latest_checkpoint(run_dir)
-    if resume_from is None:
+    # a run stopped before it saved any model (in its warm start, say) has no saved state: the
+    # recorded run starts again (resume_from None), its warm start from the last finished stage
+    saved_any = int(cfg.get("trained_timesteps") or 0) > 0 or (run_dir / "model.zip").exists() or any(
+        (run_dir / "checkpoints").glob("*.zip"))
+    if resume_from is None and saved_any:
         unreadable = sorted(str(f) for f in [run_dir / "model.zip", *(run_dir / "checkpoints").glob("*.zip")]
                             if f.is_file())
         if unreadable:
             raise ValueError(f"--resume: no readable saved model in {run_dir}: {', '.join(unreadable)} "
                              f"cannot be loaded (corrupt or cut short)")
         raise ValueError(f"--resume: {run_dir} has no checkpoint and no model.zip to continue from")
-    cfg["timesteps"] = args.timesteps
+    given = {**options_from_files(args), **explicit_options(args)}
+    if "timesteps" in given:  # else the run's own target
+        cfg["timesteps"] = args.timesteps
     if args.max_wall_s is not None:
         cfg["max_wall_s"] = args.max_wall_s
-    cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0], "from": resume_from[1].name,
-                                          "to_timesteps": args.timesteps,
+    cfg.setdefault("resumed", []).append({"from_timesteps": resume_from[0] if resume_from else 0,
+                                          "from": resume_from[1].name if resume_from else None,
+                                          "to_timesteps": cfg["timesteps"],
                                           "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return cfg, resume_from
 
@@ -957,7 +1219,20 @@ def _one_line(e: BaseException) -> str:
 
 
 def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
-    """Build the envs and the model, then write config.json and learn (train's second half)."""
+    """Build the envs and the model, then write config.json and learn (train's second half).
+
+    SIGTERM is turned into KeyboardInterrupt for the whole of it (`kill PID`, Slurm and `timeout`
+    stop a run as Ctrl-C does): during the warm start its finished stages are on disk
+    (:func:`warm_start`), during learning the model is saved, and ``--resume`` goes on from there."""
+    prev_term = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        return _train_inner(args, cfg, run_dir, resume_from)
+    finally:
+        signal.signal(signal.SIGTERM, prev_term)
+
+
+def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
@@ -971,23 +1246,34 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     ray_address = getattr(args, "ray", None)
     if ray_address is None and cfg.get("vec") == "ray":
         ray_address = "local"
-    venv = eval_raw = None
+    hp = cfg["hyperparameters"]
+    gph = hp.get("gamma_per_hour")
+    # SB3's scalar gamma (VecNormalize's return, a truncated episode's bootstrap): one round's
+    # discount under --gamma-per-hour (agents/semi_mdp.py)
+    if gph is not None:
+        from agents.semi_mdp import round_discount
+        sb3_gamma = round_discount(gph, cfg["env"].get("round_s"))
+    else:
+        sb3_gamma = hp["gamma"]
+    venv = eval_raw = eval_env = None
     ray_owned = False
     try:
         if ray_address is not None:
             venv, ray_owned = _ray_venv(cfg, ray_address, n_envs, seed)
         else:
-            venv = vec_cls(_env_factories(cfg, "train", n_envs, seed))
-        # the evaluation callback (and so best/) uses the validation split when there is one
-        eval_raw = DummyVecEnv(_env_factories(cfg, cfg["sampling"].get("select_on", "eval"), 1, seed + 1_000_003))
+            venv = vec_cls(_env_factories(cfg, "train", n_envs, seed, subprocess_workers=vec_cls is SubprocVecEnv))
+        # the evaluation callback (and so best/) uses the validation split, never the held-out one
+        if cfg["sampling"].get("select_on") == "val":
+            eval_raw = DummyVecEnv(_env_factories(cfg, "val", 1, seed + 1_000_003))
         if resume_from is not None:
             steps, model_path, vn_path = resume_from
             if vn_path is None:
                 raise ValueError(f"--resume: {run_dir} has {model_path.name} but no VecNormalize statistics beside it")
             venv = _resume_venv(venv, vn_path)
         else:
-            venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=cfg["hyperparameters"]["gamma"])
-        eval_env = VecNormalize(eval_raw, norm_obs=True, norm_reward=False, training=False)
+            venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=sb3_gamma)
+        if eval_raw is not None:
+            eval_env = VecNormalize(eval_raw, norm_obs=True, norm_reward=False, training=False)
         from sb3_contrib.common.maskable.utils import is_masking_supported
         cfg["masking_supported"] = bool(is_masking_supported(venv))  # env_method("action_masks") reaches every worker
         if cfg["algo"] == "maskable_ppo" and not cfg["masking_supported"]:
@@ -1002,8 +1288,7 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
                                  f"({type(e).__name__}: {_one_line(e)})") from None
             model.num_timesteps = max(model.num_timesteps, resume_from[0])
         else:
-            hp = cfg["hyperparameters"]
-            kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=hp["gamma"],
+            kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=sb3_gamma,
                                       ent_coef=hp["ent_coef"],
                                       policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
             if cfg["policy"] == "slots":
@@ -1011,6 +1296,10 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
             if cfg["algo"] in ("maskable_ppo", "ppo"):
                 kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
                           target_kl=hp.get("target_kl"))
+            if gph is not None:
+                from agents.semi_mdp import buffer_class_for
+                kw.update(rollout_buffer_class=buffer_class_for(cfg["algo"]),
+                          rollout_buffer_kwargs={"gamma_per_hour": float(gph)})
             from agents.slot_policy import policy_for
             try:
                 model = cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=seed, device="cpu", tensorboard_log=tb,
@@ -1035,22 +1324,19 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         if remaining > 0:
             callbacks = _callbacks(cfg, run_dir, eval_env, n_envs, t0)
             cfg["stopped_at_wall_limit"] = False
-            prev_term = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # `kill PID` saves too, like Ctrl-C
             try:
                 model.learn(total_timesteps=remaining, callback=callbacks, progress_bar=bool(getattr(args, "progress", True)),
                             reset_num_timesteps=resume_from is None, tb_log_name=cfg["algo"])
             except KeyboardInterrupt:
                 _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
                 raise
-            finally:
-                signal.signal(signal.SIGTERM, prev_term)
         else:
             print(f"{run_dir}: already trained for {model.num_timesteps} >= {target} timesteps; nothing to do")
         _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
     finally:
         if venv is not None:
-            venv.close()
+            with contextlib.suppress(Exception):  # workers already stopped by the same Ctrl-C
+                venv.close()
         if eval_raw is not None:
             eval_raw.close()
         if ray_owned:
@@ -1095,6 +1381,40 @@ def _logger_without_folder(verbose: int):
     return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if int(verbose) >= 1 else [])
 
 
+WARM_DIR = "warm_start"
+WARM_STATE = "progress.json"
+
+
+def _save_demos(path: Path, demos) -> None:
+    """The demonstrations as plain arrays (np.savez, no pickle), written atomically."""
+    import numpy as np
+
+    def write(f):
+        np.savez(f, obs=demos.obs, masks=demos.masks, actions=demos.actions, rewards=demos.rewards,
+                 dones=demos.dones, widths=demos.widths, dt_s=demos.dt_s,
+                 episodes=np.frombuffer(json.dumps(demos.episodes).encode(), dtype=np.uint8))
+    _atomic_write(path, write)
+
+
+def _load_demos(path: Path):
+    import numpy as np
+
+    from agents.imitation import Demonstrations
+    with np.load(path, allow_pickle=False) as d:
+        return Demonstrations(d["obs"], d["masks"], d["actions"], d["rewards"], d["dones"], d["widths"],
+                              json.loads(d["episodes"].tobytes().decode()), dt_s=d["dt_s"])
+
+
+def _load_stats_into(venv, path: Path) -> None:
+    """VecNormalize statistics of ``path`` (an .npz) into the VecNormalize ``venv``, in place."""
+    import numpy as np
+
+    from agents.vecnorm_file import read_vecnormalize
+    st = read_vecnormalize(path)
+    venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = st.obs_mean.copy(), st.obs_var.copy(), st.obs_count
+    venv.ret_rms.mean, venv.ret_rms.var, venv.ret_rms.count = np.float64(st.ret_mean), np.float64(st.ret_var), st.ret_count
+
+
 def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> None:
     """Imitation warm start from ``cfg["warm_start"]["expert"]`` (agents/imitation.py):
 
@@ -1102,6 +1422,11 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
        (``epochs`` epochs; this also sets VecNormalize's observation and return statistics);
     2. ``dagger_rounds`` DAgger rounds: play the policy for ``dagger_s`` seconds on new training
        episodes, label each state it visits with the expert's action, refit on all data so far.
+
+    Each finished stage is checkpointed in RUN_DIR/warm_start/: the demonstrations so far
+    (``demos.npz``), the policy and statistics fitted to them (``fit/``) and ``progress.json`` (the
+    stages done, the fit history); a run stopped by a signal and resumed (``--resume``) goes on
+    from the last finished stage (a stage cut short is done again).
 
     Writes RUN_DIR/warm_start.csv (one row per epoch: stage, loss, accuracy, value MSE) and the
     cloned policy as RUN_DIR/warm_start/ (a RUN_DIR of its own), and records in
@@ -1111,22 +1436,48 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
 
     ws = cfg["warm_start"]
     seed = int(cfg["seed"])
-    gamma = float(cfg["hyperparameters"]["gamma"])
+    hp = cfg["hyperparameters"]
+    # VecNormalize's discount (one round's under --gamma-per-hour) for the return statistics
+    gamma = float(getattr(venv, "gamma", hp["gamma"]))
     t0 = time.perf_counter()
+    bc_dir = run_dir / WARM_DIR
+    fit_dir = bc_dir / "fit"
+    fit_dir.mkdir(parents=True, exist_ok=True)
+    state_path = bc_dir / WARM_STATE
+    state: dict[str, Any] = {"stages_done": 0, "hist": [], "rounds": [], "recorded": {}, "wall_s": 0.0}
+    if state_path.is_file():  # a resumed warm start
+        state = json.loads(state_path.read_text())
+    wall_before = float(state.get("wall_s") or 0.0)
+
+    def checkpoint(demos, fitted: bool) -> None:
+        _save_demos(bc_dir / "demos.npz", demos)
+        if fitted:
+            save_state(model, venv, fit_dir / "model.zip", fit_dir / "vecnormalize.npz")
+        state["wall_s"] = wall_before + time.perf_counter() - t0
+        _write_json(state_path, state)
+
     expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"))
     make = _env_factories(cfg, "train", 1, seed + 7_000_003)[0]
-    demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=seed, progress=progress)
-    ws.update(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
-              expert_mean_avg_jct_s=_mean_jct(demos.episodes))
     fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
-               act_weight=float(ws.get("act_weight", 1.0)), width_power=float(ws.get("width_power", 0.0)),
-               progress=progress)
+               gamma_per_hour=hp.get("gamma_per_hour"), act_weight=float(ws.get("act_weight", 1.0)),
+               width_power=float(ws.get("width_power", 0.0)), progress=progress)
     threads = int(ws.get("threads") or 1)
-    with _torch_threads(threads):
-        hist = [dict(stage="clone", **h) for h in behaviour_clone(model, demos, venv=venv, epochs=int(ws["epochs"]),
-                                                                  seed=seed, **fit)]
-    rounds = []
-    for r in range(int(ws.get("dagger_rounds") or 0)):
+    done = int(state["stages_done"])
+    if done == 0:
+        demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=seed, progress=progress)
+        state["recorded"] = dict(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
+                                 expert_mean_avg_jct_s=_mean_jct(demos.episodes))
+        with _torch_threads(threads):
+            state["hist"] = [dict(stage="clone", **h) for h in behaviour_clone(
+                model, demos, venv=venv, epochs=int(ws["epochs"]), seed=seed, **fit)]
+        state["stages_done"] = done = 1
+        checkpoint(demos, True)
+    else:
+        demos = _load_demos(bc_dir / "demos.npz")
+        model.set_parameters(str(fit_dir / "model.zip"), exact_match=True, device="cpu")
+        _load_stats_into(venv, fit_dir / "vecnormalize.npz")
+    ws.update(state["recorded"])
+    for r in range(done - 1, int(ws.get("dagger_rounds") or 0)):
         t_r = time.perf_counter()
         new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]),
                                 seed=seed + 100_000 * (r + 1))
@@ -1134,14 +1485,16 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         with _torch_threads(threads):
             h = behaviour_clone(model, demos, venv=venv, epochs=int(ws["dagger_epochs"]), seed=seed + r + 1,
                                 fit_stats=False, **fit)
-        hist += [dict(stage=f"dagger{r + 1}", **x) for x in h]
-        rounds.append({"round": r + 1, "steps": len(new), "episodes": len(new.episodes),
-                       "policy_mean_avg_jct_s": _mean_jct(new.episodes), "wall_s": time.perf_counter() - t_r})
-    ws.update(dagger=rounds, total_steps=len(demos), final_accuracy=hist[-1]["accuracy"], final_nll=hist[-1]["nll"],
-              final_value_mse=hist[-1]["value_mse"], wall_s=time.perf_counter() - t0)
+        state["hist"] += [dict(stage=f"dagger{r + 1}", **x) for x in h]
+        state["rounds"].append({"round": r + 1, "steps": len(new), "episodes": len(new.episodes),
+                                "policy_mean_avg_jct_s": _mean_jct(new.episodes), "wall_s": time.perf_counter() - t_r})
+        state["stages_done"] = r + 2
+        checkpoint(demos, True)
+    hist = state["hist"]
+    ws.update(dagger=state["rounds"], total_steps=len(demos), final_accuracy=hist[-1]["accuracy"],
+              final_nll=hist[-1]["nll"], final_value_mse=hist[-1]["value_mse"],
+              wall_s=wall_before + time.perf_counter() - t0, done=True)
     # the cloned policy before RL, as a RUN_DIR of its own (jigsaw evaluate --agents RUN_DIR/warm_start)
-    bc_dir = run_dir / "warm_start"
-    bc_dir.mkdir(parents=True, exist_ok=True)
     save_state(model, venv, bc_dir / "model.zip", bc_dir / "vecnormalize.npz")
     _write_json(bc_dir / "config.json", dict(cfg, trained_timesteps=0))
     cols = list(hist[0])
@@ -1210,7 +1563,18 @@ def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:
 
 
 def run(args) -> int:
-    cfg = train(args)
+    try:
+        cfg = train(args)
+    except KeyboardInterrupt:
+        run_dir = getattr(args, "run_dir", None)
+        if run_dir and (Path(run_dir) / "config.json").is_file():
+            what = ("the model so far is saved" if _latest_checkpoint(Path(run_dir)) is not None
+                    else "its finished stages are kept")
+            print(f"jigsaw train: interrupted; {what} in {run_dir} (`jigsaw train --run-dir {run_dir} --resume` "
+                  f"finishes it)", file=sys.stderr)
+        else:
+            print("jigsaw train: interrupted before the run folder was written; nothing was kept", file=sys.stderr)
+        return 130
     run_dir = Path(args.run_dir) if args.run_dir else None
     print(json.dumps({"run_dir": str(run_dir) if run_dir else None, "algo": cfg["algo"],
                       "trained_timesteps": cfg["trained_timesteps"], "train_wall_s": round(cfg.get("train_wall_s", 0), 1)}))
@@ -1221,14 +1585,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except KeyboardInterrupt:
-        run_dir = getattr(args, "run_dir", None)
-        if run_dir and _latest_checkpoint(Path(run_dir)) is not None:
-            print(f"train_agent.py: interrupted; the model so far is saved in {run_dir} (--resume continues it)",
-                  file=sys.stderr)
-        else:
-            print("train_agent.py: interrupted before a model was saved; nothing was kept", file=sys.stderr)
-        return 130
     except (ValueError, OSError) as e:
         print(f"train_agent.py: error: {_one_line(e)}", file=sys.stderr)
         return 2

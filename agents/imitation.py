@@ -190,6 +190,12 @@ class Demonstrations:
     dones: np.ndarray
     widths: np.ndarray
     episodes: list[dict] = field(default_factory=list)  # per episode: steps, avg_jct_s, wall_s
+    #: simulated seconds of each step (``info["dt_s"]``; zeros when not given)
+    dt_s: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.dt_s is None:
+            self.dt_s = np.zeros(self.actions.shape, dtype=np.float64)
 
     def __len__(self) -> int:
         return int(self.actions.size)
@@ -207,6 +213,7 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.obs, self.masks, self.actions, self.rewards, self.dones, self.widths = [], [], [], [], [], []
+        self.dt_s: list[float] = []
         self.episodes: list[dict] = []
 
     def play_episode(self, env, base, expert: HeuristicExpert, seed: int,
@@ -227,6 +234,7 @@ class _Recorder:
             self.widths.append(_state_width(base))
             obs, r, term, trunc, info = env.step(label if act is None else act(obs, mask))
             self.rewards.append(float(r))
+            self.dt_s.append(float(info.get("dt_s", 0.0)))
             n += 1
             cut = deadline is not None and time.perf_counter() >= deadline
             self.dones.append(bool(term or trunc or cut))
@@ -241,7 +249,8 @@ class _Recorder:
             raise ValueError(f"{who}: no demonstration recorded (a zero budget?)")
         return Demonstrations(np.stack(self.obs), np.stack(self.masks), np.asarray(self.actions, dtype=np.int64),
                               np.asarray(self.rewards, dtype=np.float64), np.asarray(self.dones, dtype=bool),
-                              np.asarray(self.widths, dtype=np.int64), self.episodes)
+                              np.asarray(self.widths, dtype=np.int64), self.episodes,
+                              np.asarray(self.dt_s, dtype=np.float64))
 
 
 def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: int | None = None,
@@ -285,7 +294,7 @@ def concat(parts: Sequence[Demonstrations]) -> Demonstrations:
     return Demonstrations(np.concatenate([p.obs for p in parts]), np.concatenate([p.masks for p in parts]),
                           np.concatenate([p.actions for p in parts]), np.concatenate([p.rewards for p in parts]),
                           np.concatenate([p.dones for p in parts]), np.concatenate([p.widths for p in parts]),
-                          [e for p in parts for e in p.episodes])
+                          [e for p in parts for e in p.episodes], np.concatenate([p.dt_s for p in parts]))
 
 
 def collect_on_policy(make_env: Callable[[], Any], expert: HeuristicExpert, act: Callable[[np.ndarray, np.ndarray], int],
@@ -331,15 +340,16 @@ def policy_actor(model, venv=None) -> Callable[[np.ndarray, np.ndarray], int]:
     return act
 
 
-def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
-    """G_t = r_t + gamma G_{t+1}, restarting after every done (the last, unfinished episode is cut
-    where the data ends)."""
+def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma) -> np.ndarray:
+    """G_t = r_t + gamma_t G_{t+1}, restarting after every done (the last, unfinished episode is cut
+    where the data ends); ``gamma`` is one discount or one per step (semi-MDP, agents/semi_mdp.py)."""
     out = np.empty_like(rewards, dtype=np.float64)
+    gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), rewards.shape)
     g = 0.0
     for t in range(rewards.size - 1, -1, -1):
         if dones[t]:
             g = 0.0
-        g = rewards[t] + gamma * g
+        g = rewards[t] + gam[t] * g
         out[t] = g
     return out
 
@@ -360,7 +370,7 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
                     learning_rate: float = 1e-3, value_coef: float = 0.5, gamma: float = 0.99,
                     seed: int = 0, max_wall_s: float | None = None, progress: bool = False,
                     fit_stats: bool = True, stats_sample: int = 32_768, act_weight: float = 1.0,
-                    width_power: float = 0.0) -> list[dict]:
+                    width_power: float = 0.0, gamma_per_hour: float | None = None) -> list[dict]:
     """Fit ``model.policy`` (an SB3 ActorCriticPolicy, masks supported) to the demonstrations.
 
     If ``venv`` (a VecNormalize) is given, its observation statistics are set from the
@@ -368,7 +378,8 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     ``fit_stats`` is False: later DAgger rounds keep the statistics of the first), and the
     policy learns on observations normalised and rewards scaled exactly as PPO will see them.
     Loss per minibatch: ``-weighted mean log pi(a_expert | s, mask) + value_coef x MSE(V(s), G)``,
-    with ``G`` the discounted return of the scaled rewards and weight ``act_weight`` on the steps
+    with ``G`` the discounted return of the scaled rewards (``gamma`` per step, or with
+    ``gamma_per_hour`` each step's ``gamma_per_hour ** (dt_s / 3600)``) and weight ``act_weight`` on the steps
     where the expert acts (1 where it advances): most steps are advances, and a policy that
     advances where the expert would still start a job leaves that job waiting a whole round. With
     ``width_power`` p > 0 every step also weighs ``g^p``, g the GPUs of the widest job still
@@ -399,7 +410,11 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
             else:
                 scale = float(np.sqrt(venv.ret_rms.var + 1e-8))
             rewards = np.clip(rewards / scale, -venv.clip_reward, venv.clip_reward)
-    returns = discounted_returns(rewards, demos.dones, gamma)
+    if gamma_per_hour is not None:
+        from .semi_mdp import step_discounts
+        returns = discounted_returns(rewards, demos.dones, step_discounts(demos.dt_s, gamma_per_hour))
+    else:
+        returns = discounted_returns(rewards, demos.dones, gamma)
     policy = model.policy
     policy.set_training_mode(True)
     opt = torch.optim.Adam(policy.parameters(), lr=learning_rate)

@@ -31,7 +31,7 @@ import numpy as np
 
 from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
 from jigsaw_env.digest import file_sha256
-from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
+from jigsaw_env.encoder import CLUSTER_FEATURES, ObservationEncoder, check_features
 from jigsaw_env.placement import PLACEMENT_OPTIONS
 from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, Decision
@@ -60,21 +60,37 @@ def algo_class(name: str):
     raise ValueError(f"unknown algorithm {name!r}; allowed: {list(ALGOS)}")
 
 
-def spaces_signature(window_k: int, spb_levels: int, spb_slots: int) -> dict:
-    """What a policy's input and output layout depends on (recorded in config.json)."""
+def spaces_signature(window_k: int, spb_levels: int, spb_slots: int, obs_features=None) -> dict:
+    """What a policy's input and output layout depends on (recorded in config.json);
+    ``obs_features``: the observation's feature groups (None: every group)."""
     spb = SPBConfig(max_level=spb_levels, num_slots=spb_slots)
     codec = ActionCodec(window_k, spb)
+    enc = ObservationEncoder(window_k, features=obs_features)
     return {
         "window_k": int(window_k),
         "spb_levels": int(spb_levels),
         "spb_slots": int(spb_slots),
         "placement_options": list(PLACEMENT_OPTIONS),
         "level_pattern_combos": [f"{lv}/{pt.value}" for lv, pt in level_pattern_combos(spb)],
-        "job_features": JOB_FEATURES,
+        "obs_features": list(enc.features),
+        "job_features": enc.job_features,
         "cluster_features": CLUSTER_FEATURES,
-        "observation_size": ObservationEncoder(window_k).size,
+        "observation_size": enc.size,
         "n_actions": codec.n,
     }
+
+
+def run_features(cfg: dict, where: str | Path = "config.json") -> tuple[str, ...]:
+    """The observation feature groups a run was trained with: ``spaces.obs_features`` of its
+    config (a config without the field: every group, the default layout). ValueError (one line naming the field and the allowed groups) for an unknown
+    group, or when ``env.obs_features`` names other groups than ``spaces.obs_features``."""
+    sp = (cfg.get("spaces") or {}).get("obs_features")
+    env = (cfg.get("env") or {}).get("obs_features")
+    groups = check_features(sp, f"{where}: field 'spaces.obs_features'")
+    if env is not None and check_features(env, f"{where}: field 'env.obs_features'") != groups:
+        raise ValueError(f"{where}: field 'env.obs_features' {list(env)} differs from 'spaces.obs_features' "
+                         f"{list(groups)}")
+    return groups
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -214,6 +230,8 @@ class LearnedAgent:
         self.clip_obs = 10.0
         self.epsilon = 1e-8
         self.model = None
+        #: the observation's feature groups (config.json's spaces.obs_features)
+        self.features = run_features(self.config, self.run_dir / "config.json")
         self.onnx = exported_policy(self.run_dir, model_file) if prefer_onnx else None
         #: the file the agent acts with (``policy.onnx`` or the model zip)
         self.policy_file = self.onnx.path.name if self.onnx is not None else model_file
@@ -243,21 +261,26 @@ class LearnedAgent:
         evaluation with this layout."""
         run = self.config["spaces"]
         k = spaces.window_k if spaces.window_k is not None else run.get("window_k")
-        want = spaces_signature(int(k), spaces.spb_levels, spaces.spb_slots)
+        want = spaces_signature(int(k), spaces.spb_levels, spaces.spb_slots, self.features)
         where = f"RUN_DIR {self.run_dir} does not fit:"
+        groups = f" (feature groups {','.join(self.features)})"
         for key, label in (("window_k", "window K"), ("spb_levels", "SPB levels"), ("spb_slots", "SPB slots"),
                            ("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
                            ("job_features", "per-job features"), ("cluster_features", "cluster features"),
                            ("observation_size", "observation size"), ("n_actions", "action count")):
             if run.get(key) != want[key]:
-                raise ValueError(f"{where} {label} expected {want[key]}, found {run.get(key)} in config.json")
+                note = groups if key in ("job_features", "observation_size") else ""
+                raise ValueError(f"{where} {label} expected {want[key]}{note}, found {run.get(key)} in config.json")
         if self.onnx is not None:
             self.onnx.check_layout(spaces.spb_levels, spaces.spb_slots, int(k))
+            if tuple(self.onnx.obs_features) != self.features:
+                raise ValueError(f"{where} feature groups expected {','.join(self.features)} (config.json), found "
+                                 f"{','.join(self.onnx.obs_features)} in {self.onnx.path.name}")
             return
         obs_shape = tuple(self.model.observation_space.shape or ())
         if obs_shape != (want["observation_size"],):
-            raise ValueError(f"{where} observation size expected {want['observation_size']}, found {obs_shape} "
-                             f"in model.zip")
+            raise ValueError(f"{where} observation size expected {want['observation_size']}{groups}, found "
+                             f"{obs_shape} in model.zip")
         n = getattr(self.model.action_space, "n", None)
         if n is None or int(n) != want["n_actions"]:
             raise ValueError(f"{where} action count expected {want['n_actions']}, found {n} in model.zip")
@@ -326,7 +349,8 @@ class LearnedAgent:
                                spb_levels=sim_config.spb.max_level, spb_slots=sim_config.spb.num_slots,
                                observe_remaining=bool(envc.get("observe_remaining", True)
                                                       if observe_remaining is None else observe_remaining),
-                               max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise")
+                               max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
+                               obs_features=self.features)
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
 
@@ -356,8 +380,10 @@ class LearnedScheduler(Scheduler):
     def __init__(self, run_dir: str | Path | None = None, agent: LearnedAgent | None = None):
         self.agent = agent if agent is not None else LearnedAgent(run_dir)
         self._codec: ActionCodec | None = None
+        # the run's feature groups (an exported policy's are in its metadata's env)
         self._encoder = ObservationEncoder(self.agent.window_k,
-                                           bool(self.agent.config["env"].get("observe_remaining", True)))
+                                           bool(self.agent.config["env"].get("observe_remaining", True)),
+                                           getattr(self.agent, "features", None) or run_features(self.agent.config))
 
     def reset(self) -> None:
         """A new run: the observation's LAS queue (features 19-21) starts afresh."""
@@ -396,4 +422,5 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
     return {"run_dir": str(agent.run_dir), "policy_file": agent.policy_file, "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
-                                                        "backlogged", "observe_remaining")}}
+                                                        "backlogged", "observe_remaining")},
+            "obs_features": list(agent.features)}

@@ -52,7 +52,8 @@ SYNTHETIC_VAL_BASE = 2**31
 #: JigsawClusterEnv keyword arguments that a run's config.json records under "env"
 ENV_KEYS = ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "load", "window_k",
             "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward", "reward_scale",
-            "observe_remaining", "backlogged", "max_time_s", "eta_scale", "eta_override", "sharing", "pace")
+            "observe_remaining", "backlogged", "max_time_s", "eta_scale", "eta_override", "sharing", "pace",
+            "obs_features")
 
 
 def is_synthetic(spec: str) -> bool:
@@ -310,13 +311,20 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
                 loads: Sequence[float] | None = None, trace_gpu_type: str | None = None,
                 tables: str | None = None, difficulty: float = 1.0, monitor: bool = True,
                 wide_share: float = 0.0, wide_gpus: int = 8,
-                cluster_sizes: Sequence[int] | None = None) -> Callable[[], Any]:
+                cluster_sizes: Sequence[int] | None = None, ignore_signals: bool = False) -> Callable[[], Any]:
     """A picklable env factory for (Subproc|Dummy)VecEnv: registers ``tables`` in the process
     that builds the env (SubprocVecEnv workers do not see tables registered in the parent),
-    pins torch to one thread, and wraps the env in an SB3 Monitor."""
+    pins torch to one thread, and wraps the env in an SB3 Monitor. ``ignore_signals`` (for
+    SubprocVecEnv workers only): the process ignores SIGINT and SIGTERM, so that a signal sent to
+    the whole process group (Ctrl-C, Slurm, ``timeout``) leaves the workers to the trainer, which
+    saves and then closes them; a worker still ends when its pipe to the trainer closes."""
 
     def _init():
         import os
+        if ignore_signals:
+            import signal
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         try:
             import torch

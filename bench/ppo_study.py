@@ -208,7 +208,7 @@ def build_windows(held, window_jobs: int, windows: int, gpus: int, load: float |
 def train_cmd(a, seed: int, run_dir: Path, timesteps: int, eval_freq: int, eval_episodes: int) -> list[str]:
     wall = ["--max-wall-s", str(a.train_s)] if a.train_s else []
     return [*wall, *shlex.split(a.train_args), "--trace", a.trace, "--gpus", str(a.gpus), "--max-jobs", str(a.max_jobs), "--load", str(a.load),
-            "--holdout", str(a.holdout), *(["--val", str(a.val)] if a.val > 0 else []), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
+            "--holdout", str(a.holdout), "--val", str(a.val), "--n-envs", str(a.n_envs), "--timesteps", str(timesteps),
             "--eval-freq", str(eval_freq), "--eval-episodes", str(eval_episodes),
             "--checkpoint-freq", str(max(1, min(timesteps, 16384))), "--seed", str(seed), "--no-progress",
             "--no-tensorboard", "--run-dir", str(run_dir)]

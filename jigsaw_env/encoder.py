@@ -61,6 +61,14 @@ fraction, memory use of occupied GPUs (their bytes over their capacity, computed
 rounded once; the mean of each GPU's fraction when GPU types differ in memory), log1p(waiting
 jobs)/8, log1p(running jobs)/8, waiting GPU demand / cluster GPUs (capped at 4)/4, jobs decided
 this round / K, round progress (steps this round / (2K+2)), fraction of the window filled.
+
+Feature groups (``features``, the env's ``obs_features``, ``jigsaw train --obs-features``): the
+per-job features fall in named groups, :data:`FEATURE_GROUPS`; an encoder made with some of
+them keeps only their per-job columns, in the order above (every cluster feature stays). The
+default is every group (:data:`DEFAULT_FEATURES`), the 27 x K + 10 layout above, computed with no
+selection step. ``base`` (0-7, 10-15, 26) is always in; ``oracle`` (8-9), ``history`` (16-18),
+``las`` (19-21) and ``fill`` (22-25) can be left out, e.g. to study a representation without the
+oracle or the heuristic-derived features. docs/environment.md lists every index.
 """
 from __future__ import annotations
 
@@ -75,22 +83,76 @@ from .state import ClusterState, JobStatus
 JOB_FEATURES = 27
 CLUSTER_FEATURES = 10
 
+#: per-job feature indices of each group (module docstring); every cluster feature is in ``base``
+FEATURE_GROUPS: dict[str, tuple[int, ...]] = {
+    "base": (0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 26),
+    "oracle": (8, 9),
+    "history": (16, 17, 18),
+    "las": (19, 20, 21),
+    "fill": (22, 23, 24, 25),
+}
+#: every group, in canonical order: the default observation
+DEFAULT_FEATURES: tuple[str, ...] = tuple(FEATURE_GROUPS)
+
+
+def check_features(features, name: str = "obs_features") -> tuple[str, ...]:
+    """The feature groups ``features`` names (a sequence of group names or one comma-separated
+    string; None: every group) in canonical order, without repeats. ValueError (one line naming
+    ``name`` and the allowed groups) for an unknown group, an empty selection or one without
+    ``base``."""
+    if features is None:
+        return DEFAULT_FEATURES
+    items = features.split(",") if isinstance(features, str) else features
+    try:
+        names = [str(x).strip() if isinstance(x, str) else x for x in items]
+    except TypeError:
+        raise ValueError(f"{name} must be a list of feature groups from {list(FEATURE_GROUPS)}, "
+                         f"got {features!r}") from None
+    names = [x for x in names if x != ""]
+    bad = [x for x in names if not isinstance(x, str) or x not in FEATURE_GROUPS]
+    if bad:
+        raise ValueError(f"{name}: unknown feature group {bad[0]!r}; allowed: {list(FEATURE_GROUPS)}")
+    if "base" not in names:
+        raise ValueError(f"{name} must include 'base' (the job's size, state and model features and every "
+                         f"cluster feature), got {names}; allowed groups: {list(FEATURE_GROUPS)}")
+    return tuple(g for g in FEATURE_GROUPS if g in names)
+
+
+def job_feature_indices(features=None) -> tuple[int, ...]:
+    """The per-job feature indices an encoder with these groups keeps, ascending."""
+    groups = check_features(features)
+    return tuple(sorted(i for g in groups for i in FEATURE_GROUPS[g]))
+
+
+def job_feature_count(features=None) -> int:
+    return len(job_feature_indices(features))
+
 
 _NOT_QUEUED = (0.0, 0.0, 0.0, 0.0)  # features 22-25 of a job no longer active (an episode's last observation)
 
 
-def observation_size(window_k: int) -> int:
-    return window_k * JOB_FEATURES + CLUSTER_FEATURES
+def observation_size(window_k: int, features=None) -> int:
+    return window_k * job_feature_count(features) + CLUSTER_FEATURES
 
 
 class ObservationEncoder:
-    """Encodes (state, decision under construction) into the fixed-size observation."""
+    """Encodes (state, decision under construction) into the fixed-size observation; ``features``
+    selects feature groups (module docstring; None: every group)."""
 
-    def __init__(self, window_k: int = 16, observe_remaining: bool = True):
+    def __init__(self, window_k: int = 16, observe_remaining: bool = True, features=None):
         if window_k < 1:
             raise ValueError(f"window_k must be >= 1, got {window_k}")
         self.window_k = window_k
         self.observe_remaining = observe_remaining
+        #: the feature groups of this encoder's observation, in canonical order
+        self.features = check_features(features)
+        keep = job_feature_indices(self.features)
+        #: the per-job features kept per slot
+        self.job_features = len(keep)
+        # indices of the full observation that this one keeps (None: all of them, no selection)
+        self._keep = None if len(keep) == JOB_FEATURES else np.concatenate(
+            [np.asarray(keep, dtype=np.intp) + s * JOB_FEATURES for s in range(window_k)]
+            + [np.arange(CLUSTER_FEATURES, dtype=np.intp) + window_k * JOB_FEATURES])
         self._static_cache: dict = {}
         self._round_key: tuple | None = None
         self._round_state = None
@@ -128,7 +190,7 @@ class ObservationEncoder:
 
     @property
     def size(self) -> int:
-        return observation_size(self.window_k)
+        return self.window_k * self.job_features + CLUSTER_FEATURES
 
     def _job_static(self, state: ClusterState, job) -> tuple[float, float, float, float]:
         """Features that depend only on the job's model/size: iteration time, gain, eta, memory."""
@@ -295,4 +357,6 @@ class ObservationEncoder:
             mem_use = 0.0
         obs[kf:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
                     len(acted) / k, min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
+        if self._keep is not None:
+            return obs[self._keep]
         return obs

@@ -4,7 +4,8 @@ STATE
     The simulator's :class:`~jigsaw_env.state.ClusterState` (jobs, their progress and placements,
     the GPUs) plus the decision being built for the next round. The agent observes it through the
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
-    ``K * 27 + 10`` float32 values whose shape does not depend on the cluster's size.
+    ``K * 27 + 10`` float32 values (every feature group; ``obs_features`` keeps some of them,
+    docs/environment.md) whose shape does not depend on the cluster's size.
 ACTIONS
     ``Discrete(K * (5 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
     the round's window of K waiting and running jobs with a placement option (keep, consolidated,
@@ -20,7 +21,9 @@ ACTIONS
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
     episode return is ``-(sum of JCTs) / reward_scale``. ``reward="efficiency"`` instead pays the
-    round's useful GPU-seconds / (GPUs x reward_scale).
+    round's useful GPU-seconds / (GPUs x reward_scale). ``info["dt_s"]`` of every step is the
+    simulated seconds it took: the round's length on an advance step, 0.0 on a decision step (for
+    discounting per simulated second, ``jigsaw train --gamma-per-hour``).
 EPISODE
     ``terminated`` when every job of the episode has finished; ``truncated`` when ``max_time_s``
     of simulated time has passed, or when the policy has run nothing for ``max_stalled_rounds``
@@ -57,7 +60,7 @@ from gymnasium import spaces
 
 from .actions import ActionCodec, InvalidAction, RoundBuilder
 from .cluster import ClusterSpec
-from .encoder import ObservationEncoder
+from .encoder import ObservationEncoder, check_features
 from .free_running import DEFAULT_PACE, check_pace
 from .interference import DEFAULT_SHARING, check_sharing
 from .render import FrameRenderer
@@ -152,7 +155,7 @@ class JigsawClusterEnv(gym.Env):
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
-                 sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE):
+                 sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -204,7 +207,9 @@ class JigsawClusterEnv(gym.Env):
         self.invalid_action = invalid_action
         self.render_mode = render_mode
         self.codec = ActionCodec(window_k, self.spb)
-        self.encoder = ObservationEncoder(window_k, observe_remaining)
+        self.encoder = ObservationEncoder(window_k, observe_remaining, check_features(obs_features))
+        #: the observation's feature groups (``jigsaw_env.encoder.FEATURE_GROUPS``; default every group)
+        self.obs_features = self.encoder.features
         self.action_space = spaces.Discrete(self.codec.n)
         self.observation_space = spaces.Box(low=OBS_LOW, high=OBS_HIGH, shape=(self.encoder.size,), dtype=np.float32)
         self._full_trace: pd.DataFrame | None = None
@@ -390,7 +395,9 @@ class JigsawClusterEnv(gym.Env):
             info["invalid_action"] = f"action {action} is outside 0..{self.codec.n - 1}"
         reward = 0.0
         stalled = False
+        dt_s = 0.0
         if advance:
+            t_before = self.sim.state.time_s
             waiting = len(self.sim.state.active_ids)
             # the builder's ledger was built from this round's in_force_ledger() by checked adds and
             # removes: the simulator takes it over instead of validating the decision again
@@ -402,6 +409,7 @@ class JigsawClusterEnv(gym.Env):
             else:
                 reward = r.useful_gpu_s / (self.cluster.num_gpus * self.reward_scale)
             info.update(round=r.round, time_s=r.end_s, finished=r.finished)
+            dt_s = r.end_s - t_before
             if not self.sim.done:
                 self._new_round()
         terminated = bool(self.sim.num_finished == len(self.sim.state.jobs))
@@ -411,6 +419,7 @@ class JigsawClusterEnv(gym.Env):
                                       f"waited (simulated time {self.sim.state.time_s:,.0f} s)")
         if terminated or truncated:
             info["episode_metrics"] = self.sim.metrics()
+        info["dt_s"] = dt_s
         info["action_mask"] = self._refresh_mask()
         obs = self._obs()
         return obs, float(reward), terminated, truncated, info

@@ -4,7 +4,7 @@ The graph takes the raw observation of :class:`~jigsaw_env.encoder.ObservationEn
 exact action mask of :class:`~jigsaw_env.actions.RoundBuilder` and returns the action, so a
 deployment needs onnxruntime and numpy only (:mod:`jigsaw_executor.onnx_policy`)::
 
-    inputs   obs    float32 [N, D]   raw encoder observation (D = K * 27 + 10)
+    inputs   obs    float32 [N, D]   raw encoder observation (D = K * 27 + 10 with every feature group)
              mask   bool    [N, A]   True = feasible action (A = K * (4 * (1 + 2L) + 1) + 1)
     outputs  action int64   [N]      argmax of the masked logits
              logits float32 [N, A]   the policy's logits, before masking
@@ -16,7 +16,7 @@ deployment needs onnxruntime and numpy only (:mod:`jigsaw_executor.onnx_policy`)
 
 The ONNX model's metadata (``metadata_props``) records the layout the policy was trained for
 (observation size, action count, window K, SPB levels and slots, placement menu, encoder feature
-counts, observe_remaining), the normalization, the jigsaw version and the sha256 of the run's
+counts and feature groups ``obs_features``, observe_remaining), the normalization, the jigsaw version and the sha256 of the run's
 config.json and model file, so a deployment checks compatibility before any job starts
 (:meth:`jigsaw_executor.onnx_policy.OnnxPolicy.check_compatible`). docs/export.md has the details.
 
@@ -64,6 +64,8 @@ class LoadedRun:
     clip_obs: float = 10.0
     normalization_source: str = "none"
     notes: list[str] = field(default_factory=list)
+    #: the observation's feature groups (config.json's spaces.obs_features; default every group)
+    features: tuple = ()
 
 
 def _best_timestep(run_dir: Path) -> int | None:
@@ -105,7 +107,7 @@ def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
     observation statistics and config.json, and check that they agree with each other and with
     this code's observation encoder and action codec. Raises FileNotFoundError / ValueError with
     one line."""
-    from agents.rl import algo_class, read_run_config, spaces_signature
+    from agents.rl import algo_class, read_run_config, run_features, spaces_signature
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)  # FileNotFoundError / ValueError, one line
@@ -132,7 +134,8 @@ def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
         raise ValueError(f"{model_path}: cannot load it as a {cfg['algo']} model ({type(e).__name__}: {first})") from None
 
     # normalization statistics
-    loaded = LoadedRun(run_dir, cfg, model, model_path, None, None)
+    loaded = LoadedRun(run_dir, cfg, model, model_path, None, None,
+                       features=run_features(cfg, run_dir / "config.json"))
     vn_path = _statistics_path(run_dir, best, loaded.notes)
     if vn_path is not None:
         st = read_vecnormalize(vn_path)  # numpy arrays only (allow_pickle=False)
@@ -152,15 +155,17 @@ def _check_layout(run: LoadedRun, spaces_signature) -> None:
     sp = run.config["spaces"]
     cfg_path = run.run_dir / "config.json"
     try:
-        want = spaces_signature(int(sp["window_k"]), int(sp["spb_levels"]), int(sp["spb_slots"]))
+        want = spaces_signature(int(sp["window_k"]), int(sp["spb_levels"]), int(sp["spb_slots"]), run.features)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{cfg_path}: bad 'spaces' ({type(e).__name__}: {e})") from None
+    groups = f" (feature groups {','.join(run.features)})"
     for key, label in (("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
                        ("job_features", "per-job features"), ("cluster_features", "cluster features"),
                        ("observation_size", "observation size"), ("n_actions", "action count")):
         if sp.get(key) != want[key]:
+            note = groups if key in ("job_features", "observation_size") else ""
             raise ValueError(f"{run.run_dir}: the run was trained for another observation/action layout than this "
-                             f"code's: {label} expected {want[key]}, found {sp.get(key)} in config.json")
+                             f"code's: {label} expected {want[key]}{note}, found {sp.get(key)} in config.json")
     d, a = int(sp["observation_size"]), int(sp["n_actions"])
     model = run.model
     from gymnasium import spaces as gspaces
@@ -271,6 +276,7 @@ def metadata_for(run: LoadedRun, opset: int) -> dict[str, str]:
         "job_features": str(int(sp["job_features"])),
         "cluster_features": str(int(sp["cluster_features"])),
         "observe_remaining": json.dumps(bool(env.get("observe_remaining", True))),
+        "obs_features": json.dumps(list(run.features)),
         "spaces": json.dumps(sp, sort_keys=True),
         "env": json.dumps(env, sort_keys=True, default=str),
         "algo": str(run.config["algo"]),

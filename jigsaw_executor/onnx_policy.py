@@ -126,11 +126,28 @@ class OnnxPolicy:
         return bool(self.metadata["observe_remaining"])
 
     @property
+    def obs_features(self) -> tuple[str, ...]:
+        """The observation's feature groups (metadata ``obs_features``; a policy exported without
+        the key has every group)."""
+        from jigsaw_env.encoder import check_features
+        raw = self.raw_metadata.get("obs_features")
+        try:
+            return check_features(None if raw is None else json.loads(raw), "obs_features")
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{self.path}: bad jigsaw policy metadata ({_first_line(e)})") from None
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """:attr:`obs_features` (the name ``LearnedScheduler`` reads, as of ``LearnedAgent``)."""
+        return self.obs_features
+
+    @property
     def config(self) -> dict:
         """The parts of the run's config.json a scheduler needs (``env``, ``spaces``, ``algo``),
         the same shape as ``LearnedAgent.config``."""
         env = dict(self.metadata["env"] or {})
         env["observe_remaining"] = self.observe_remaining
+        env["obs_features"] = list(self.obs_features)
         return {"algo": self.metadata.get("algo"), "env": env, "spaces": dict(self.metadata["spaces"])}
 
     def check_compatible(self, obs_size: Any = None, n_actions: int | None = None, window_k: int | None = None,
@@ -171,7 +188,12 @@ class OnnxPolicy:
         """Every field against this code's encoder and action codec for (K, levels, slots)."""
         from agents.rl import spaces_signature
         k = self.window_k if window_k is None else int(window_k)
-        want = spaces_signature(k, int(spb_levels), int(spb_slots))
+        want = spaces_signature(k, int(spb_levels), int(spb_slots), self.obs_features)
+        groups = f" (feature groups {','.join(self.obs_features)})"
+        for key, label in (("observation_size", "observation size"), ("job_features", "per-job features")):
+            if int(want[key]) != int(self.metadata[key]):  # these depend on the feature groups: name them
+                raise ValueError(f"{self.path} does not fit the deployment: {label} expected {want[key]}{groups}, "
+                                 f"found {self.metadata[key]} in the ONNX policy")
         self.check_compatible(want["observation_size"], want["n_actions"], want["window_k"], want["spb_levels"],
                               want["spb_slots"], placement_options=want["placement_options"],
                               level_pattern_combos=want["level_pattern_combos"], job_features=want["job_features"],

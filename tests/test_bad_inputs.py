@@ -173,6 +173,7 @@ BUILDERS.update({
     "tables_incomplete": folder({"x.json": json.dumps({"model": "x"})}),
     "tables_bad_lockstep": folder({"lockstep.json": json.dumps({"lockstep_s": -1})}),
     "run_exists": folder({"config.json": "{}\n"}),
+    "bad_option.toml": text_file("[train]\nmax_job = 5\n"),
     "not_a_run": folder({}),
     # philly (CSV)
     "philly_bad_duration.csv": edited("philly_small.csv", "66.0,1,66.0", "abc,1,66.0"),

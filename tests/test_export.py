@@ -341,7 +341,8 @@ def test_check_compatible(policy, onnx_path):
         with pytest.raises(ValueError) as e:
             policy.check_compatible(**kw)
         assert msg in str(e.value) and "\n" not in str(e.value), kw
-    with pytest.raises(ValueError, match=f"observation size expected {8 * 27 + 10}, found {D}"):
+    with pytest.raises(ValueError, match=rf"observation size expected {8 * 27 + 10} \(feature groups "
+                                         rf"base,oracle,history,las,fill\), found {D}"):
         policy.check_compatible(EvalSpaces(8, 3, 4))
     with pytest.raises(ValueError, match="action count expected 105, found 145"):
         policy.check_compatible(EvalSpaces(None, 2, 4))

@@ -206,10 +206,13 @@ def test_resume_refuses_options_that_differ_from_the_run(tmp_path, capsys):
 
 def test_resume_accepts_the_same_options_and_ignores_defaults(tmp_path, capsys):
     """The run's own values given again, and defaults that differ from the run (not given), pass
-    the comparison: the next check (no checkpoint yet) answers."""
+    the comparison: the next check (a model.zip that does not load) answers. (A folder with only
+    config.json is a run stopped before it saved a model: --resume starts it again.)"""
     run = tmp_path / "R"
     _train_config(run, "--gpus", "16", "--learning-rate", "0.001", "--net-arch", "32,32")
-    no_model = f"jigsaw train: error: --resume: {run} has no checkpoint and no model.zip to continue from"
+    (run / "model.zip").write_text("not a zip")
+    no_model = (f"jigsaw train: error: --resume: no readable saved model in {run}: {run}/model.zip cannot be loaded "
+                f"(corrupt or cut short)")
     assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "256"], capsys) == no_model
     assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "256", "--gpus", "16",
                      "--learning-rate", "1e-3", "--net-arch", "32,32", "--policy", "mlp", "--max-wall-s", "60",
@@ -454,7 +457,7 @@ def test_deploy_reads_the_config_the_same_way(runs, tmp_path, capsys):
                                          "'gpus_per_node', 'gpu_type', 'gpu_memory_gib', 'trace', 'max_jobs', 'load', "
                                          "'window_k', 'spb_levels', 'spb_slots', 'max_workers_per_gpu', 'round_s', "
                                          "'restart_s', 'reward', 'reward_scale', 'observe_remaining', 'backlogged', "
-                                         "'max_time_s', 'eta_scale', 'eta_override', 'sharing', 'pace']"),
+                                         "'max_time_s', 'eta_scale', 'eta_override', 'sharing', 'pace', 'obs_features']"),
 ])
 def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):
     run = tmp_path / "R"

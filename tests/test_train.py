@@ -69,6 +69,18 @@ def test_training_writes_the_run_dir(trained):
     ev = pd.read_csv(trained / "eval.csv")
     assert len(ev) >= 2 and ev["timesteps"].is_monotonic_increasing
     assert ev["mean_reward"].notna().all() and (ev["mean_avg_jct_s"] > 0).all()
+    # validation by default; Tiresias's and Jigsaw's values on the same episodes, in TensorBoard too
+    assert cfg["sampling"]["select_on"] == "val"
+    ref = json.loads((trained / "reference.json").read_text())
+    assert ref["split"] == "val" and set(ref["agents"]) == {"tiresias", "jigsaw"}
+    assert all(r["mean_avg_jct_s"] > 0 and r["episodes"] == 1 for r in ref["agents"].values())
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(next((trained / "tb").rglob("events.out.tfevents.*")).parent))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"eval/mean_reward_tiresias", "eval/mean_avg_jct_s_jigsaw"} <= tags
+    assert [e.value for e in acc.Scalars("eval/mean_reward_jigsaw")][-1] == pytest.approx(
+        ref["agents"]["jigsaw"]["mean_reward"])
 
 
 @pytest.mark.slow
@@ -437,7 +449,7 @@ def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
     assert e.value.code == 2 and "--train-gpus must be comma-separated GPU counts >= 1, got '8,0'" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     # --val-gpus: the same checks, and it needs a validation split
-    rc = main(tiny_args(tables_dir, tmp_path / "c", "--timesteps", "64", "--val-gpus", "8"))
+    rc = main(tiny_args(tables_dir, tmp_path / "c", "--timesteps", "64", "--val", "0", "--val-gpus", "8"))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == ["jigsaw train: error: --val-gpus needs a validation split: pass --val F with F > 0"]
     rc = main(tiny_args(tables_dir, tmp_path / "d", "--timesteps", "64", "--val", "0.1", "--val-gpus", "8,12"))

@@ -199,6 +199,87 @@ def test_sigterm_saves_the_model(tables, tmp_path):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err.decode()[-2000:]
     lines = [ln for ln in err.decode().splitlines() if ln.strip()]
-    assert lines[-1] == f"train_agent.py: interrupted; the model so far is saved in {run} (--resume continues it)"
+    assert lines[-1] == (f"jigsaw train: interrupted; the model so far is saved in {run} "
+                         f"(`jigsaw train --run-dir {run} --resume` finishes it)")
     cfg = json.loads((run / "config.json").read_text())
     assert (run / "model.zip").is_file() and cfg["trained_timesteps"] >= checkpoints(run)[-1] > 0
+
+
+def _wait_for(p, cond, what: str, limit_s: float = 240.0) -> None:
+    deadline = time.time() + limit_s
+    while not cond():
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, f"no {what} within {limit_s:.0f} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["recording", "dagger"])
+def test_sigterm_in_the_warm_start_leaves_a_run_that_resume_finishes(tables, tmp_path, when):
+    """SIGTERM while the expert is recorded (nothing saved yet) or during the first DAgger round
+    (the clone checkpointed in warm_start/): exit 130 with one line, the folder is kept, and
+    `--resume` (no other option) finishes the run: the warm start goes on from its last finished
+    stage and learning reaches the recorded --timesteps."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "jigsaw_env.cli", "train",
+           *tiny(tables, run, "--timesteps", "128", "--checkpoint-freq", "64", "--eval-freq", "100000",
+                 "--n-envs", "1", "--vec", "dummy", "--seed", "3", "--warm-start", "fifo", "--warm-start-s", "4",
+                 "--bc-epochs", "1", "--dagger-rounds", "2", "--dagger-s", "4", "--dagger-epochs", "1")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    progress = run / "warm_start" / "progress.json"
+    if when == "recording":
+        _wait_for(p, lambda: (run / "config.json").is_file(), "config.json")
+        time.sleep(1.0)
+        assert not progress.exists()
+    else:
+        _wait_for(p, progress.is_file, "warm-start checkpoint")
+        time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()[-2000:]
+    lines = [ln for ln in err.decode().splitlines() if ln.strip()]
+    assert lines[-1] == (f"jigsaw train: interrupted; its finished stages are kept in {run} "
+                         f"(`jigsaw train --run-dir {run} --resume` finishes it)")
+    assert (run / "config.json").is_file() and not (run / "model.zip").exists()
+    if when == "dagger":
+        st = json.loads(progress.read_text())
+        assert st["stages_done"] == 1 and (run / "warm_start" / "fit" / "model.zip").is_file()
+    r = subprocess.run([sys.executable, "-m", "jigsaw_env.cli", "train", "--run-dir", str(run), "--resume",
+                        "--no-progress"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["trained_timesteps"] >= 128 and cfg["timesteps"] == 128
+    ws = cfg["warm_start"]
+    assert ws["done"] and len(ws["dagger"]) == 2 and json.loads(progress.read_text())["stages_done"] == 3
+    assert (run / "warm_start" / "model.zip").is_file() and (run / "model.zip").is_file()
+    assert [ln.split(",")[0] for ln in (run / "warm_start.csv").read_text().splitlines()[1:]] == \
+        ["clone", "dagger1", "dagger2"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_with_subprocess_workers(tables, tmp_path):
+    """SIGTERM to the whole process group (what `timeout` and Slurm send) while two SubprocVecEnv
+    workers run: the workers ignore it, the trainer saves the model and exits 130, and `--resume`
+    finishes the run."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "jigsaw_env.cli", "train",
+           *tiny(tables, run, "--timesteps", "100000000", "--checkpoint-freq", "128", "--eval-freq", "1000000",
+                 "--n-envs", "2", "--seed", "3", "--val", "0")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+                         start_new_session=True)
+    _wait_for(p, lambda: bool(checkpoints(run)), "checkpoint")
+    os.killpg(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()[-2000:]
+    lines = [ln for ln in err.decode().splitlines() if ln.strip()]
+    assert lines[-1] == (f"jigsaw train: interrupted; the model so far is saved in {run} "
+                         f"(`jigsaw train --run-dir {run} --resume` finishes it)")
+    saved = json.loads((run / "config.json").read_text())["trained_timesteps"]
+    assert saved >= checkpoints(run)[-1] > 0
+    r = subprocess.run([sys.executable, "-m", "jigsaw_env.cli", "train", "--run-dir", str(run), "--resume",
+                        "--timesteps", str(saved + 256), "--no-progress"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((run / "config.json").read_text())["trained_timesteps"] >= saved + 256
