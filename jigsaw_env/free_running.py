@@ -99,96 +99,141 @@ def _alone_per_gpu(p: JobProfile, gpus: Sequence[int]) -> dict[int, np.ndarray]:
     return out
 
 
-def _states(corunners: list[tuple[float, list[tuple[float, float]], int]]):
-    """Joint states of co-runners given as (d, [(pi_q, alone load_q), ...], batch size): yields
-    (probability, the computing ones' loads as WorkerLoads)."""
-    options = []
-    for d, phases, batch in corunners:
-        opts = [(1.0 - d, None)] if d < 1.0 else []
-        opts += [(d * pi, WorkerLoad(load, batch)) for pi, load in phases if pi > 0.0 and load > 0.0]
-        options.append(opts)
-    for combo in itertools.product(*options):
-        prob = 1.0
-        loads = []
-        for pr, load in combo:
-            prob *= pr
-            if load is not None:
-                loads.append(load)
-        if prob > 0.0:
-            yield prob, tuple(loads)
+@dataclass
+class _SharedSlot:
+    """One job's compute on one GPU it shares, prepared once for eq. F1's iteration: the job's
+    alone times on it per phase, its co-runners there, each co-runner's phases grouped by equal
+    alone load, and the inverse rate of each of the job's phases in each joint state of the
+    co-runners (rates depend on alone loads only, so only the states' probabilities change from
+    one iteration to the next). Python floats: the lists are a few phases long, where numpy's
+    per-call cost outweighs the arithmetic."""
+
+    job: int
+    gpu: int
+    alone: list                # per phase, seconds
+    others: list               # co-runner jobs
+    groups: list               # per co-runner: the load group of each of its phases
+    sizes: list                # per co-runner: its number of load groups
+    inv_rate: list             # per phase, per state: 1 / x_j(p, S) (0 where the job does not compute)
 
 
-def _merged_phases(phases: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Phases with equal loads merged (their shares added), in first-seen order."""
-    out: dict[float, float] = {}
-    for pi, load in phases:
-        out[load] = out.get(load, 0.0) + pi
-    return [(pi, load) for load, pi in out.items()]
+def _shared_slot(i: int, g: int, alone: list, others: list, batch: list, sharing: SharingModel) -> _SharedSlot:
+    """:class:`_SharedSlot` of job ``i`` on GPU ``g``. The states enumerate, per co-runner, "not
+    computing" then each of its load groups, in ``itertools.product`` order (the order in which
+    :func:`_state_probabilities` multiplies the options' probabilities out)."""
+    groups, sizes, options = [], [], []
+    for o in others:
+        uniq: dict = {}
+        groups.append([uniq.setdefault(x, len(uniq)) for x in alone[o][g]])
+        sizes.append(len(uniq))
+        options.append([None, *uniq])
+    if math.prod(1 + k for k in sizes) > MAX_STATES:
+        # each co-runner's phases as one load: their mean weighted by time
+        options = []
+        for j, o in enumerate(others):
+            loads = alone[o][g]
+            total = sum(loads)
+            options.append([None, sum(x * x for x in loads) / total if total > 0 else 0.0])
+            groups[j] = [0] * len(loads)
+            sizes[j] = 1
+    gpu_type = sharing.gpu_type_of(g)
+    states = [tuple(WorkerLoad(x, batch[o]) for x, o in zip(combo, others) if x is not None and x > 0.0)
+              for combo in itertools.product(*options)]
+    inv = []
+    memo: dict = {}
+    for x in alone[i][g]:
+        row = [0.0] * len(states)
+        if x > 0.0:
+            mine = WorkerLoad(x, batch[i])
+            for k, st in enumerate(states):
+                if not st:
+                    row[k] = 1.0
+                    continue
+                r = memo.get((mine, st))
+                if r is None:
+                    r = memo[(mine, st)] = sharing.rates([mine, *st], gpu_type)[0]
+                row[k] = 1.0 / r
+        inv.append(row)
+    return _SharedSlot(i, g, list(alone[i][g]), list(others), groups, sizes, inv)
+
+
+def _state_probabilities(slot: _SharedSlot, comp: list, duty: list) -> list:
+    """The probability of each joint state of ``slot``'s co-runners: each not computing with
+    probability ``1 - d``, computing in a load group with ``d`` times the group's share of its
+    compute on the GPU, independently of each other."""
+    g = slot.gpu
+    probs = [1.0]
+    for o, grp, k in zip(slot.others, slot.groups, slot.sizes):
+        c = comp[o][g]
+        total = sum(c)
+        d = duty[o][g]
+        opt = [1.0 - d] + [0.0] * k
+        if total > 0:
+            for q, x in zip(grp, c):
+                opt[q + 1] += d * x / total
+        probs = [p * w for p in probs for w in opt]
+    return probs
+
+
+def _slot_time(slot: _SharedSlot, comp: list, duty: list) -> list:
+    """Eq. F1 for every phase of ``slot``'s job on its GPU: its alone time times the mean inverse
+    rate over the co-runners' joint states."""
+    probs = _state_probabilities(slot, comp, duty)
+    return [a * sum(r * w for r, w in zip(row, probs)) for a, row in zip(slot.alone, slot.inv_rate)]
 
 
 def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunning:
     """Eqs. F1-F4 for a group of co-located jobs (see the module docstring). ``sharing`` gives
     the rates of workers together on a GPU and the links each job's sync crosses."""
     n = len(jobs)
-    alone = [_alone_per_gpu(j.profile, j.gpus) for j in jobs]
+    alone = [{g: x.tolist() for g, x in _alone_per_gpu(j.profile, j.gpus).items()} for j in jobs]
     on_gpu: dict[int, list[int]] = {}
     for i, a in enumerate(alone):
         for g in a:
             on_gpu.setdefault(g, []).append(i)
     links = [sharing.links_of(j.gpus) for j in jobs]
-    sync0 = [j.profile.comm_s.astype(np.float64) for j in jobs]
+    sync0 = [[float(x) for x in j.profile.comm_s] for j in jobs]
     batch = [j.profile.batch_size for j in jobs]
-    comp = [{g: a[g].copy() for g in a} for a in alone]  # c_j,g(p), from the alone times
-    sync = [s.copy() for s in sync0]
-    rate_memo: dict = {}
+    comp = [{g: list(a[g]) for g in a} for a in alone]  # c_j,g(p), from the alone times
+    sync = [list(s) for s in sync0]
+    slots = [_shared_slot(i, g, alone, [o for o in on_gpu[g] if o != i], batch, sharing)
+             for i in range(n) for g in alone[i] if len(on_gpu[g]) > 1]
+    # per job and link, the other jobs whose syncs cross it (eq. F2)
+    linked = [[[o for o in range(n) if o != i and link in links[o]] for link in links[i]] for i in range(n)]
 
-    def rate(g: int, mine: WorkerLoad, others: tuple[WorkerLoad, ...]) -> float:
-        if not others:
-            return 1.0
-        key = (g, mine, others)
-        x = rate_memo.get(key)
-        if x is None:
-            x = rate_memo[key] = sharing.rates([mine, *others], sharing.gpu_type_of(g))[0]
-        return x
+    def shares(comp, sync):
+        cycle, duty = [], []
+        for i in range(n):
+            per_gpu = list(comp[i].values())
+            total = 0.0
+            for p, s in enumerate(sync[i]):
+                total += max(c[p] for c in per_gpu) + s
+            cycle.append(total)
+            duty.append({g: sum(c) / total for g, c in comp[i].items()})
+        return cycle, duty
 
     iterations = 0
     for iterations in range(1, MAX_ITERATIONS + 1):
-        step = [np.max(np.stack([comp[i][g] for g in comp[i]]), axis=0) + sync[i] for i in range(n)]
-        cycle = [float(s.sum()) for s in step]
-        duty = [{g: float(comp[i][g].sum()) / cycle[i] for g in comp[i]} for i in range(n)]
-        new_comp = []
-        for i in range(n):
-            out = {}
-            for g, a in alone[i].items():
-                others = [o for o in on_gpu[g] if o != i]
-                if not others:
-                    out[g] = a
-                    continue
-                corunners = []
-                for o in others:
-                    total = float(comp[o][g].sum())
-                    phases = [(float(c) / total, float(x)) for c, x in zip(comp[o][g], alone[o][g])] if total > 0 else []
-                    corunners.append((duty[o][g], _merged_phases(phases), batch[o]))
-                n_states = math.prod(1 + len(ph) for _, ph, _ in corunners)
-                if n_states > MAX_STATES:
-                    corunners = [(d, [(1.0, sum(pi * x for pi, x in ph))], b) for d, ph, b in corunners]
-                out[g] = np.array([_expected_time(float(x), batch[i], g, corunners, rate) for x in a])
-            new_comp.append(out)
+        cycle, duty = shares(comp, sync)
+        syncing = [sum(sync[o]) / cycle[o] for o in range(n)]
+        new_comp = [dict(c) for c in comp]
+        change = 0.0
+        for slot in slots:
+            new = _slot_time(slot, comp, duty)
+            change = max(change, _relative_change(comp[slot.job][slot.gpu], new))
+            new_comp[slot.job][slot.gpu] = new
         new_sync = []
         for i in range(n):
             factor = 1.0
-            for link in links[i]:
-                f = 1.0 + sum(float(sync[o].sum()) / cycle[o] for o in range(n) if o != i and link in links[o])
-                factor = max(factor, f)
-            new_sync.append(sync0[i] * factor)
-        change = max(_relative_change(comp[i][g], new_comp[i][g]) for i in range(n) for g in comp[i])
-        change = max(change, max(_relative_change(sync[i], new_sync[i]) for i in range(n)))
+            for others in linked[i]:
+                factor = max(factor, 1.0 + sum(syncing[o] for o in others))
+            new = [x * factor for x in sync0[i]]
+            change = max(change, _relative_change(sync[i], new))
+            new_sync.append(new)
         comp, sync = new_comp, new_sync
         if change <= TOLERANCE:
             break
-    step = [np.max(np.stack([comp[i][g] for g in comp[i]]), axis=0) + sync[i] for i in range(n)]
-    cycle = [float(s.sum()) for s in step]
-    duty = [{g: float(comp[i][g].sum()) / cycle[i] for g in comp[i]} for i in range(n)]
+    cycle, duty = shares(comp, sync)
     share = {}
     for g, members in on_gpu.items():
         ds = [duty[i][g] for i in members]
@@ -200,28 +245,19 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
         p = j.profile
         scale = np.ones_like(p.compute_s, dtype=np.float64)
         for w, g in enumerate(j.gpus):
-            a = alone[i][g]
-            scale[:, w] = np.divide(comp[i][g], a, out=np.ones_like(a), where=a > 0)
-        profiles.append(replace(p, compute_s=p.compute_s * scale, comm_s=sync[i]))
+            a = np.array(alone[i][g])
+            scale[:, w] = np.divide(np.array(comp[i][g]), a, out=np.ones_like(a), where=a > 0)
+        profiles.append(replace(p, compute_s=p.compute_s * scale, comm_s=np.array(sync[i], dtype=np.float64)))
     rates = tuple(tuple(duty[i][g] * share[g] for g in sorted(duty[i])) for i in range(n))
     duties = tuple(tuple(duty[i][g] for g in sorted(duty[i])) for i in range(n))
     return FreeRunning(tuple(profiles), rates, duties, iterations)
 
 
-def _expected_time(alone_s: float, batch_size: int, gpu: int, corunners, rate) -> float:
-    """Eq. F1 for one phase of one job on one GPU: the alone time over the rate, averaged over the
-    co-runners' joint states."""
-    if alone_s <= 0.0:
-        return 0.0
-    mine = WorkerLoad(alone_s, batch_size)
-    total = 0.0
-    for prob, others in _states(corunners):
-        total += prob * alone_s / rate(gpu, mine, others)
-    return total
-
-
-def _relative_change(old: np.ndarray, new: np.ndarray) -> float:
-    if old.size == 0:
-        return 0.0
-    scale = np.maximum(np.abs(old), 1e-300)
-    return float(np.max(np.abs(new - old) / scale))
+def _relative_change(old: list, new: list) -> float:
+    """The largest relative change from ``old`` to ``new`` (0 for empty lists)."""
+    out = 0.0
+    for a, b in zip(old, new):
+        d = abs(b - a) / max(abs(a), 1e-300)
+        if d > out:
+            out = d
+    return out
