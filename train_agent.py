@@ -1335,8 +1335,7 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         _save(model, venv, run_dir, cfg, time.perf_counter() - t0)
     finally:
         if venv is not None:
-            with contextlib.suppress(Exception):  # workers already stopped by the same Ctrl-C
-                venv.close()
+            _close_vec_env(venv)
         if eval_raw is not None:
             eval_raw.close()
         if ray_owned:
@@ -1549,6 +1548,20 @@ def _truncate_eval_csv(path: Path, steps: int) -> None:
     keep = [lines[0]] + [ln for ln in lines[1:] if ln.strip() and int(float(ln.split(",")[0])) <= steps]
     if len(keep) != len(lines):
         _atomic_write(path, lambda f: f.write(("\n".join(keep) + "\n").encode()))
+
+
+def _close_vec_env(venv) -> None:
+    """Close the training envs, also after an interruption (SIGINT, or SIGTERM turned into one)
+    that came while the trainer was between sending a step to SubprocVecEnv's workers and reading
+    every reply: SB3's close() would then wait for replies already read or never coming, so the
+    wait is dropped (a worker reads its "close" command after its pending reply and ends)."""
+    inner = venv
+    while hasattr(inner, "venv"):
+        inner = inner.venv
+    if getattr(inner, "waiting", False):
+        inner.waiting = False
+    with contextlib.suppress(Exception):  # workers already stopped by the same Ctrl-C
+        venv.close()
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:
