@@ -1128,7 +1128,7 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
 
 
 def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None] | None]:
-    """The config of the run to resume (checked, with this session's --timesteps and
+    """The config of the run to resume (checked, with this invocation's --timesteps and
     --max-wall-s) and the saved state it continues from; nothing is written."""
     from agents.rl import read_run_config
 
