@@ -52,6 +52,7 @@ from .overload import overload_warning, show_progress, warn
 
 LEAD_COLUMNS = ["agent", "seed", "load", "eta", "efficiency_form"]
 EXTRA_COLUMNS = ["offered_load", "trace_digest"]
+TIMING_KEYS = ("agent", "seed", "load", "eta", "run_dir")   # timings.csv: these and each run's wall_s
 
 
 # ----------------------------------------------------------------------------------------------- parsing
@@ -556,8 +557,10 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         rows.append(res)
     # the runs that finished are written whatever happened to the others (a failed run is listed
     # in metadata.json "failed_runs" and at the top of report.html)
+    wall_by_run = {r["run_dir"]: r.pop("wall_s") for r in rows}
     df = metrics_frame(rows, [s.label for s in specs]) if rows else pd.DataFrame(columns=LEAD_COLUMNS + ["run_dir"])
     df.to_csv(out / "metrics.csv", index=False)
+    df[list(TIMING_KEYS)].assign(wall_s=df["run_dir"].map(wall_by_run)).to_csv(out / "timings.csv", index=False)
     paired = None
     if baseline is not None and rows:
         from .report import paired_differences

@@ -87,6 +87,10 @@ def test_every_file_is_written(backlogged):
                 "migrations", "level_changes", "jobs_total", "jobs_completed"):
         assert col in m.columns, col
     assert any(re.fullmatch(r"jct_gpus_\d+_s", c) for c in m.columns)
+    assert "wall_s" not in m.columns  # a run's wall time is in timings.csv, its metrics do not depend on it
+    t = pd.read_csv(out / "timings.csv")
+    assert list(t.columns) == ["agent", "seed", "load", "eta", "run_dir", "wall_s"]
+    assert t[["agent", "seed", "run_dir"]].equals(m[["agent", "seed", "run_dir"]]) and (t["wall_s"] > 0).all()
     for agent in ("fifo", "srtf", "mppo"):
         for seed in (0, 1):
             for f in ("jobs.csv", "rounds.csv", "cluster.csv"):
