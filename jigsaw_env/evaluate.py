@@ -464,13 +464,28 @@ def evaluation_cluster(args) -> tuple[Any, Any, dict]:
     return cluster, cfg, cluster_kwargs
 
 
+@dataclass
+class _Plan:
+    """What an evaluation runs, worked out from its arguments before anything is written."""
+    specs: list            # AgentSpec per --agents entry
+    baseline: str | None
+    cluster: Any           # ClusterSpec
+    base_cfg: Any          # SimConfig
+    cluster_kwargs: dict
+    tables: str | None     # --tables, resolved
+    learned: dict          # label -> rl.describe() of each learned agent
+    loads: list
+    etas: list
+    seeds: list[int]
+    heldout: bool
+    exclude: frozenset | None   # training jobs left out under --heldout
+    syn_offset: int
+    sets: dict             # (load, seed) -> (jobs frame, job set info)
+    overlap: dict          # learned label -> training_overlap()
+
+
 def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     """Run the whole evaluation; returns (metrics frame, metadata, out dir)."""
-    import hashlib
-
-    from agents.rl import EvalSpaces, LearnedAgent, describe
-
-    from .cost_table import register_tables_dir
     from .simulate_cli import check_out_dir
 
     t_start = time.perf_counter()
@@ -478,6 +493,60 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     if getattr(args, "ray", None) not in (None, "local"):
         from jigsaw_executor.cluster_ray import probe_address
         probe_address(args.ray)  # an address nobody answers: one line now, before anything is written
+    plan = _plan(args)
+    ray_owned = False
+    if getattr(args, "ray", None) is not None:  # connected before anything is written
+        from jigsaw_executor.cluster_ray import connect
+        ray_owned = connect(args.ray, num_cpus=args.workers)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = _tasks(args, plan, out)
+    if not args.backlogged:
+        _warn_overload(plan.sets, plan.cluster.num_gpus, args)
+    ray_info = None
+    if getattr(args, "ray", None) is not None:
+        from .ray_sweep import rerun_note, run_on_ray
+        results, ray_info = run_on_ray(tasks, plan.cluster, args.ray, ray_owned, show_progress(args))
+        note = rerun_note(ray_info)
+        if note:
+            print(f"jigsaw evaluate: note: {note}", file=sys.stderr)
+    else:
+        results = _run_tasks(tasks, args.workers, show_progress(args))
+    rows, failures = [], []
+    for res, t in zip(results, tasks):
+        if isinstance(res, RunFailure):
+            failures.append(res)
+            continue
+        res["run_dir"] = os.path.relpath(t.out_dir, out)
+        rows.append(res)
+    # the runs that finished are written whatever happened to the others (a failed run is listed
+    # in metadata.json "failed_runs" and at the top of report.html)
+    df, paired = _write_tables(out, rows, plan)
+    meta = _metadata(args, plan, ray_info, tasks, rows, failures)
+    meta["wall_s"] = time.perf_counter() - t_start
+    if paired is not None:
+        meta["paired"] = {"baseline": plan.baseline, "file": "paired.csv",
+                          "rows": json.loads(paired.to_json(orient="records"))}
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    if rows:
+        from .report import write_report
+        write_report(out, df, meta, plan.specs)  # failed runs first (meta["failed_runs"])
+    meta["wall_s"] = time.perf_counter() - t_start
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    if failures:
+        raise RunsFailed(df, meta, out, failures, len(tasks))
+    return df, meta, out
+
+
+def _plan(args) -> _Plan:
+    """Check the arguments, read the agents and build every job set (each checked by the
+    simulator once, before any worker starts)."""
+    from agents.rl import EvalSpaces, LearnedAgent, describe
+    from agents.rl_env import SYNTHETIC_SEED_SPLIT
+
+    from .cost_table import register_tables_dir
+    from .simulator import Simulator
+
     tables = str(Path(args.tables).resolve()) if args.tables else None
     if tables:
         register_tables_dir(tables)
@@ -495,97 +564,84 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
             agent.check_compatible(EvalSpaces(args.window_k, args.spb_levels, args.spb_slots))
             learned[s.label] = describe(agent)
     loads: list[float | None] = list(args.load) if args.load else [None]
-    etas: list[float | None] = list(args.eta_sweep) if args.eta_sweep else [None]
     seeds = [int(args.seed or 0) + i for i in range(args.seeds)]
-    from agents.rl_env import SYNTHETIC_SEED_SPLIT
-
     trained_on = training_splits(args, specs)
     heldout = bool(getattr(args, "heldout", False))
     if heldout and not any(s.kind == "learned" for s in specs):
         raise ValueError("--heldout needs at least one RUN_DIR among --agents (it removes what they trained on)")
     exclude = frozenset().union(*trained_on.values()) if heldout and trained_on else None
     syn_offset = SYNTHETIC_SEED_SPLIT if heldout and (args.trace or "synthetic").startswith("synthetic") else 0
-    sets: dict[tuple, tuple[pd.DataFrame, dict]] = {}
-    for load in loads:
-        for seed in seeds:
-            sets[(load, seed)] = job_set(args, cluster.num_gpus, syn_offset + seed, load, exclude)
+    sets = {(load, seed): job_set(args, cluster.num_gpus, syn_offset + seed, load, exclude)
+            for load in loads for seed in seeds}
     overlap = training_overlap(trained_on, [j for j, _ in sets.values()])
     for label, o in overlap.items():
         if o["jobs"]:
             print(f"jigsaw evaluate: warning: {o['jobs']} of the {o['of']} evaluation jobs are in the training split "
                   f"of {label}; pass --heldout to evaluate on jobs it never saw", file=sys.stderr)
-    # jobs must be runnable: the simulator's own checks, once per job set, before any worker starts
-    from .simulator import Simulator
-    for (load, seed), (jobs, _) in sets.items():
+    for jobs, _ in sets.values():
         Simulator(cluster, jobs, base_cfg)
+    return _Plan(specs, baseline, cluster, base_cfg, cluster_kwargs, tables, learned, loads,
+                 list(args.eta_sweep) if args.eta_sweep else [None], seeds, heldout, exclude, syn_offset, sets, overlap)
 
-    ray_owned = False
-    if getattr(args, "ray", None) is not None:  # connected before anything is written
-        from jigsaw_executor.cluster_ray import connect
-        ray_owned = connect(args.ray, num_cpus=args.workers)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    multi_load, multi_eta = len(loads) > 1, args.eta_sweep is not None
+
+def _tasks(args, plan: _Plan, out: Path) -> list[Task]:
+    """One task per (agent, load, eta, seed), each with its own run folder under ``out/runs``."""
+    multi_load, multi_eta = len(plan.loads) > 1, args.eta_sweep is not None
     tasks = []
-    for spec in specs:
-        for load in loads:
-            for eta in etas:
-                cfg = replace(base_cfg, eta_override=eta)
+    for spec in plan.specs:
+        for load in plan.loads:
+            for eta in plan.etas:
+                cfg = replace(plan.base_cfg, eta_override=eta)
                 cond = _cond_name(load, eta, multi_load, multi_eta)
-                for seed in seeds:
-                    jobs, info = sets[(load, seed)]
+                for seed in plan.seeds:
+                    jobs, info = plan.sets[(load, seed)]
                     d = out / "runs" / spec.label / cond / str(seed) if cond else out / "runs" / spec.label / str(seed)
-                    tasks.append(Task(spec, seed, _nominal_load(args, load), eta, str(d), jobs, cluster_kwargs, cfg,
-                                      tables, info["digest"], info["offered_load"]))
-    if not args.backlogged:
-        _warn_overload(sets, cluster.num_gpus, args)
-    ray_info = None
-    if getattr(args, "ray", None) is not None:
-        from .ray_sweep import rerun_note, run_on_ray
-        results, ray_info = run_on_ray(tasks, cluster, args.ray, ray_owned, show_progress(args))
-        note = rerun_note(ray_info)
-        if note:
-            print(f"jigsaw evaluate: note: {note}", file=sys.stderr)
-    else:
-        results = _run_tasks(tasks, args.workers, show_progress(args))
-    rows, failures = [], []
-    for res, t in zip(results, tasks):
-        if isinstance(res, RunFailure):
-            failures.append(res)
-            continue
-        res["run_dir"] = os.path.relpath(t.out_dir, out)
-        rows.append(res)
-    # the runs that finished are written whatever happened to the others (a failed run is listed
-    # in metadata.json "failed_runs" and at the top of report.html)
+                    tasks.append(Task(spec, seed, _nominal_load(args, load), eta, str(d), jobs, plan.cluster_kwargs,
+                                      cfg, plan.tables, info["digest"], info["offered_load"]))
+    return tasks
+
+
+def _write_tables(out: Path, rows: list[dict], plan: _Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """metrics.csv, timings.csv (each run's wall time, kept out of the metrics) and, with a
+    baseline, paired.csv; returns the metrics frame and the paired differences."""
     wall_by_run = {r["run_dir"]: r.pop("wall_s") for r in rows}
-    df = metrics_frame(rows, [s.label for s in specs]) if rows else pd.DataFrame(columns=LEAD_COLUMNS + ["run_dir"])
+    df = metrics_frame(rows, [s.label for s in plan.specs]) if rows else pd.DataFrame(columns=LEAD_COLUMNS + ["run_dir"])
     df.to_csv(out / "metrics.csv", index=False)
     df[list(TIMING_KEYS)].assign(wall_s=df["run_dir"].map(wall_by_run)).to_csv(out / "timings.csv", index=False)
     paired = None
-    if baseline is not None and rows:
+    if plan.baseline is not None and rows:
         from .report import paired_differences
-        paired = paired_differences(df, baseline)
+        paired = paired_differences(df, plan.baseline)
         paired.to_csv(out / "paired.csv", index=False)
+    return df, paired
 
+
+def _metadata(args, plan: _Plan, ray_info, tasks, rows, failures) -> dict:
+    """metadata.json: the command, versions, agents, job sets, loads, efficiency form, eta
+    source, cost tables, cluster and simulator settings, and which runs finished."""
+    import hashlib
+
+    sets, cluster = plan.sets, plan.cluster
     job_frames = [j for j, _ in sets.values()]
-    eta_vals, eta_src = eta_table(job_frames, cluster, base_cfg.spb)
+    eta_vals, eta_src = eta_table(job_frames, cluster, plan.base_cfg.spb)
     combined = hashlib.sha256("".join(i["digest"] for _, i in sets.values()).encode()).hexdigest()[:16]
-    nominal = sorted({_nominal_load(args, ld) for ld in loads}, key=lambda x: (x is None, x or 0))
-    meta = {
+    nominal = sorted({_nominal_load(args, ld) for ld in plan.loads}, key=lambda x: (x is None, x or 0))
+    synthetic = (args.trace or "synthetic").startswith("synthetic")
+    return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "jigsaw evaluate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["evaluate"] else " ".join(sys.argv),
         "git_commit": git_commit(),
         "versions": _versions(),
-        "agents": [asdict(s) for s in specs],
-        "learned_agents": learned,
+        "agents": [asdict(s) for s in plan.specs],
+        "learned_agents": plan.learned,
         "trace": {"spec": args.trace, "digest": combined,
                   "job_sets": [{"load": ld, "seed": s, **i} for (ld, s), (_, i) in sets.items()],
-                  "max_jobs": args.max_jobs, "selection": ("synthetic generator seed = seed" if (args.trace or "synthetic").startswith("synthetic")
+                  "max_jobs": args.max_jobs, "selection": ("synthetic generator seed = seed" if synthetic
                                                            else "window of --max-jobs consecutive jobs at an offset drawn from the seed")},
-        "seeds": seeds,
-        "heldout": {"on": heldout, "synthetic_seed_offset": syn_offset,
-                    "excluded_training_jobs": len(exclude) if exclude else 0,
-                    "training_overlap": overlap},
+        "seeds": plan.seeds,
+        "heldout": {"on": plan.heldout, "synthetic_seed_offset": plan.syn_offset,
+                    "excluded_training_jobs": len(plan.exclude) if plan.exclude else 0,
+                    "training_overlap": plan.overlap},
         "load": {"values": nominal,
                  "meaning": ("backlogged: every job submitted at t = 0 (the load only shapes the job set)" if args.backlogged
                              else "offered load = sum(num_gpus x duration_s) / (GPUs x arrival span) (traces.offered_load)"),
@@ -594,33 +650,20 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                             "definition": ("useful GPU-seconds / (GPUs x makespan); every job at t = 0 (docs/design.md 5a)"
                                            if args.backlogged else
                                            "useful GPU-seconds done by the last arrival / (GPUs x (last - first arrival)) (docs/design.md 5b)")},
-        "eta": {"values": [("table" if e is None else e) for e in etas],
+        "eta": {"values": [("table" if e is None else e) for e in plan.etas],
                 "source": ("cost tables: " + "; ".join(f"{k}: {v}" for k, v in eta_src.items())) if args.eta_sweep is None
                           else ("--eta-sweep: eta_override = v for every SPB iteration (level > 0) in the simulation; "
                                 "level 0 is 1; schedulers and observations see the cost tables' values"),
                 "table_values": eta_vals, "table_sources": eta_src},
         "cost_tables": table_digests(job_frames, cluster),
-        "tables_dir": tables,
-        "cluster": {**cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
-        "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(base_cfg).items()},
+        "tables_dir": plan.tables,
+        "cluster": {**plan.cluster_kwargs, "gpu_memory_bytes": {k: int(v) for k, v in cluster.gpu_memory_bytes.items()}},
+        "sim_config": {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in asdict(plan.base_cfg).items()},
         "workers": args.workers,
         **({"ray": ray_info} if ray_info is not None else {}),
         "runs": {"total": len(tasks), "finished": len(rows), "failed": len(failures)},
         "failed_runs": [asdict(f) for f in failures],
-        "wall_s": time.perf_counter() - t_start,
     }
-    if paired is not None:
-        meta["paired"] = {"baseline": baseline, "file": "paired.csv",
-                          "rows": json.loads(paired.to_json(orient="records"))}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    if rows:
-        from .report import write_report
-        write_report(out, df, meta, specs)  # failed runs first (meta["failed_runs"])
-    meta["wall_s"] = time.perf_counter() - t_start
-    (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    if failures:
-        raise RunsFailed(df, meta, out, failures, len(tasks))
-    return df, meta, out
 
 
 # ----------------------------------------------------------------------------------------------- failed runs
