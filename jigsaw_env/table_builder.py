@@ -25,7 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -347,6 +347,97 @@ def auto_repeats(probe_s: float, budget_s: float = 8.0, lo: int = 5, hi: int = 5
     return int(min(hi, max(lo, round(budget_s / probe_s))))
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What :func:`measure_table` measured, for its sources and meta: times in seconds, sizes in
+    bytes."""
+    model: Any              # the zoo module
+    batch_size: int
+    device: str
+    where: str              # the processor or GPU name (and threads on a CPU)
+    command: str
+    repeats: int
+    warmup: int
+    seed: int
+    whole_iteration: bool
+    whole_s: float | None   # the whole training iteration, when measured
+    parts_s: float          # the sum of the separately measured parts
+    scale: float            # whole_s / parts_s (1 without the anchor)
+    weights_b: int
+    grads_b: int
+    opt_b: int
+    overhead_b: int
+    overhead_src: str
+    wall_s: float
+    load_start: float | None
+
+
+def _measured_sources(m: _Measured) -> dict[str, str]:
+    """The cost table's ``sources``: how each number was measured."""
+    model, batch_size, device, repeats, warmup = m.model, m.batch_size, m.device, m.repeats, m.warmup
+    how = f"measured here ({m.where}, torch {torch.__version__}; `{m.command}`)"
+    clip = f", after clip_grad_norm_({model.grad_clip})" if model.grad_clip is not None else ""
+    scaled = (f", then scaled by {m.scale:.4f} (see anchor)" if m.whole_iteration else "")
+    return {
+        "param_bytes": "exact: sum of numel*element_size of each group's trainable parameters "
+                       f"(jigsaw_env.zoo.{type(model).__name__})",
+        "activation_bytes": "exact: distinct storages saved for backward (torch.autograd.graph."
+                            f"saved_tensors_hooks) during one training-mode forward at batch {batch_size} on "
+                            f"{device}, parameters and buffers excluded; a storage saved by several groups counts "
+                            "in the highest one; the loss's saved tensors count in the last group",
+        "forward_s": f"{how}: median of {repeats} runs after {warmup} warm-up of the group's forward with "
+                     f"gradients enabled (last group: + loss){scaled}",
+        "backward_weight_s": f"{how}: median of {repeats} backward passes of the group whose input does not "
+                             f"require grad (weight gradients only){scaled}",
+        "backward_input_s": f"{how}: median over {repeats} interleaved pairs of (backward with an input that "
+                            f"requires grad - backward with one that does not), clipped at >= 0{scaled}; group 0 is "
+                            "0 (its input is the data batch: no input gradient)",
+        "optimizer_s": f"{how}: median of {repeats} `optimizer.step()` on the whole model, "
+                       f"{OPTIMIZER_TEXT.get(model.optimizer_name, model.optimizer_name)}{clip}{scaled}",
+        "fixed_memory_bytes": f"weights+buffers {m.weights_b} B + gradients {m.grads_b} B + optimizer state {m.opt_b} B "
+                              f"(exact, from the module and the optimizer state after a step) + framework "
+                              f"overhead {m.overhead_b} B ({m.overhead_src})",
+        "anchor": (f"{how}: whole training iteration (zero_grad, forward, loss, backward, optimizer step), "
+                   f"median of {repeats} = {m.whole_s:.6g} s; the per-group parts (sum {m.parts_s:.6g} s) are scaled by "
+                   f"{m.scale:.4f} so that compute_s(0) equals it") if m.whole_iteration else
+                  "none: the sum of the separately measured per-group parts (no whole-iteration anchor)",
+    }
+
+
+def _measured_meta(m: _Measured) -> dict[str, Any]:
+    """The cost table's ``meta``: where, when and how it was measured, and the byte counts."""
+    model = m.model
+    return {
+        "kind": "measured",
+        "measured_on": m.device,
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": _cpu_name() if m.device == "cpu" else m.where,
+        "threads": torch.get_num_threads(),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repeats": m.repeats,
+        "warmup": m.warmup,
+        "seed": m.seed,
+        "zoo_class": type(model).__name__,
+        "group_names": list(model.group_names),
+        "optimizer": model.optimizer_name,
+        "grad_clip": model.grad_clip,
+        "input_is_index": model.input_is_index,
+        "gavel_job": model.gavel_job,
+        "sum_of_parts_s": m.parts_s,
+        "whole_iteration_s": m.whole_s,
+        "parts_scale": m.scale,
+        "weights_bytes": m.weights_b,
+        "gradient_bytes": m.grads_b,
+        "optimizer_state_bytes": m.opt_b,
+        "framework_overhead_bytes": m.overhead_b,
+        "calibration_wall_s": round(m.wall_s, 2),
+        "loadavg_1min_start_end": [m.load_start, _loadavg()],
+        "command": m.command,
+    }
+
+
 def measure_table(model_name: str, batch_size: int, device: str = "cpu", repeats: int | None = None,
                   warmup: int = 1, seed: int = 0, progress: bool = False, whole_iteration: bool = True,
                   command: str | None = None) -> CostTable:
@@ -415,62 +506,11 @@ def measure_table(model_name: str, batch_size: int, device: str = "cpu", repeats
     else:
         where = torch.cuda.get_device_name(dev)
     cmd = command or f"jigsaw calibrate --model {model_name} --batch-size {batch_size} --device {device} --repeats {repeats}"
-    how = f"measured here ({where}, torch {torch.__version__}; `{cmd}`)"
-    clip = f", after clip_grad_norm_({model.grad_clip})" if model.grad_clip is not None else ""
-    scaled = (f", then scaled by {scale:.4f} (see anchor)" if whole_iteration else "")
-    sources = {
-        "param_bytes": "exact: sum of numel*element_size of each group's trainable parameters "
-                       f"(jigsaw_env.zoo.{type(model).__name__})",
-        "activation_bytes": "exact: distinct storages saved for backward (torch.autograd.graph."
-                            f"saved_tensors_hooks) during one training-mode forward at batch {batch_size} on "
-                            f"{device}, parameters and buffers excluded; a storage saved by several groups counts "
-                            "in the highest one; the loss's saved tensors count in the last group",
-        "forward_s": f"{how}: median of {repeats} runs after {warmup} warm-up of the group's forward with "
-                     f"gradients enabled (last group: + loss){scaled}",
-        "backward_weight_s": f"{how}: median of {repeats} backward passes of the group whose input does not "
-                             f"require grad (weight gradients only){scaled}",
-        "backward_input_s": f"{how}: median over {repeats} interleaved pairs of (backward with an input that "
-                            f"requires grad - backward with one that does not), clipped at >= 0{scaled}; group 0 is "
-                            "0 (its input is the data batch: no input gradient)",
-        "optimizer_s": f"{how}: median of {repeats} `optimizer.step()` on the whole model, "
-                       f"{OPTIMIZER_TEXT.get(model.optimizer_name, model.optimizer_name)}{clip}{scaled}",
-        "fixed_memory_bytes": f"weights+buffers {weights_b} B + gradients {grads_b} B + optimizer state {opt_b} B "
-                              f"(exact, from the module and the optimizer state after a step) + framework "
-                              f"overhead {overhead_b} B ({overhead_src})",
-        "anchor": (f"{how}: whole training iteration (zero_grad, forward, loss, backward, optimizer step), "
-                   f"median of {repeats} = {whole:.6g} s; the per-group parts (sum {parts:.6g} s) are scaled by "
-                   f"{scale:.4f} so that compute_s(0) equals it") if whole_iteration else
-                  "none: the sum of the separately measured per-group parts (no whole-iteration anchor)",
-    }
-    meta = {
-        "kind": "measured",
-        "measured_on": device,
-        "torch_version": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": _cpu_name() if device == "cpu" else torch.cuda.get_device_name(dev),
-        "threads": torch.get_num_threads(),
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "repeats": repeats,
-        "warmup": warmup,
-        "seed": seed,
-        "zoo_class": type(model).__name__,
-        "group_names": list(model.group_names),
-        "optimizer": model.optimizer_name,
-        "grad_clip": model.grad_clip,
-        "input_is_index": model.input_is_index,
-        "gavel_job": model.gavel_job,
-        "sum_of_parts_s": parts,
-        "whole_iteration_s": whole,
-        "parts_scale": scale,
-        "weights_bytes": weights_b,
-        "gradient_bytes": grads_b,
-        "optimizer_state_bytes": opt_b,
-        "framework_overhead_bytes": overhead_b,
-        "calibration_wall_s": round(wall, 2),
-        "loadavg_1min_start_end": [load_start, _loadavg()],
-        "command": cmd,
-    }
+    m = _Measured(model=model, batch_size=batch_size, device=device, where=where, command=cmd, repeats=repeats,
+                  warmup=warmup, seed=seed, whole_iteration=whole_iteration, whole_s=whole, parts_s=parts, scale=scale,
+                  weights_b=weights_b, grads_b=grads_b, opt_b=opt_b, overhead_b=overhead_b, overhead_src=overhead_src,
+                  wall_s=wall, load_start=load_start)
+    sources, meta = _measured_sources(m), _measured_meta(m)
     return CostTable(model=model_name, batch_size=batch_size, device=device, groups=groups,
                      optimizer_s=opt_s * scale,
                      fixed_memory_bytes=int(weights_b + grads_b + opt_b + overhead_b),
