@@ -148,12 +148,20 @@ _net_arch = _positive_ints("--net-arch", "layer sizes")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``jigsaw train``, by group (each a function below)."""
     from jigsaw_env.simulate_cli import add_cluster_arguments
-    from jigsaw_executor.cluster_ray import physical_cores
-
-    from agents.rl import ALGOS, POLICIES
 
     add_cluster_arguments(p)
+    _episode_arguments(p)
+    _environment_arguments(p)
+    _training_arguments(p)
+    _warm_start_arguments(p)
+    _output_arguments(p)
+    _track_explicit(p)
+
+
+def _episode_arguments(p: argparse.ArgumentParser) -> None:
+    """Where episodes come from: the trace, its splits, cluster sizes, the curriculum."""
     t = p.add_argument_group("episodes")
     t.add_argument("--trace", default="synthetic", metavar="KIND:PATH",
                    help="trace to draw episodes from: synthetic[:...] (a new trace per episode) or KIND:PATH "
@@ -191,6 +199,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timesteps of the curriculum ramp (default: half of --timesteps)")
     t.add_argument("--max-time-s", type=float, default=None,
                    help="truncate episodes after this simulated time (default: none)")
+
+
+def _environment_arguments(p: argparse.ArgumentParser) -> None:
+    """The environment's window, SPB levels, reward and observation."""
     e = p.add_argument_group("environment")
     e.add_argument("--window-k", type=positive_int("--window-k"), default=16, help="jobs visible per round, K (default 16)")
     e.add_argument("--spb-levels", type=int, default=3, help="deepest SPB level L (default 3)")
@@ -202,6 +214,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
                    help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
                         f"(docs/environment.md lists each group's features) (default: every group)")
+
+
+def _training_arguments(p: argparse.ArgumentParser) -> None:
+    """The algorithm, its budget, sampling and hyperparameters, the policy network."""
+    from agents.rl import ALGOS, POLICIES
+
     a = p.add_argument_group("training")
     a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
     a.add_argument("--timesteps", type=positive_int("--timesteps"), default=100_000,
@@ -247,6 +265,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--net-arch) (default mlp)")
     a.add_argument("--slot-hidden", type=positive_int("--slot-hidden"), default=64,
                    help="width of the slot policy's shared layers (default 64)")
+
+
+def _warm_start_arguments(p: argparse.ArgumentParser) -> None:
+    """Behaviour cloning and DAgger before RL."""
+    from jigsaw_executor.cluster_ray import physical_cores
+
     w = p.add_argument_group("imitation warm start (agents/imitation.py)")
     w.add_argument("--warm-start", default=None, metavar="HEURISTIC",
                    help="before RL, clone this heuristic's decisions (e.g. jigsaw, tiresias): play it on training "
@@ -279,6 +303,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads while the policy is fitted to the demonstrations (default: every physical "
                         f"core this process may use, {cores} here); the env workers are idle then, and RL keeps one "
                         "thread")
+
+
+def _output_arguments(p: argparse.ArgumentParser) -> None:
+    """Presets, config files and where and how the run is written."""
     c = p.add_argument_group("presets and config files (flags given on the command line override them)")
     c.add_argument("--preset", choices=preset_names(), default=None, metavar="NAME",
                    help=f"options of a shipped recipe (agents/presets/NAME.toml): {', '.join(preset_names())} "
@@ -294,7 +322,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write TensorBoard logs to RUN_DIR/tb (default on)")
     o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
     o.add_argument("--verbose", type=int, default=0, help="stable-baselines3 verbosity (default 0)")
-    _track_explicit(p)
 
 
 # ----------------------------------------------------------------------------------------------- explicit options
@@ -643,153 +670,34 @@ def _resume_venv(venv, vn_path: Path):
 
 # ----------------------------------------------------------------------------------------------- callbacks
 def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
-    from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
-    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, CallbackList
+    """The callbacks of a training run (agents/train_callbacks.py): atomic checkpoints, the
+    step durations of the semi-MDP discount, validation to eval.csv with best/ saved as a RUN_DIR,
+    the wall-time limit and the curriculum."""
+    from stable_baselines3.common.callbacks import CallbackList
 
-    masked = cfg["algo"] == "maskable_ppo"
+    from agents.train_callbacks import AtomicCheckpoint, Curriculum, EvalToCSV, SaveBestRun, StopAtWallTime
+
     eval_seed = int(cfg["seed"]) + 1_000_003
     csv_path = run_dir / "eval.csv"
-
-    class EvalToCSV(MaskableEvalCallback):
-        """MaskableEvalCallback that replays the same validation episodes at every evaluation and
-        appends a row (reward and the episodes' metrics) to eval.csv."""
-
-        def _log_success_callback(self, locals_, globals_):
-            super()._log_success_callback(locals_, globals_)
-            info = locals_.get("info") or {}
-            if locals_.get("done") and "episode_metrics" in info:
-                self._metrics_buffer.append(info["episode_metrics"])
-
-        def _on_step(self) -> bool:
-            if (self.n_calls == 1 and self.eval_freq != 1 and cfg.get("warm_start")
-                    and int(cfg.get("trained_timesteps") or 0) == 0):
-                # a warm-started run: evaluate the cloned policy first (no update has happened yet),
-                # so that best/ is the clone when no PPO update beats it
-                return self._evaluate_now()
-            due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
-            if due:
-                t_eval = time.perf_counter()
-                self._metrics_buffer: list[dict] = []
-                self.eval_env.seed(eval_seed)
-            n_before = len(self.evaluations_timesteps)
-            cont = super()._on_step()
-            if due and len(self.evaluations_timesteps) > n_before:
-                rewards = self.evaluations_results[-1]
-                lengths = self.evaluations_length[-1]
-                ms = self._metrics_buffer
-
-                def mean_of(key):
-                    v = [m.get(key) for m in ms if m.get(key) is not None]
-                    return float(sum(v) / len(v)) if v else float("nan")
-
-                diff = self.training_env.get_attr("difficulty")[0] if self.training_env is not None else 1.0
-                row = [self.num_timesteps, float(sum(rewards) / len(rewards)), float(_std(rewards)),
-                       float(sum(lengths) / len(lengths)), len(rewards), mean_of("avg_jct_s"), mean_of("makespan_s"),
-                       mean_of("cluster_efficiency"), mean_of("gpu_utilization"), float(diff),
-                       time.perf_counter() - t_start]
-                new = not csv_path.exists()
-                with open(csv_path, "a") as f:
-                    if new:
-                        f.write(",".join(EVAL_COLUMNS) + "\n")
-                    f.write(",".join(_fmt_csv(x) for x in row) + "\n")
-                self.logger.record("eval/mean_avg_jct_s", row[5])
-                self.logger.record("eval/mean_cluster_efficiency", row[7])
-                for name, ref in (reference or {}).items():  # flat lines: the heuristics on the same episodes
-                    for key in ("mean_reward", "mean_avg_jct_s"):
-                        if ref.get(key) is not None:
-                            self.logger.record(f"eval/{key}_{name}", float(ref[key]))
-                self.last_eval_s = time.perf_counter() - t_eval
-            return cont
-
-        def _on_training_end(self) -> None:
-            # the model learning ends with (at the step budget or at the wall-time limit; not on
-            # Ctrl-C, which skips this) is a candidate for best/ too, unless the last evaluation saw it
-            if self.num_timesteps > (self.evaluations_timesteps[-1] if self.evaluations_timesteps else -1):
-                self._evaluate_now()
-            super()._on_training_end()
-
-        def _evaluate_now(self) -> bool:
-            """One evaluation at this step, whatever the step count (the step is due at frequency 1)."""
-            freq, self.eval_freq = self.eval_freq, 1
-            try:
-                return self._on_step()
-            finally:
-                self.eval_freq = freq
-
-    class SaveBestRun(BaseCallback):
-        """On a new best evaluation: best/ becomes a RUN_DIR of its own -- model.zip, the
-        observation statistics the evaluation used (the training envs', synced just before it)
-        and config.json with the timestep -- beside SB3's best/best_model.zip."""
-
-        def _on_step(self) -> bool:
-            d = run_dir / "best"
-            d.mkdir(parents=True, exist_ok=True)
-            save_state(self.model, self.model.get_vec_normalize_env(), d / "model.zip", d / "vecnormalize.npz")
-            _write_json(d / "config.json", dict(cfg, trained_timesteps=int(self.model.num_timesteps),
-                                                selected_on="val"))
-            return True
-
-    class Curriculum(BaseCallback):
-        def __init__(self, steps: int):
-            super().__init__()
-            self.steps = max(1, int(steps))
-
-        def _set(self) -> None:
-            d = min(1.0, self.num_timesteps / self.steps)
-            self.training_env.env_method("set_difficulty", d)
-            self.logger.record("train/difficulty", d)
-
-        def _on_training_start(self) -> None:
-            self._set()
-
-        def _on_rollout_start(self) -> None:
-            self._set()
-
-        def _on_step(self) -> bool:
-            return True
-
-    class AtomicCheckpoint(CheckpointCallback):
-        """CheckpointCallback whose files are written atomically, statistics first (save_state)."""
-
-        def _on_step(self) -> bool:
-            if self.n_calls % self.save_freq == 0:
-                save_state(self.model, self.model.get_vec_normalize_env(),
-                           Path(self._checkpoint_path(extension="zip")),
-                           Path(self._checkpoint_path("vecnormalize_", extension="npz")))
-            return True
-
-    class StopAtWallTime(BaseCallback):
-        """Ends learning once the run's wall time (every earlier stretch of a resumed run counted)
-        reaches ``cfg["max_wall_s"]`` less the time the final evaluation will take (as long as the
-        last one took), so that the final model is evaluated within the limit; the model is then
-        saved as at a normal end."""
-
-        def __init__(self, limit_s: float, evaluator):
-            super().__init__()
-            self.limit_s = float(limit_s)
-            self.evaluator = evaluator
-
-        def _on_step(self) -> bool:
-            reserve = float(getattr(self.evaluator, "last_eval_s", 0.0))
-            if time.perf_counter() - t_start < self.limit_s - reserve:
-                return True
-            cfg["stopped_at_wall_limit"] = True
-            return False
-
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     cbs = [AtomicCheckpoint(save_freq=max(1, cfg["checkpoint_freq"] // n_envs), save_path=str(run_dir / "checkpoints"),
-                            name_prefix=CHECKPOINT_PREFIX)]  # AtomicCheckpoint saves the statistics itself
+                            name_prefix=CHECKPOINT_PREFIX,  # it saves the statistics itself
+                            save=lambda model, m, v: save_state(model, model.get_vec_normalize_env(), m, v))]
     if (cfg["hyperparameters"] or {}).get("gamma_per_hour") is not None:
         from agents.semi_mdp import record_step_durations_callback
         cbs.append(record_step_durations_callback())  # before the others: it only records info["dt_s"]
     evaluator = None
     if eval_env is not None:  # validation episodes only (best/ is never chosen on held-out jobs)
-        reference = reference_values(cfg, run_dir, eval_seed)
-        evaluator = EvalToCSV(eval_env, n_eval_episodes=cfg["eval"]["episodes"],
-                              eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
+        save_best = SaveBestRun(run_dir / "best", cfg, write_config=_write_json,
+                                save=lambda model, d: save_state(model, model.get_vec_normalize_env(),
+                                                                 d / "model.zip", d / "vecnormalize.npz"))
+        evaluator = EvalToCSV(eval_env, eval_seed=eval_seed, write_row=lambda row: _append_eval_row(csv_path, row),
+                              reference=reference_values(cfg, run_dir, eval_seed), t_start=t_start,
+                              evaluate_first=bool(cfg.get("warm_start")) and int(cfg.get("trained_timesteps") or 0) == 0,
+                              n_eval_episodes=cfg["eval"]["episodes"], eval_freq=max(1, cfg["eval"]["freq"] // n_envs),
                               best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"),
-                              deterministic=True, callback_on_new_best=SaveBestRun(),
-                              use_masking=masked, warn=False, verbose=cfg.get("verbose", 0))
+                              deterministic=True, callback_on_new_best=save_best,
+                              use_masking=cfg["algo"] == "maskable_ppo", warn=False, verbose=cfg.get("verbose", 0))
         # a resumed run: best/ stays the best of the whole run, so a new evaluation replaces it only
         # if it beats every evaluation eval.csv kept (the same episodes are replayed at each one)
         kept = _eval_rewards(csv_path)
@@ -797,10 +705,20 @@ def _callbacks(cfg: dict, run_dir: Path, eval_env, n_envs: int, t_start: float):
             evaluator.best_mean_reward = max(kept)
         cbs.append(evaluator)
     if cfg.get("max_wall_s"):
-        cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0), evaluator))
+        cbs.append(StopAtWallTime(float(cfg["max_wall_s"]) - float(cfg.get("train_wall_s") or 0.0), evaluator, t_start,
+                                  on_stop=lambda: cfg.__setitem__("stopped_at_wall_limit", True)))
     if cfg["sampling"].get("curriculum"):
         cbs.append(Curriculum(cfg["sampling"].get("curriculum_steps") or cfg["timesteps"] // 2))
     return CallbackList(cbs)
+
+
+def _append_eval_row(csv_path: Path, row: list) -> None:
+    """One row of eval.csv (EVAL_COLUMNS; the header first in a new file)."""
+    new = not csv_path.exists()
+    with open(csv_path, "a") as f:
+        if new:
+            f.write(",".join(EVAL_COLUMNS) + "\n")
+        f.write(",".join(_fmt_csv(x) for x in row) + "\n")
 
 
 REFERENCE_AGENTS = ("tiresias", "jigsaw")
@@ -852,11 +770,6 @@ def reference_values(cfg: dict, run_dir: Path, eval_seed: int) -> dict[str, dict
     out = {name: play_reference(cfg, name, episodes, eval_seed) for name in REFERENCE_AGENTS}
     _write_json(path, {"split": "val", "eval_seed": eval_seed, "episodes": episodes, "agents": out})
     return out
-
-
-def _std(x) -> float:
-    m = sum(x) / len(x)
-    return math.sqrt(sum((v - m) ** 2 for v in x) / len(x))
 
 
 def _fmt_csv(x) -> str:
@@ -1232,11 +1145,54 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         signal.signal(signal.SIGTERM, prev_term)
 
 
+def _sb3_gamma(cfg: dict) -> float:
+    """SB3's scalar gamma (VecNormalize's return, a truncated episode's bootstrap): --gamma, or
+    one round's discount under --gamma-per-hour (agents/semi_mdp.py)."""
+    hp = cfg["hyperparameters"]
+    if hp.get("gamma_per_hour") is not None:
+        from agents.semi_mdp import round_discount
+        return round_discount(hp["gamma_per_hour"], cfg["env"].get("round_s"))
+    return hp["gamma"]
+
+
+def _build_model(args, cfg: dict, venv, resume_from, sb3_gamma: float, tb: str | None):
+    """The model to train: loaded from ``resume_from``'s checkpoint, or new from the config's
+    algorithm, policy and hyperparameters. A model file or option SB3 refuses: one line."""
+    from agents.rl import algo_class
+    from agents.slot_policy import policy_for
+
+    cls = algo_class(cfg["algo"])
+    if resume_from is not None:
+        try:
+            model = cls.load(str(resume_from[1]), env=venv, device="cpu", tensorboard_log=tb)
+        except Exception as e:  # noqa: BLE001 - a foreign or corrupted model: one line naming the file
+            raise ValueError(f"{resume_from[1]}: cannot load it as a {cfg['algo']} model "
+                             f"({type(e).__name__}: {_one_line(e)})") from None
+        model.num_timesteps = max(model.num_timesteps, resume_from[0])
+        return model
+    hp = cfg["hyperparameters"]
+    kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=sb3_gamma,
+                              ent_coef=hp["ent_coef"],
+                              policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
+    if cfg["policy"] == "slots":
+        kw["policy_kwargs"].update(slot_hidden=int(hp.get("slot_hidden", 64)))
+    if cfg["algo"] in ("maskable_ppo", "ppo"):
+        kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
+                  target_kl=hp.get("target_kl"))
+    if hp.get("gamma_per_hour") is not None:
+        from agents.semi_mdp import buffer_class_for
+        kw.update(rollout_buffer_class=buffer_class_for(cfg["algo"]),
+                  rollout_buffer_kwargs={"gamma_per_hour": float(hp["gamma_per_hour"])})
+    try:
+        return cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=int(cfg["seed"]), device="cpu",
+                   tensorboard_log=tb, verbose=getattr(args, "verbose", 0), **kw)
+    except (ValueError, AssertionError) as e:  # SB3 / torch refusing an option value
+        raise ValueError(f"cannot build the {cfg['algo']} model from these options: {_one_line(e)}") from None
+
+
 def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
-
-    from agents.rl import algo_class
 
     cfg_path = run_dir / "config.json"
     seed = int(cfg["seed"])
@@ -1246,15 +1202,7 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     ray_address = getattr(args, "ray", None)
     if ray_address is None and cfg.get("vec") == "ray":
         ray_address = "local"
-    hp = cfg["hyperparameters"]
-    gph = hp.get("gamma_per_hour")
-    # SB3's scalar gamma (VecNormalize's return, a truncated episode's bootstrap): one round's
-    # discount under --gamma-per-hour (agents/semi_mdp.py)
-    if gph is not None:
-        from agents.semi_mdp import round_discount
-        sb3_gamma = round_discount(gph, cfg["env"].get("round_s"))
-    else:
-        sb3_gamma = hp["gamma"]
+    sb3_gamma = _sb3_gamma(cfg)
     venv = eval_raw = eval_env = None
     ray_owned = False
     try:
@@ -1278,34 +1226,8 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         cfg["masking_supported"] = bool(is_masking_supported(venv))  # env_method("action_masks") reaches every worker
         if cfg["algo"] == "maskable_ppo" and not cfg["masking_supported"]:
             raise ValueError("the training envs do not expose action_masks(); MaskablePPO needs them")
-        cls = algo_class(cfg["algo"])
         tb = str(run_dir / "tb") if getattr(args, "tensorboard", True) else None
-        if resume_from is not None:
-            try:
-                model = cls.load(str(resume_from[1]), env=venv, device="cpu", tensorboard_log=tb)
-            except Exception as e:  # noqa: BLE001 - a foreign or corrupted model: one line naming the file
-                raise ValueError(f"{resume_from[1]}: cannot load it as a {cfg['algo']} model "
-                                 f"({type(e).__name__}: {_one_line(e)})") from None
-            model.num_timesteps = max(model.num_timesteps, resume_from[0])
-        else:
-            kw: dict[str, Any] = dict(learning_rate=hp["learning_rate"], n_steps=hp["n_steps"], gamma=sb3_gamma,
-                                      ent_coef=hp["ent_coef"],
-                                      policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
-            if cfg["policy"] == "slots":
-                kw["policy_kwargs"].update(slot_hidden=int(hp.get("slot_hidden", 64)))
-            if cfg["algo"] in ("maskable_ppo", "ppo"):
-                kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
-                          target_kl=hp.get("target_kl"))
-            if gph is not None:
-                from agents.semi_mdp import buffer_class_for
-                kw.update(rollout_buffer_class=buffer_class_for(cfg["algo"]),
-                          rollout_buffer_kwargs={"gamma_per_hour": float(gph)})
-            from agents.slot_policy import policy_for
-            try:
-                model = cls(policy_for(cfg["policy"], cfg["algo"]), venv, seed=seed, device="cpu", tensorboard_log=tb,
-                            verbose=getattr(args, "verbose", 0), **kw)
-            except (ValueError, AssertionError) as e:  # SB3 / torch refusing an option value
-                raise ValueError(f"cannot build the {cfg['algo']} model from these options: {_one_line(e)}") from None
+        model = _build_model(args, cfg, venv, resume_from, sb3_gamma, tb)
         if tb is None:
             model.set_logger(_logger_without_folder(getattr(args, "verbose", 0)))
         # everything is built: from here on the run folder is written
