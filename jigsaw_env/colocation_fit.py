@@ -9,7 +9,8 @@ the file's order). Only the job types that stand behind a zoo model are used
 (:data:`ZOO_GAVEL_JOBS`), and only scale factor 1 (one GPU each).
 
 Split: the fit uses K80 and V100 pairs only; P100 pairs are never fitted on, and the form of the
-model was chosen by leave-one-model-out error on K80 and V100 (docs/colocation.md). The features
+model was chosen by cross-validation on K80 and V100 pairs alone (leave-one-GPU-type-out and
+leave-one-model-out: ``tools/colocation_form_search.py``, docs/colocation.md). The features
 of a job are its alone iteration time (1 / Gavel's alone throughput: what the cost tables are
 anchored to), its batch size and the GPU type's peak throughput.
 

@@ -8,8 +8,7 @@ alone, 0 < x <= 1) from features of the workers, never from a per-model constant
 
     z(a, b) = c0 + c_peak * log(peak_T)
               + c_t * log(t_a) + c_b * log(B_a)                        (the slowed worker a)
-              + d_t * log(t_b) + d_b * log(B_b)                        (its co-runner b)
-              + g_t * |log t_a - log t_b| + g_b * |log B_a - log B_b|                  (eq. I1)
+              + d_t * log(t_b) + d_b * log(B_b)                        (its co-runner b)  (eq. I1)
     1 / x_a = 1 + sum over co-runners b of exp(z(a, b))                              (eq. I2)
 
 ``t`` is the worker's compute time alone on the GPU in its current SPB phase (seconds: a lighter
@@ -56,18 +55,17 @@ GPU_PEAK_TFLOPS = {"k80": 4.37, "p100": 9.3, "v100": 15.7}
 TIMESLICED_DEVICES = ("cpu",)
 
 #: names of the coefficients of eq. I1, in order
-COEF_NAMES = ("intercept", "log_peak", "self_log_time", "self_log_batch", "other_log_time", "other_log_batch",
-              "gap_log_time", "gap_log_batch")
+COEF_NAMES = ("intercept", "log_peak", "self_log_time", "self_log_batch", "other_log_time", "other_log_batch")
 
 FIT_FILE = Path(__file__).with_name("colocation_fit.json")
 
 
-def pair_terms(log_t_a, log_t_b, log_b_a, log_b_b, log_peak, abs_=abs) -> tuple:
+def pair_terms(log_t_a, log_t_b, log_b_a, log_b_b, log_peak) -> tuple:
     """The terms of eq. I1 that :data:`COEF_NAMES` multiply, in their order, for worker ``a``
-    slowed by co-runner ``b``: 1, log peak, a's log alone time and log batch, b's, and the two log
-    gaps. Scalars, or numpy arrays with ``abs_=numpy.abs`` (the fit's design matrix and the
-    scheduler's pairing tables use the same terms as the engine)."""
-    return (1.0, log_peak, log_t_a, log_b_a, log_t_b, log_b_b, abs_(log_t_a - log_t_b), abs_(log_b_a - log_b_b))
+    slowed by co-runner ``b``: 1, log peak, a's log alone time and log batch, and b's. Scalars or
+    numpy arrays (the fit's design matrix and the scheduler's pairing tables use the same terms as
+    the engine)."""
+    return (1.0, log_peak, log_t_a, log_b_a, log_t_b, log_b_b)
 
 
 def check_sharing(value: str) -> str:
@@ -142,8 +140,8 @@ def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tfl
     g = np.where(has_guest, guest_s, 1.0)
     lh, lg, lp = np.log(host_s), np.log(g), np.log(peak_tflops)
     bh, bg = math.log(host_batch), math.log(guest_batch)
-    xh = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lh, lg, bh, bg, lp, np.abs))))
-    xg = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lg, lh, bg, bh, lp, np.abs))))
+    xh = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lh, lg, bh, bg, lp))))
+    xg = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lg, lh, bg, bh, lp))))
     th, tg = host_s / xh, g / xg
     together = np.where(th <= tg, th + (g - xg * th), tg + (host_s - xh * tg))
     # a GPU without a guest worker keeps the host's time; a time-sliced device (NaN peak) the sum
