@@ -34,6 +34,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Sequence
 
@@ -57,7 +58,9 @@ TIMESLICED_DEVICES = ("cpu",)
 #: names of the coefficients of eq. I1, in order
 COEF_NAMES = ("intercept", "log_peak", "self_log_time", "self_log_batch", "other_log_time", "other_log_batch")
 
-FIT_FILE = Path(__file__).with_name("colocation_fit.json")
+#: the committed fit, in the package's folder (read through the package, not this module's file:
+#: the compiled build of this module lives elsewhere, jigsaw_env/accel.py)
+FIT_FILE = Path(str(files("jigsaw_env") / "colocation_fit.json"))
 
 
 def pair_terms(log_t_a, log_t_b, log_b_a, log_b_b, log_peak) -> tuple:
@@ -199,7 +202,8 @@ class SharingModel:
         self.gpus_per_node = gpus_per_node or max(1, len(self.gpu_types))
         for t in sorted(set(self.gpu_types)):
             self.check_gpu_type(t)
-        self._memo: dict = {}
+        self._memo: dict = {}        # gpu_time by (loads, GPU type)
+        self._rates_memo: dict = {}  # rates by (loads, GPU type)
 
     def check_gpu_type(self, gpu_type: str) -> None:
         """ValueError when the fitted model cannot rate workers on ``gpu_type``."""
@@ -213,7 +217,13 @@ class SharingModel:
         """Normalized rates of ``loads`` together on one GPU of ``gpu_type``."""
         if self.mode == "timeslice" or gpu_type in TIMESLICED_DEVICES:
             return [1.0 / len(loads)] * len(loads)
-        return self.model.rates(loads, gpu_type)
+        key = (tuple(loads), gpu_type)
+        r = self._rates_memo.get(key)
+        if r is None:
+            if len(self._rates_memo) > 100_000:
+                self._rates_memo.clear()
+            r = self._rates_memo[key] = tuple(self.model.rates(loads, gpu_type))
+        return list(r)
 
     def gpu_time(self, loads: Sequence[WorkerLoad], gpu_type: str) -> float:
         """Seconds the GPU computes in a step whose workers on it are ``loads``: their sum when
@@ -228,7 +238,7 @@ class SharingModel:
         if t is None:
             if len(self._memo) > 100_000:
                 self._memo.clear()
-            t = self._memo[key] = concurrent_time(loads, lambda ls: self.model.rates(ls, gpu_type))
+            t = self._memo[key] = concurrent_time(loads, lambda ls: self.rates(ls, gpu_type))
         return t
 
     @property
