@@ -264,16 +264,16 @@ def test_rollback_credits_progress_per_iteration(tmp_path):
     beyond the last report (80), credits 80-89 at the round's eta and loses nothing known."""
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path)
     j = ex.state.jobs[0]
-    ex._credit(0, 0, 40, 1.0)
-    ex._credit(0, 40, 80, 0.75)
+    ex.ledger.credit(0, 0, 40, 1.0)
+    ex.ledger.credit(0, 40, 80, 0.75)
     j.iteration, j.progress = 80, 70.0
     ex.totals[0]["iterations"] = 80
-    lost, exact = ex._rollback(0, 60, 83)
+    lost, exact = ex.ledger.rollback(0, 60, 83)
     assert (j.iteration, j.progress, lost, exact) == (60, 55.0, 23, True)
     assert ex.totals[0]["eta_segments"] == [[0, 40, 1.0], [40, 60, 0.75]]
     j.iteration, j.progress = 80, 70.0
-    ex._credit(0, 60, 80, 0.75)
-    lost, exact = ex._rollback(0, 90, None)   # no decision in force: the last eta
+    ex.ledger.credit(0, 60, 80, 0.75)
+    lost, exact = ex.ledger.rollback(0, 90, None)   # no decision in force: the last eta
     assert (j.iteration, j.progress, lost, exact) == (90, 77.5, 0, False)
     assert ex.totals[0]["iterations"] == 90
 
@@ -334,12 +334,12 @@ def test_the_executor_rolls_back_past_a_truncated_newest_checkpoint(tmp_path):
     """No Ray: the executor's rollback target skips a truncated newest checkpoint for the previous
     one, logs one warning line, and the trainer then loads that one."""
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path, echo=(said := []).append)
-    ex._open_logs()
+    ex.folder.open_logs()
     ck = ex.checkpoint_dir(0)
     tr = _two_checkpoints(ck)
     newest = ck / read_checkpoint_meta(ck)["state_file"]
     newest.write_bytes(newest.read_bytes()[:64])
-    assert ex._checkpoint_iteration(0) == 10
+    assert ex.recovery.checkpoint_iteration(0) == 10
     warnings = [json.loads(x) for x in (tmp_path / "run_log.jsonl").read_text().splitlines()]
     assert [w["event"] for w in warnings] == ["warning"] and "iteration 10" in warnings[0]["message"]
     assert len(said) == 1 and "unreadable" in said[0]
@@ -348,13 +348,13 @@ def test_the_executor_rolls_back_past_a_truncated_newest_checkpoint(tmp_path):
 
 def test_no_loadable_checkpoint_fails_the_job_in_one_line(tmp_path):
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path)
-    ex._open_logs()
+    ex.folder.open_logs()
     ck = ex.checkpoint_dir(0)
     _two_checkpoints(ck)
     for f in ck.glob("state-*.pt"):
         f.write_bytes(f.read_bytes()[:10])
     with pytest.raises(JobFailed) as e:
-        ex._checkpoint_iteration(0)
+        ex.recovery.checkpoint_iteration(0)
     assert str(e.value).startswith("job 0 (tiny_mlp) cannot go on: no checkpoint in ") and "\n" not in str(e.value)
 
 
