@@ -244,7 +244,7 @@ class Recovery:
         """The iteration of the job's newest checkpoint that loads (0: none saved), which its next
         incarnation loads. A truncated newest one is dropped for the one before it (a ``warning``
         event and one echoed line); when no kept checkpoint loads, :class:`CheckpointLost` (one line)."""
-        from .spb_worker import CheckpointUnreadable, select_checkpoint
+        from .spb_checkpoint import CheckpointUnreadable, select_checkpoint
 
         try:
             return select_checkpoint(self.ex.checkpoint_dir(jid), log=lambda line: self._checkpoint_warning(jid, line))

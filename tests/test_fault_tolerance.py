@@ -284,7 +284,7 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp
     the last two complete checkpoints and removes the rest (the unfinished one included)."""
     import torch
 
-    from jigsaw_executor import spb_worker
+    from jigsaw_executor import spb_checkpoint
     from jigsaw_executor.models import build_executor_model
     from jigsaw_executor.spb_worker import SPBTrainer
 
@@ -297,17 +297,17 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
-    real = spb_worker._atomic_torch_save
+    real = spb_checkpoint._atomic_torch_save
 
     def dies_on_rng(obj, path):
         if path.name.startswith("rng-rank"):
             raise KeyboardInterrupt("killed mid-save")
         real(obj, path)
 
-    monkeypatch.setattr(spb_worker, "_atomic_torch_save", dies_on_rng)
+    monkeypatch.setattr(spb_checkpoint, "_atomic_torch_save", dies_on_rng)
     with pytest.raises(KeyboardInterrupt):
         tr.save_checkpoint(ck, 20)
-    monkeypatch.setattr(spb_worker, "_atomic_torch_save", real)
+    monkeypatch.setattr(spb_checkpoint, "_atomic_torch_save", real)
     assert read_checkpoint_meta(ck)["iteration"] == 10
     assert tr.load_checkpoint(ck) == 10 and tr.state_hash() == h10
     tr.save_checkpoint(ck, 30)
@@ -439,11 +439,11 @@ def test_a_running_job_whose_checkpoints_are_all_corrupt_when_it_fails_is_given_
     checkpoints (50 and 25) are truncated (done inside the executor's checkpoint lookup, so the
     timing is exact). The job is given up within the round; job 0, on the other slot, runs to the
     end untouched."""
-    from jigsaw_executor import spb_worker
+    from jigsaw_executor import spb_checkpoint
 
     pool, hub = ray_pieces
     _warm(pool)
-    real = spb_worker.select_checkpoint
+    real = spb_checkpoint.select_checkpoint
     damaged = []
 
     def damage_then_select(path, log=None):
@@ -453,7 +453,7 @@ def test_a_running_job_whose_checkpoints_are_all_corrupt_when_it_fails_is_given_
             damaged.append(path)
         return real(path, log=log)
 
-    monkeypatch.setattr(spb_worker, "select_checkpoint", damage_then_select)
+    monkeypatch.setattr(spb_checkpoint, "select_checkpoint", damage_then_select)
     jobs = [LiveJob(0, "tiny_mlp", 1, 150, seed=1, lr=0.02), LiveJob(1, "tiny_mlp", 1, 150, seed=2, lr=0.02)]
 
     def own_slots(state: ClusterState) -> Decision:
