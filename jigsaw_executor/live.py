@@ -98,9 +98,9 @@ class LiveExecutor:
         self._own_session = self._own_pool = self._own_hub = False
         self.store = None
         self.store_addr: tuple[str, int] | None = None
-        self.store_token = ""                   # the run's secret for decision records (ControlHub.open_run)
+        self.store_token = ""  # the run's secret for decision records (ControlHub.open_run)
         self.epoch: float | None = None
-        self.inc: dict[int, int] = {}            # job -> current incarnation number (-1: none yet)
+        self.inc: dict[int, int] = {}  # job -> current incarnation number (-1: none yet)
         self.refs: dict[tuple[int, int], list] = {}  # (job, inc) -> ray refs of its ranks
         self.launched: dict[tuple[int, int], dict] = {}  # (job, inc) -> gpus, launch time, resumed
         self.detached: set[tuple[int, int]] = set()  # running incarnations without refs (after a restore)
@@ -110,11 +110,11 @@ class LiveExecutor:
         self.pending_pos = 0
         self.finished = False
         self._started = False
-        self.last_records: dict[int, dict] = {}
+        self.last_records: dict[int, dict] = {}  # job -> its newest published decision record
         self.gens: dict[tuple[int, int], int] = {}  # (job, inc) -> process-group generation (partial recoveries)
-        self.round_decision: Decision = Decision()      # the decision of the round in progress
-        self.phase: str | None = None             # "round" while a round runs, "pause" while pausing
-        self.holding = False                      # the round's hold has been published
+        self.round_decision: Decision = Decision()  # the decision of the round in progress
+        self.phase: str | None = None  # "round" while a round runs, "pause" while pausing
+        self.holding = False  # the round's hold has been published
         # the parts, one job each (their modules' docstrings)
         self.ledger = ProgressLedger(self, [j.job_id for j in self.jobs])
         self.folder = RunFolder(self)
