@@ -319,6 +319,8 @@ class WorkerSpec:
         checkpoint) or ``"partial"`` (it waits for a replacement and goes on; module docstring).
     recover_gen: > 0 for a replacement rank: join process-group generation ``recover_gen`` and copy
         the state from the source rank named by ``rgo``.
+    count_loopback: count the loopback interface's bytes around every gradient sync
+        (``SPBTrainer(count_loopback=True)``; ``jigsaw_executor.transport``).
     """
 
     run_id: str
@@ -351,6 +353,7 @@ class WorkerSpec:
     checkpoint_every: int = 0
     recovery: str = "full"
     recover_gen: int = 0
+    count_loopback: bool = False
 
     def injections(self) -> list[tuple[int, int, str, bool, int]]:
         """``fail_at`` as a list of ``(rank, iteration, mode, repeat, index)``."""
@@ -393,7 +396,7 @@ def _compact(rep, t: int, wall: float) -> dict:
             "step_s": rep.step_s, "fwd_s": rep.forward_s, "bwd_s": rep.backward_s, "sync_s": rep.sync_s,
             "opt_s": rep.optimizer_s, "bytes": rep.bytes_sent, "wire": rep.bytes_on_wire_total,
             "buf_bytes": rep.buffer_bytes_sent, "by": rep.bytes_by_collective, "act": rep.peak_activation_bytes,
-            "wall": wall, "iter_s": None}
+            "wall": wall, "iter_s": None, "lo": rep.loopback_bytes}
 
 
 class _Worker:
@@ -602,7 +605,8 @@ class _Worker:
         s = self.s
         self.trainer = SPBTrainer(self.model, self.optimizer, spb_config=s.spb, average_over=s.average_over,
                                   link=s.link, measure_activations=s.measure_activations, timeout_s=s.timeout_s,
-                                  sync_initial_state=sync_initial_state, transactional=s.recovery == "partial")
+                                  sync_initial_state=sync_initial_state, transactional=s.recovery == "partial",
+                                  count_loopback=s.count_loopback)
         return self.trainer
 
     def _inject(self, t: int) -> None:

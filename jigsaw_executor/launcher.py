@@ -39,6 +39,7 @@ from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
 from .spb_worker import IterationReport, read_checkpoint_meta, select_checkpoint
+from .transport import LoopbackWindow
 
 #: where a checkpoint fallback is logged (one line: which checkpoint was unreadable, which loads)
 CHECKPOINT_LOG = logging.getLogger("jigsaw_executor.checkpoint")
@@ -99,6 +100,9 @@ class JobResult:
     optimizer_state: dict[str, Any] | None = None     # rank 0's optimizer state (return_state=True)
     grads: list[dict[int, dict[str, Any]]] = field(default_factory=list)  # [rank][iteration] -> local/synced
     setup_bytes_sent: list[int] = field(default_factory=list)
+    #: bytes the loopback interface carried from the workers' start to their exit, counted by the
+    #: kernel (every process of the machine; ``jigsaw_executor.transport``); None off Linux
+    loopback_bytes: int | None = None
 
     @property
     def identical_replicas(self) -> bool:
@@ -143,6 +147,7 @@ class _JobSpec:
     evaluate: bool
     hash_optimizer: bool
     sync_method: str = "fastest"
+    count_loopback: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,7 +210,7 @@ def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
     trainer = SPBTrainer(model, optimizer, spb_config=spec.spb, average_over=spec.average_over,
                          link=spec.link, buffer_sync=spec.buffer_sync,
                          measure_activations=spec.measure_activations, timeout_s=spec.timeout_s,
-                         sync_method=spec.sync_method)
+                         sync_method=spec.sync_method, count_loopback=spec.count_loopback)
     torch.manual_seed(mix_seed(spec.seed, 0xD40, rank))  # per-rank stream (dropout), in the checkpoint
     start = spec.start_iteration
     if spec.resume and spec.checkpoint_dir and read_checkpoint_meta(spec.checkpoint_dir) is not None:
@@ -491,7 +496,8 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
                   record_grads_at: Sequence[int] = (), measure_activations: bool = True,
                   buffer_sync: str = "average", model_kwargs: dict[str, Any] | None = None,
                   lr: float | None = None, threads: int = 1, return_state: bool = False,
-                  evaluate: bool = False, hash_optimizer: bool = True, sync_method: str = "fastest") -> JobResult:
+                  evaluate: bool = False, hash_optimizer: bool = True, sync_method: str = "fastest",
+                  count_loopback: bool = False) -> JobResult:
     """Train ``model_name`` with real SPB on ``world_size`` local processes.
 
     decisions: one :class:`Decision` (or ``(level, pattern[, starts])``) for every iteration, a
@@ -504,6 +510,9 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
     fail_at / fail_mode: fault injection for tests: rank ``fail_at[0]`` at iteration ``fail_at[1]``
         raises (``"raise"``), stalls (``"hang"``) or exits without a Python error (``"exit"``).
     record_grads_at: iterations whose local (before sync) and synced gradients are returned.
+    count_loopback: every rank counts the loopback interface's bytes around its gradient syncs
+        (``IterationReport.loopback_bytes``). ``JobResult.loopback_bytes`` (the whole job's window)
+        is counted either way.
     sync_method: ``"fastest"`` (the simulator's choice per group, eq. N4), ``"ring"`` or
         ``"reduce_broadcast"`` (``SPBTrainer``).
     Returns a :class:`JobResult`; raises :class:`JobFailed` when a worker fails.
@@ -539,9 +548,11 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
             fail_mode=fail_mode, record_grads_at=tuple(int(t) for t in record_grads_at),
             measure_activations=measure_activations, buffer_sync=buffer_sync,
             model_kwargs=tuple(sorted((model_kwargs or {}).items())), lr=lr, threads=threads,
-            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer, sync_method=sync_method)
-        procs = _start_workers(spec, world_size, threads)
-        failed, timed_out, exit_seen, stopped = _watch_workers(procs, job_timeout_s)
+            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer, sync_method=sync_method,
+            count_loopback=bool(count_loopback))
+        with LoopbackWindow(required=False) as lo:  # the kernel's count, from the start to the exits
+            procs = _start_workers(spec, world_size, threads)
+            failed, timed_out, exit_seen, stopped = _watch_workers(procs, job_timeout_s)
         if failed or timed_out is not None:
             raise _failure(procs, out, model_name, timed_out, exit_seen, stopped)
         results = _read_results(out, world_size, model_name)
@@ -552,4 +563,4 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
         state_hashes=[res["hash"] for res in results], start_iteration=results[0]["start"],
         end_iteration=results[0]["end"], wall_s=wall, accuracy=results[0]["accuracy"],
         state_dict=results[0].get("state_dict"), optimizer_state=results[0].get("optimizer_state"), grads=[res["grads"] for res in results],
-        setup_bytes_sent=[res["setup_bytes_sent"] for res in results])
+        setup_bytes_sent=[res["setup_bytes_sent"] for res in results], loopback_bytes=lo.bytes)

@@ -32,7 +32,7 @@ class ProgressLedger:
                 "incarnations": 0, "levels": {}, "peak_act": [], "startup_s": [], "final_hash": None,
                 "start_groups": {}, "finish_wall": None, "checkpoint_s": 0.0, "failures": 0, "restarts": 0,
                 "partial_recoveries": 0, "iterations_lost": 0, "recoveries": [], "eta_segments": [],
-                "rank_hashes": None}
+                "rank_hashes": None, "loopback_bytes": None}
 
     def credit(self, jid: int, t0: int, t1: int, eta: float) -> None:
         """Record that iterations ``t0`` .. ``t1 - 1`` of job ``jid`` were credited at ``eta``
@@ -138,11 +138,17 @@ class ProgressLedger:
         wire = int(sum(it["wire"] for it in ref))
         loss = [float(np.mean([bt[it["t"]]["loss"] for bt in by_t if it["t"] in bt])) for it in ref]
         ckpt_s = float(sum(it.get("ckpt_s", 0.0) for it in ref))
+        # the kernel's loopback count around the syncs of the rank that stands for the job (every
+        # process of the machine in those windows); None unless every iteration has one
+        lo = [it.get("lo") for it in ref]
+        lo_bytes = int(sum(lo)) if lo and all(x is not None for x in lo) else None
         tot = self.totals[jid]
         peaks = self._add_to_totals(tot, jd, its, n, stepping=stepping, ckpt_s=ckpt_s, bytes_=bytes_, wire=wire,
                                     loss=loss)
         if startup is not None:
             tot["startup_s"].append(startup)
+        if lo_bytes is not None:
+            tot["loopback_bytes"] = (tot.get("loopback_bytes") or 0) + lo_bytes
         if started_now:
             ex.event("ready", job=jid, inc=inc, loaded_hash=ready and ready.get("loaded_hash"),
                      resumed_at=ready and ready.get("t"), setup_s=ready and ready.get("setup_s"),
@@ -168,6 +174,7 @@ class ProgressLedger:
             "mean_iter_s": stepping / n if n else None,
             "median_iter_s": float(np.median([it["iter_s"] or 0.0 for it in ref])) if n else None,
             "bytes": bytes_, "bytes_per_iter": bytes_ / n if n else None, "wire_per_iter": wire / n if n else None,
+            "loopback_bytes": lo_bytes,
             "loss_last": loss[-1] if loss else None, "progress_gain": gain, "finished": finished,
             "finish_s": j.finish_s if finished else None, "startup_s": startup,
             "setup_s": ready["setup_s"] if (ready and started_now) else None,
@@ -232,6 +239,7 @@ class ProgressLedger:
                 "iterations": n, "work_iterations": j.iterations, "progress": j.progress,
                 "mean_iter_s": tot["stepping_s"] / n if n else None,
                 "bytes_sent": tot["bytes"], "bytes_per_iter": tot["bytes"] / n if n else None,
+                "loopback_bytes": tot.get("loopback_bytes"),
                 "final_loss": float(np.mean(tot["losses"][-10:])) if tot["losses"] else None,
                 "heldout_accuracy": tot["accuracy"], "preemptions": j.preemptions, "migrations": j.migrations,
                 "level_changes": j.level_changes, "incarnations": tot["incarnations"], "levels_used": tot["levels"],

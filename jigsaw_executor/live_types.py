@@ -93,6 +93,9 @@ class LiveConfig:
         them) or ``"lockstep"`` (their rank 0s meet at a store barrier before every step). The
         decision log's header records it and the replay runs the simulator at the same pace
         (``SimConfig.pace``).
+    count_loopback: every worker counts the loopback interface's bytes around its gradient syncs
+        (the kernel's counter; ``jigsaw_executor.transport``); ``summary.json`` reports the job's
+        ``loopback_bytes`` beside ``bytes_sent`` (the formula's). Off: None.
     """
 
     slots: int = 2
@@ -115,6 +118,7 @@ class LiveConfig:
     recovery: str = "full"
     lockstep_s: float = 0.0
     pace: str = DEFAULT_PACE
+    count_loopback: bool = False
 
     def __post_init__(self) -> None:
         from jigsaw_env.simulator import check_lockstep_s

@@ -54,7 +54,7 @@ class Incarnations:
                           hold_timeout_s=ex.cfg.hold_timeout_s, measure_activations=ex.cfg.measure_activations,
                           evaluate=ex.cfg.evaluate, fail_at=ex.fail_at.get(job.job_id),
                           checkpoint_every=ex.cfg.checkpoint_every, recovery=ex.cfg.recovery,
-                          recover_gen=recover_gen)
+                          recover_gen=recover_gen, count_loopback=ex.cfg.count_loopback)
 
     def current_keys(self, jids) -> list[tuple[int, int]]:
         """The (job, incarnation) of each job's current incarnation (jobs never launched left out)."""

@@ -66,6 +66,7 @@ exception into a job failure naming the rank.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import asdict, dataclass
@@ -84,6 +85,7 @@ from jigsaw_env.spb import Pattern, SPBConfig, cycle_length, worker_starts
 # CheckpointUnreadable are part of this module's interface too
 from .spb_checkpoint import (CheckpointUnreadable, load_trainer_checkpoint, read_checkpoint_meta,
                              save_trainer_checkpoint, select_checkpoint)
+from .transport import LoopbackWindow
 
 BUFFER_SYNC_MODES = ("average", "broadcast")
 AVERAGE_OVER = ("contributors", "all")
@@ -177,7 +179,9 @@ class IterationReport:
     rank's bytes per collective kind and process (sub)group, e.g. ``"reduce@0,2"``,
     ``"broadcast@all"``, ``"allreduce@all"``. ``peak_activation_bytes``: bytes saved for backward
     (exact count); ``device_peak_bytes``: CUDA allocator peak during the iteration above its start
-    (``None`` on CPU).
+    (``None`` on CPU). ``loopback_bytes``: bytes the loopback interface carried while this rank
+    synced its gradients, counted by the kernel (``jigsaw_executor.transport``: every process of
+    the machine, TCP/IP headers included), with ``SPBTrainer(count_loopback=True)``; else None.
     """
 
     iteration: int
@@ -204,6 +208,7 @@ class IterationReport:
     algorithms: tuple[str, ...]
     peak_activation_bytes: int
     device_peak_bytes: int | None = None
+    loopback_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -326,6 +331,9 @@ class SPBTrainer:
             before the forward and put back if the step raises before the update, so the replica
             is exactly at the start of the failed iteration (partial recovery needs it;
             ``completed_iteration`` says whether the update of an iteration happened).
+        count_loopback: read the loopback interface's byte counter around every gradient sync
+            (``IterationReport.loopback_bytes``; two reads of ``/proc/net/dev`` per iteration, inside
+            ``sync_s``).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int | None = None,
@@ -335,7 +343,7 @@ class SPBTrainer:
                  measure_activations: bool = True, loss_fn: Callable | None = None,
                  timeout_s: float | None = None, sync_initial_state: bool = True,
                  precreate_subgroups: bool = True, transactional: bool = False,
-                 sync_method: str = "fastest") -> None:
+                 sync_method: str = "fastest", count_loopback: bool = False) -> None:
         groups = getattr(model, "groups", None)
         if not isinstance(groups, nn.ModuleList) or len(groups) == 0:
             raise ValueError("SPBTrainer needs a model with a non-empty `groups` nn.ModuleList (its layer groups)")
@@ -344,6 +352,7 @@ class SPBTrainer:
         if sync_method not in SYNC_METHODS:
             raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
         self.sync_method = sync_method
+        self.count_loopback = bool(count_loopback)
         self.model = model
         self.optimizer = optimizer
         self.spb = spb_config
@@ -577,7 +586,8 @@ class SPBTrainer:
             self.last_local_grads = self._grads_snapshot()
 
         acc = self._new_acc()
-        self._sync_grads(plan, acc)
+        with LoopbackWindow(required=False) if self.count_loopback else contextlib.nullcontext() as lo:
+            self._sync_grads(plan, acc)
         t3 = _now(dev)
         if record_grads:
             self.last_synced_grads = self._grads_snapshot()
@@ -604,7 +614,7 @@ class SPBTrainer:
             contributors=tuple(len(gs.contributors) for gs in plan),
             algorithms=tuple(gs.algorithm for gs in plan),
             peak_activation_bytes=counter.total if counter is not None else 0,
-            device_peak_bytes=dev_peak)
+            device_peak_bytes=dev_peak, loopback_bytes=lo.bytes if lo is not None else None)
 
     def _grads_snapshot(self) -> dict[str, torch.Tensor | None]:
         return {self.param_names[id(p)]: (None if p.grad is None else p.grad.detach().to("cpu").clone())
