@@ -11,6 +11,13 @@ same data. Reported per configuration:
 * bytes/iter: gradient bytes on the wire per iteration, measured (sum over ranks of the bytes each
   counted at its collective calls) and predicted (``jigsaw_env.spb.iteration_cost(table, starts,
   INTRA_NODE).bytes`` on an exact-bytes cost table of the same model), mean over iterations;
+* lo/iter: bytes counted at the transport, by the kernel: the loopback interface's transmit
+  counter (``/proc/net/dev``) read by rank 0 just before and after its gradient sync, mean over
+  iterations. It holds every process's loopback traffic in that window (the other ranks' too,
+  which is the point: the job's whole exchange), TCP/IP headers, and whatever else the machine
+  sends over loopback meanwhile (``jigsaw_executor.transport``); ``job lo/f``: the loopback count
+  over the whole job (start to exit of the workers) over the formula's bytes of the job (every
+  iteration's plus the initial state broadcast);
 * bwd ms (job): mean per-worker backward time in the job, over ranks and iterations after warm-up;
 * bwd ms (alone): the same mean built from backward times measured one process at a time (a
   single process, no other worker running, median of ``--repeats`` per start group), i.e. without
@@ -84,13 +91,16 @@ def run_model(model_name: str, world: int, iterations: int, warmup: int, batch_s
     for label, level, pattern in CONFIGS:
         t0 = time.perf_counter()
         res = run_job_local(model_name, world, iterations, Decision(level, pattern), batch_size=batch_size,
-                            seed=seed, timeout_s=timeout_s, job_timeout_s=max(600.0, 20 * timeout_s))
+                            seed=seed, timeout_s=timeout_s, job_timeout_s=max(600.0, 20 * timeout_s),
+                            count_loopback=True)
         wall = time.perf_counter() - t0
         assert res.identical_replicas, f"{model_name} {label}: replicas differ"
         its = range(iterations)
         starts = [res.reports[0][i].starts for i in its]
         measured = res.bytes_per_iteration()
         predicted = [iteration_cost(table, s, INTRA_NODE).bytes for s in starts]
+        loopback = [res.reports[0][i].loopback_bytes for i in its]  # None off Linux
+        formula_job = sum(measured) + sum(res.setup_bytes_sent)
         timed = range(warmup, iterations)
         bwd_job = float(np.mean([res.reports[r][i].backward_s for r in range(world) for i in timed]))
         fwd_job = float(np.mean([res.reports[r][i].forward_s for r in range(world) for i in timed]))
@@ -101,6 +111,8 @@ def run_model(model_name: str, world: int, iterations: int, warmup: int, batch_s
         peak_pred = [table.activation_peak_bytes(m) for m in min_start]
         jobs[label] = {"level": level, "pattern": pattern, "slots": list(spb.start_slots(level, table.num_groups)),
                        "starts": [list(s) for s in starts], "bytes_measured": measured, "bytes_predicted": predicted,
+                       "bytes_loopback_rank0_sync": loopback, "bytes_loopback_job": res.loopback_bytes,
+                       "bytes_formula_job": formula_job,
                        "backward_s_job_mean": bwd_job, "forward_s_job_mean": fwd_job, "sync_s_job_mean": sync_job,
                        "iteration_s_job_mean": step_job, "peak_activation_bytes": peak,
                        "peak_activation_predicted": peak_pred, "job_wall_s": wall,
@@ -159,7 +171,7 @@ def _fmt_bytes(b: float) -> str:
 
 
 def print_table(results: list[dict]) -> None:
-    head = (f"{'model':<22}{'config':<13}{'bytes/iter meas':>16}{'pred':>11}{'vs full':>9}"
+    head = (f"{'model':<22}{'config':<13}{'bytes/iter meas':>16}{'pred':>11}{'lo/iter':>11}{'job lo/f':>9}{'vs full':>9}"
             f"{'bwd ms job':>12}{'bwd ms alone':>13}{'vs full':>9}{'table':>8}  {'peak act per rank (meas = pred?)'}")
     print(head)
     print("-" * len(head))
@@ -171,8 +183,12 @@ def print_table(results: list[dict]) -> None:
             pb = sum(j["bytes_predicted"]) / len(j["bytes_predicted"])
             same = all(a == b for a, b in zip(j["peak_activation_bytes"], j["peak_activation_predicted"]))
             peaks = ", ".join(_fmt_bytes(p) for p in j["peak_activation_bytes"])
+            lo = j.get("bytes_loopback_rank0_sync") or []
+            lo_s = _fmt_bytes(sum(lo) / len(lo)) if lo and None not in lo else "-"
+            ratio = (f"{j['bytes_loopback_job'] / j['bytes_formula_job']:.3f}"
+                     if j.get("bytes_loopback_job") is not None and j.get("bytes_formula_job") else "-")
             print(f"{res['model'] + ' bs' + str(res['batch_size']):<22}{label:<13}{_fmt_bytes(mb):>16}"
-                  f"{_fmt_bytes(pb):>11}{(mb / fb - 1) * 100:>8.1f}%"
+                  f"{_fmt_bytes(pb):>11}{lo_s:>11}{ratio:>9}{(mb / fb - 1) * 100:>8.1f}%"
                   f"{j['backward_s_job_mean'] * 1e3:>12.2f}{j['backward_s_alone_mean'] * 1e3:>13.2f}"
                   f"{(j['backward_s_alone_mean'] / full['backward_s_alone_mean'] - 1) * 100:>8.1f}%"
                   + (f"{(j['backward_s_pred_mean'] / full['backward_s_pred_mean'] - 1) * 100:>7.1f}%"

@@ -41,6 +41,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -101,19 +102,23 @@ def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:
         ex.close()
 
 
-def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str | Path, *, repeats: int = 3,
-                       iterations: int = 1000, link: bool = True, lockstep: bool = True,
-                       base_tables: dict[str, CostTable] | None = None, pool=None, hub=None,
-                       slots: int | None = None, plain_repeats: int | None = None,
-                       log: Callable[[str], None] = print,
-                       command: str | None = None) -> dict:
-    """Measure the executor overhead of ``models`` (and the link, with ``link``; the lockstep
-    barrier, with ``lockstep``) and write the tables, ``link.json`` and ``lockstep.json`` into the
-    folder ``out`` (module docstring). ``pool``/``hub``: an
-    existing slot pool and control hub (tests); otherwise a local Ray session is started and
-    stopped. Returns a summary dict (per model T1, T2, overhead; the link)."""
-    from jigsaw_env.calibrate import calibrate
+@dataclass(frozen=True)
+class _Provenance:
+    """How and when a calibration ran (written into every file's sources)."""
 
+    cmd: str
+    date: str
+    load0: float
+    load1: float
+    repeats: int
+    iterations: int
+
+    @property
+    def here(self) -> str:
+        return f"measured here (`{self.cmd}`, {self.date}, load average {self.load0:.1f} -> {self.load1:.1f})"
+
+
+def _check_calibration_args(repeats, iterations, lockstep: bool, pool) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"executor repeats must be an integer >= 1, got {repeats!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -121,11 +126,13 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
     if lockstep and pool is not None and getattr(pool, "cap", 2) < 2:  # before any measurement
         raise ValueError(f"the lockstep pairs need 2 workers per slot but the given slot pool holds {pool.cap}; "
                          "give a pool with 2 hosts per slot or lockstep=False")
-    out = Path(out)
-    out.mkdir(exist_ok=True)
-    cmd = command or "jigsaw calibrate --device cpu --executor"
-    load0 = os.getloadavg()[0]
-    t_start = time.time()
+
+
+def _plain_tables(models: list[str], batch_sizes: dict[str, int], base_tables: dict[str, CostTable] | None,
+                  plain_repeats: int | None, cmd: str, log: Callable[[str], None]) -> dict[str, CostTable]:
+    """The plain-loop table of every model: given in ``base_tables`` or measured here."""
+    from jigsaw_env.calibrate import calibrate
+
     base: dict[str, CostTable] = {}
     for m in models:
         if base_tables and m in base_tables:
@@ -140,6 +147,11 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         if base[m].executor_overhead_s:
             raise ValueError(f"base table of {m} already has executor_overhead_s = {base[m].executor_overhead_s}; "
                              "give a plain-loop table")
+    return base
+
+
+def _calibration_jobs(models: list[str], batch_sizes: dict[str, int], iterations: int, link: bool, lockstep: bool):
+    """(one-slot jobs 100+i, two-slot jobs 200+i, co-located pairs 300+2k and 301+2k)."""
     from .live import LiveJob
 
     one = [LiveJob(100 + i, m, 1, iterations, seed=i, batch_size=batch_sizes[m]) for i, m in enumerate(models)]
@@ -148,13 +160,18 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
     pairs = _pairs(models) if lockstep else []
     duo = [(LiveJob(300 + 2 * k, a, 1, iterations, seed=k, batch_size=batch_sizes[a]),
             LiveJob(301 + 2 * k, b, 1, iterations, seed=k + 50, batch_size=batch_sizes[b])) for k, (a, b) in enumerate(pairs)]
+    return one, two, duo
+
+
+def _measure(one, two, duo, *, repeats: int, iterations: int, link: bool, slots: int | None, pool, hub,
+             log: Callable[[str], None]) -> list[dict]:
+    """Run the jobs ``repeats`` times (in a Ray session and slot pool of its own unless ``pool`` is
+    given); per run, job id -> its mean iteration time."""
     need = 2 if link else 1
     session = None
     own_pool = pool is None
     if own_pool:
-        from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub
-
-        from .cluster_ray import physical_cores
+        from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub, physical_cores
 
         if link and physical_cores() < 2:
             raise ValueError(f"fitting the link needs 2 slots but this machine has {physical_cores()} physical core: "
@@ -187,100 +204,153 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
             pool.close()
             kill_actor(hub)
             session.stop()
+    return runs
+
+
+def _median(runs: list[dict], jid: int) -> tuple[float, list[float]]:
+    """The median over the runs of job ``jid``'s mean iteration time, and the runs' values."""
+    xs = [r[str(jid)] for r in runs if r.get(str(jid)) is not None]
+    if not xs:
+        raise RuntimeError(f"calibration job {jid} ran no iteration")
+    return float(statistics.median(xs)), xs
+
+
+def _overhead_table(m: str, i: int, base: CostTable, batch_size: int, runs: list[dict], link: bool, out: Path,
+                    pv: _Provenance, log: Callable[[str], None]) -> tuple[dict, tuple | None, Path]:
+    """Model ``m``'s table with its executor overhead (eq. X1), written to ``out``: (its record in
+    the summary, its link point (messages, bytes, comm_s) or None, the file)."""
+    t1, xs1 = _median(runs, 100 + i)
+    plain = base.plain_compute_s(0)
+    x = max(0.0, t1 - plain)
+    rec = {"batch_size": batch_size, "one_slot_iter_s": t1, "one_slot_iter_s_runs": xs1,
+           "plain_compute_s0": plain, "raw_overhead_s": t1 - plain, "executor_overhead_s": x}
+    point = None
+    if link:
+        t2, xs2 = _median(runs, 200 + i)
+        g = [grp.param_bytes for grp in base.groups if grp.param_bytes > 0]
+        rec.update(two_slot_iter_s=t2, two_slot_iter_s_runs=xs2, comm_s=t2 - t1, messages=2 * len(g),
+                   gradient_bytes=sum(g))
+        point = (2 * len(g), sum(g), t2 - t1)
+    t = base
+    src = dict(t.sources)
+    # the executor does the plain loop's work and more, so a plain loop measured slower than T1
+    # was disturbed (up to 2x here on 2 shared cores): its per-group times are scaled down to T1,
+    # keeping their shape across groups (what the SPB levels read), and the overhead is 0
+    scale = t1 / plain if t1 < plain else 1.0
+    rec["plain_scale"] = scale
+    if scale != 1.0:
+        from jigsaw_env.table_builder import scale_table
+
+        src["plain_scale"] = (f"the plain loop ({plain * 1e3:.3f} ms) measured slower than the live executor's "
+                              f"level-0 iteration ({t1 * 1e3:.3f} ms): every time scaled by {scale:.4f} so that "
+                              f"compute_s(0) equals it (docs/deploy.md eq. X1)")
+        t = scale_table(t, scale, device=t.device, fixed_memory_bytes=t.fixed_memory_bytes, sources=src, meta=t.meta)
+    src["executor_overhead_s"] = (
+        f"{pv.here}: the live executor's median "
+        f"over {pv.repeats} runs of the mean level-0 iteration of {m} alone on one slot ({pv.iterations} iterations "
+        f"per run: {', '.join(f'{v * 1e3:.3f}' for v in xs1)} ms; median {t1 * 1e3:.3f} ms) minus this "
+        f"table's plain-loop compute_s(0) = {plain * 1e3:.3f} ms"
+        + ("" if t1 >= plain else " (negative: 0, and the table scaled to the executor's iteration)")
+        + "; paid by every iteration whatever its start group (docs/spb_model.md eq. C1, docs/deploy.md eq. X1)")
+    meta = dict(t.meta, executor_calibration=rec | {"command": pv.cmd, "date_utc": pv.date, "repeats": pv.repeats,
+                                                     "loadavg_1min_start_end": [pv.load0, pv.load1]})
+    new = CostTable(t.model, t.batch_size, t.device, t.groups, t.optimizer_s, t.fixed_memory_bytes, src, meta,
+                    executor_overhead_s=x)
+    path = out / table_filename(m, t.batch_size, "cpu")
+    new.save(path)
+    log(f"{m}: executor level-0 iteration {t1 * 1e3:.3f} ms (runs {', '.join(f'{v * 1e3:.3f}' for v in xs1)}), "
+        f"plain loop {plain * 1e3:.3f} ms -> executor_overhead_s = {x * 1e3:.3f} ms"
+        + (f", table scaled by {scale:.3f}" if scale != 1.0 else "") + f" -> {path}")
+    return rec, point, path
+
+
+def _write_link(models: list[str], points: list[tuple], out: Path, pv: _Provenance,
+                log: Callable[[str], None]) -> dict:
+    """Fit the link's alpha (eq. X2) and write ``link.json``; its summary."""
+    bw = INTRA_NODE.bandwidth_Bps
+    alpha = fit_executor_alpha(points, bw)
+    lk = Link(alpha, bw)
+    src = (f"{pv.here}: alpha = least squares of "
+           f"comm = 2 n alpha + P / beta over the 2-slot level-0 jobs of {', '.join(models)} (comm = median 2-slot "
+           f"minus median 1-slot iteration over {pv.repeats} runs; docs/deploy.md eq. X2); bandwidth not fitted: the "
+           f"simulator's intra-node {bw / 1e9:.2f} GB/s (jigsaw_env.network.INTRA_NODE)")
+    save_link(out / LINK_FILE, lk, src, {"points": [{"model": m, "messages": n, "gradient_bytes": p, "comm_s": c}
+                                                    for m, (n, p, c) in zip(models, points)]})
+    log(f"link: alpha {alpha * 1e6:.1f} us per message, {bw / 1e9:.2f} GB/s (not fitted) -> {out / LINK_FILE} "
+        f"(jigsaw deploy --tables {out} uses it; or --link-alpha-us {alpha * 1e6:.1f} --link-gbps {bw / 1e9:.2f})")
+    return {"alpha_s": alpha, "bandwidth_Bps": bw, "file": str(out / LINK_FILE)}
+
+
+def _write_lockstep(duo, alone_s: dict[str, float], runs: list[dict], out: Path, pv: _Provenance,
+                    log: Callable[[str], None]) -> dict:
+    """Fit the lockstep barrier (eq. X3) from the co-located pairs and write ``lockstep.json``; its
+    summary. ``alone_s``: each model's median level-0 iteration alone on one slot."""
+    from .lockstep import LOCKSTEP_FILE, fit_lockstep, save_lockstep
+
+    lpts = []
+    for x, y in duo:
+        # both jobs of a pair step together: the pair's step is the mean of their two means
+        ta, xa = _median(runs, x.job_id)
+        tb, xb = _median(runs, y.job_id)
+        tp = (ta + tb) / 2
+        lpts.append({"models": [x.model, y.model], "pair_step_s": tp, "pair_step_s_runs": [(u + v) / 2 for u, v in zip(xa, xb)],
+                     "alone_iter_s": [alone_s[x.model], alone_s[y.model]],
+                     "barrier_s": tp - alone_s[x.model] - alone_s[y.model]})
+    b = fit_lockstep([(q["pair_step_s"], *q["alone_iter_s"]) for q in lpts])
+    src = (f"{pv.here}: the mean over "
+           f"{len(lpts)} co-located level-0 pairs of the median pair step (both jobs on one slot in lockstep, "
+           f"{pv.repeats} runs of {pv.iterations} steps) minus the two models' median level-0 iterations alone "
+           f"(docs/deploy.md eq. X3), clipped at 0")
+    save_lockstep(out / LOCKSTEP_FILE, b, src, {"points": lpts})
+    log(f"lockstep barrier: {b * 1e3:.3f} ms per co-located step (pairs: "
+        + ", ".join(f"{'+'.join(q['models'])} {q['barrier_s'] * 1e3:+.3f}" for q in lpts) + f" ms) -> {out / LOCKSTEP_FILE}")
+    return {"lockstep_s": b, "points": lpts, "file": str(out / LOCKSTEP_FILE)}
+
+
+def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str | Path, *, repeats: int = 3,
+                       iterations: int = 1000, link: bool = True, lockstep: bool = True,
+                       base_tables: dict[str, CostTable] | None = None, pool=None, hub=None,
+                       slots: int | None = None, plain_repeats: int | None = None,
+                       log: Callable[[str], None] = print,
+                       command: str | None = None) -> dict:
+    """Measure the executor overhead of ``models`` (and the link, with ``link``; the lockstep
+    barrier, with ``lockstep``) and write the tables, ``link.json`` and ``lockstep.json`` into the
+    folder ``out`` (module docstring). ``pool``/``hub``: an
+    existing slot pool and control hub (tests); otherwise a local Ray session is started and
+    stopped. Returns a summary dict (per model T1, T2, overhead; the link)."""
+    _check_calibration_args(repeats, iterations, lockstep, pool)
+    out = Path(out)
+    out.mkdir(exist_ok=True)
+    cmd = command or "jigsaw calibrate --device cpu --executor"
+    load0 = os.getloadavg()[0]
+    t_start = time.time()
+    base = _plain_tables(models, batch_sizes, base_tables, plain_repeats, cmd, log)
+    one, two, duo = _calibration_jobs(models, batch_sizes, iterations, link, lockstep)
+    runs = _measure(one, two, duo, repeats=repeats, iterations=iterations, link=link, slots=slots, pool=pool, hub=hub,
+                    log=log)
     load1 = os.getloadavg()[0]
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def med(jid: int) -> tuple[float, list[float]]:
-        xs = [r[str(jid)] for r in runs if r.get(str(jid)) is not None]
-        if not xs:
-            raise RuntimeError(f"calibration job {jid} ran no iteration")
-        return float(statistics.median(xs)), xs
-
+    pv = _Provenance(cmd, date, load0, load1, repeats, iterations)
     summary: dict = {"command": cmd, "date_utc": date, "repeats": repeats, "iterations": iterations,
                      "loadavg_1min_start_end": [load0, load1], "wall_s": round(time.time() - t_start, 1),
                      "models": {}}
     points = []
     written = []
     for i, m in enumerate(models):
-        t1, xs1 = med(100 + i)
-        plain = base[m].plain_compute_s(0)
-        x = max(0.0, t1 - plain)
-        rec = {"batch_size": batch_sizes[m], "one_slot_iter_s": t1, "one_slot_iter_s_runs": xs1,
-               "plain_compute_s0": plain, "raw_overhead_s": t1 - plain, "executor_overhead_s": x}
-        if link:
-            t2, xs2 = med(200 + i)
-            g = [grp.param_bytes for grp in base[m].groups if grp.param_bytes > 0]
-            rec.update(two_slot_iter_s=t2, two_slot_iter_s_runs=xs2, comm_s=t2 - t1, messages=2 * len(g),
-                       gradient_bytes=sum(g))
-            points.append((2 * len(g), sum(g), t2 - t1))
-        t = base[m]
-        src = dict(t.sources)
-        # the executor does the plain loop's work and more, so a plain loop measured slower than T1
-        # was disturbed (up to 2x here on 2 shared cores): its per-group times are scaled down to T1,
-        # keeping their shape across groups (what the SPB levels read), and the overhead is 0
-        scale = t1 / plain if t1 < plain else 1.0
-        rec["plain_scale"] = scale
+        rec, point, path = _overhead_table(m, i, base[m], batch_sizes[m], runs, link, out, pv, log)
         summary["models"][m] = rec
-        if scale != 1.0:
-            from jigsaw_env.table_builder import scale_table
-
-            src["plain_scale"] = (f"the plain loop ({plain * 1e3:.3f} ms) measured slower than the live executor's "
-                                  f"level-0 iteration ({t1 * 1e3:.3f} ms): every time scaled by {scale:.4f} so that "
-                                  f"compute_s(0) equals it (docs/deploy.md eq. X1)")
-            t = scale_table(t, scale, device=t.device, fixed_memory_bytes=t.fixed_memory_bytes, sources=src, meta=t.meta)
-        src["executor_overhead_s"] = (
-            f"measured here (`{cmd}`, {date}, load average {load0:.1f} -> {load1:.1f}): the live executor's median "
-            f"over {repeats} runs of the mean level-0 iteration of {m} alone on one slot ({iterations} iterations "
-            f"per run: {', '.join(f'{v * 1e3:.3f}' for v in xs1)} ms; median {t1 * 1e3:.3f} ms) minus this "
-            f"table's plain-loop compute_s(0) = {plain * 1e3:.3f} ms"
-            + ("" if t1 >= plain else " (negative: 0, and the table scaled to the executor's iteration)")
-            + "; paid by every iteration whatever its start group (docs/spb_model.md eq. C1, docs/deploy.md eq. X1)")
-        meta = dict(t.meta, executor_calibration=rec | {"command": cmd, "date_utc": date, "repeats": repeats,
-                                                         "loadavg_1min_start_end": [load0, load1]})
-        new = CostTable(t.model, t.batch_size, t.device, t.groups, t.optimizer_s, t.fixed_memory_bytes, src, meta,
-                        executor_overhead_s=x)
-        path = out / table_filename(m, t.batch_size, "cpu")
-        new.save(path)
+        if point is not None:
+            points.append(point)
         written.append(path)
-        log(f"{m}: executor level-0 iteration {t1 * 1e3:.3f} ms (runs {', '.join(f'{v * 1e3:.3f}' for v in xs1)}), "
-            f"plain loop {plain * 1e3:.3f} ms -> executor_overhead_s = {x * 1e3:.3f} ms"
-            + (f", table scaled by {scale:.3f}" if scale != 1.0 else "") + f" -> {path}")
     if link:
-        bw = INTRA_NODE.bandwidth_Bps
-        alpha = fit_executor_alpha(points, bw)
-        lk = Link(alpha, bw)
-        src = (f"measured here (`{cmd}`, {date}, load average {load0:.1f} -> {load1:.1f}): alpha = least squares of "
-               f"comm = 2 n alpha + P / beta over the 2-slot level-0 jobs of {', '.join(models)} (comm = median 2-slot "
-               f"minus median 1-slot iteration over {repeats} runs; docs/deploy.md eq. X2); bandwidth not fitted: the "
-               f"simulator's intra-node {bw / 1e9:.2f} GB/s (jigsaw_env.network.INTRA_NODE)")
-        save_link(out / LINK_FILE, lk, src, {"points": [{"model": m, "messages": n, "gradient_bytes": p, "comm_s": c}
-                                                        for m, (n, p, c) in zip(models, points)]})
-        summary["link"] = {"alpha_s": alpha, "bandwidth_Bps": bw, "file": str(out / LINK_FILE)}
+        summary["link"] = _write_link(models, points, out, pv, log)
         written.append(out / LINK_FILE)
-        log(f"link: alpha {alpha * 1e6:.1f} us per message, {bw / 1e9:.2f} GB/s (not fitted) -> {out / LINK_FILE} "
-            f"(jigsaw deploy --tables {out} uses it; or --link-alpha-us {alpha * 1e6:.1f} --link-gbps {bw / 1e9:.2f})")
     if duo:
-        from .lockstep import LOCKSTEP_FILE, fit_lockstep, save_lockstep
+        from .lockstep import LOCKSTEP_FILE
 
-        t1 = {m: summary["models"][m]["one_slot_iter_s"] for m in models}
-        lpts = []
-        for k, (x, y) in enumerate(duo):
-            # both jobs of a pair step together: the pair's step is the mean of their two means
-            ta, xa = med(x.job_id)
-            tb, xb = med(y.job_id)
-            tp = (ta + tb) / 2
-            lpts.append({"models": [x.model, y.model], "pair_step_s": tp, "pair_step_s_runs": [(u + v) / 2 for u, v in zip(xa, xb)],
-                         "alone_iter_s": [t1[x.model], t1[y.model]], "barrier_s": tp - t1[x.model] - t1[y.model]})
-        b = fit_lockstep([(q["pair_step_s"], *q["alone_iter_s"]) for q in lpts])
-        src = (f"measured here (`{cmd}`, {date}, load average {load0:.1f} -> {load1:.1f}): the mean over "
-               f"{len(lpts)} co-located level-0 pairs of the median pair step (both jobs on one slot in lockstep, "
-               f"{repeats} runs of {iterations} steps) minus the two models' median level-0 iterations alone "
-               f"(docs/deploy.md eq. X3), clipped at 0")
-        save_lockstep(out / LOCKSTEP_FILE, b, src, {"points": lpts})
-        summary["lockstep"] = {"lockstep_s": b, "points": lpts, "file": str(out / LOCKSTEP_FILE)}
+        alone_s = {m: summary["models"][m]["one_slot_iter_s"] for m in models}
+        summary["lockstep"] = _write_lockstep(duo, alone_s, runs, out, pv, log)
         written.append(out / LOCKSTEP_FILE)
-        log(f"lockstep barrier: {b * 1e3:.3f} ms per co-located step (pairs: "
-            + ", ".join(f"{'+'.join(q['models'])} {q['barrier_s'] * 1e3:+.3f}" for q in lpts) + f" ms) -> {out / LOCKSTEP_FILE}")
     summary["written"] = [str(p) for p in written]
     return summary
 

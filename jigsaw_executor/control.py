@@ -319,6 +319,8 @@ class WorkerSpec:
         checkpoint) or ``"partial"`` (it waits for a replacement and goes on; module docstring).
     recover_gen: > 0 for a replacement rank: join process-group generation ``recover_gen`` and copy
         the state from the source rank named by ``rgo``.
+    count_loopback: count the loopback interface's bytes around every gradient sync
+        (``SPBTrainer(count_loopback=True)``; ``jigsaw_executor.transport``).
     """
 
     run_id: str
@@ -351,6 +353,7 @@ class WorkerSpec:
     checkpoint_every: int = 0
     recovery: str = "full"
     recover_gen: int = 0
+    count_loopback: bool = False
 
     def injections(self) -> list[tuple[int, int, str, bool, int]]:
         """``fail_at`` as a list of ``(rank, iteration, mode, repeat, index)``."""
@@ -393,7 +396,7 @@ def _compact(rep, t: int, wall: float) -> dict:
             "step_s": rep.step_s, "fwd_s": rep.forward_s, "bwd_s": rep.backward_s, "sync_s": rep.sync_s,
             "opt_s": rep.optimizer_s, "bytes": rep.bytes_sent, "wire": rep.bytes_on_wire_total,
             "buf_bytes": rep.buffer_bytes_sent, "by": rep.bytes_by_collective, "act": rep.peak_activation_bytes,
-            "wall": wall, "iter_s": None}
+            "wall": wall, "iter_s": None, "lo": rep.loopback_bytes}
 
 
 class _Worker:
@@ -602,7 +605,8 @@ class _Worker:
         s = self.s
         self.trainer = SPBTrainer(self.model, self.optimizer, spb_config=s.spb, average_over=s.average_over,
                                   link=s.link, measure_activations=s.measure_activations, timeout_s=s.timeout_s,
-                                  sync_initial_state=sync_initial_state, transactional=s.recovery == "partial")
+                                  sync_initial_state=sync_initial_state, transactional=s.recovery == "partial",
+                                  count_loopback=s.count_loopback)
         return self.trainer
 
     def _inject(self, t: int) -> None:
@@ -672,16 +676,19 @@ class _Worker:
                                     "state_bytes": nbytes, "hash": self.trainer.state_hash(),
                                     "replacement": self.s.recover_gen == self.gen}))
 
-    def run(self) -> dict:
+    def _start(self, t_setup: float):
+        """Set up this rank: the process group, the model and optimizer (the same construction as
+        ``jigsaw_executor.launcher._run_worker``: same seeds, same order), their state (from a
+        peer for a replacement rank, else from the job's checkpoint when there is one), and the
+        batches; rank 0 writes the ready record. Returns (the batch function, the hash of the
+        state loaded from a checkpoint or None)."""
         import torch
-        import torch.distributed as dist
 
         from .data import make_batch_fn, mix_seed
         from .models import build_executor_model
         from .spb_worker import read_checkpoint_meta
 
         s = self.s
-        t_setup = time.time()
         torch.set_num_threads(s.threads)
         go = self._wait_go() if s.recover_gen else None
         self._init_group()
@@ -724,10 +731,70 @@ class _Worker:
             self.st.set(Keys.ready(self.jid, self.inc),
                         json.dumps({"t": self.t, "wall": ready, "setup_s": ready - t_setup, "loaded_hash": loaded,
                                     "pid": os.getpid()}))
+        return batch, loaded
+
+    def _step(self, batch, lv: int, pt: int, rnd: int) -> dict:
+        """One iteration at level ``lv`` and pattern code ``pt`` in round ``rnd`` (a checkpoint
+        after it every ``checkpoint_every`` iterations); its compact report record."""
+        s = self.s
+        mirror = self.mirror
+        if not mirror["open"] or mirror["round"] != rnd:
+            mirror.update(open=True, round=rnd, k=0)
+        mirror["k"] += 1
+        t = self.t
+        if s.fail_at is not None:
+            self._inject(t)
+        wall = time.time()
+        rep = self.trainer.step(batch(t, s.rank), t, lv, CODE_PATTERN[pt])
+        rec = _compact(rep, t, wall)
+        self.records.append(rec)
+        self.t = t + 1
+        if s.checkpoint_every and self.t % s.checkpoint_every == 0:
+            c0 = time.perf_counter()
+            self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
+            rec["ckpt_s"] = time.perf_counter() - c0
+        return rec
+
+    def _end(self, c: int, rnd: int, loaded: str | None) -> str:
+        """The incarnation ends (command ``c``: pause, done or stop): the final checkpoint (pause,
+        done), the held-out accuracy (done), rank 0's end record, the last report and a barrier.
+        Returns the status."""
+        s = self.s
+        status = {CMD_PAUSE: "paused", CMD_DONE: "done", CMD_STOP: "stopped"}[c]
+        end_wall = time.time()
+        if c in (CMD_PAUSE, CMD_DONE):
+            self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
+        acc = None
+        if c == CMD_DONE and s.evaluate and s.data == "digits" and s.rank == 0:
+            from .data import DigitsData
+
+            acc = DigitsData(seed=s.seed).accuracy(self.model)
+        self.finishing = True
+        if s.rank == 0:  # before the reports: whoever sees rank 0's report sees this
+            self.st.set(Keys.fin(self.jid, self.inc),
+                        json.dumps({"status": status, "t": self.t, "wall": end_wall,
+                                    "hash": self.trainer.state_hash(), "accuracy": acc,
+                                    "loaded_hash": loaded, "round": rnd, "gen": self.gen}))
+        self.write_report(rnd)
+        try:
+            self.trainer.barrier()
+        except Exception:  # noqa: BLE001 - the checkpoint and the end record are written
+            if s.recovery != "partial":
+                raise
+        return status
+
+    def run(self) -> dict:
+        """Set up, then follow the decisions (rank 0 decides, and broadcasts each command to the
+        job) until the incarnation ends; this rank's result."""
+        import torch
+        import torch.distributed as dist
+
+        s = self.s
+        t_setup = time.time()
+        batch, loaded = self._start(t_setup)
         cmd = torch.zeros(6, dtype=torch.int64)
         prev, prev_t0 = None, 0.0
         status = None
-        mirror = self.mirror
         while True:
             try:
                 if s.rank == 0:
@@ -742,50 +809,14 @@ class _Worker:
                     prev["iter_s"] = now - prev_t0
                     prev = None
                 if c == CMD_STEP:
-                    mirror = self.mirror
-                    if not mirror["open"] or mirror["round"] != rnd:
-                        mirror.update(open=True, round=rnd, k=0)
-                    mirror["k"] += 1
-                    t = self.t
-                    if s.fail_at is not None:
-                        self._inject(t)
-                    wall = time.time()
-                    rep = self.trainer.step(batch(t, s.rank), t, lv, CODE_PATTERN[pt])
-                    rec = _compact(rep, t, wall)
-                    self.records.append(rec)
-                    self.t = t + 1
-                    if s.checkpoint_every and self.t % s.checkpoint_every == 0:
-                        c0 = time.perf_counter()
-                        self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
-                        rec["ckpt_s"] = time.perf_counter() - c0
-                    prev, prev_t0 = rec, now
+                    prev, prev_t0 = self._step(batch, lv, pt, rnd), now
                 elif c == CMD_HOLD:
                     self.mirror.update(open=False, closed=rnd)
                     self.write_report(rnd)
                 elif c == CMD_WAIT:
                     _wait_publication(self.st, self.jid, seq + 1, s.hold_timeout_s)
                 else:
-                    status = {CMD_PAUSE: "paused", CMD_DONE: "done", CMD_STOP: "stopped"}[c]
-                    end_wall = time.time()
-                    if c in (CMD_PAUSE, CMD_DONE):
-                        self.trainer.save_checkpoint(s.checkpoint_dir, self.t)
-                    acc = None
-                    if c == CMD_DONE and s.evaluate and s.data == "digits" and s.rank == 0:
-                        from .data import DigitsData
-
-                        acc = DigitsData(seed=s.seed).accuracy(self.model)
-                    self.finishing = True
-                    if s.rank == 0:  # before the reports: whoever sees rank 0's report sees this
-                        self.st.set(Keys.fin(self.jid, self.inc),
-                                    json.dumps({"status": status, "t": self.t, "wall": end_wall,
-                                                "hash": self.trainer.state_hash(), "accuracy": acc,
-                                                "loaded_hash": loaded, "round": rnd, "gen": self.gen}))
-                    self.write_report(rnd)
-                    try:
-                        self.trainer.barrier()
-                    except Exception:  # noqa: BLE001 - the checkpoint and the end record are written
-                        if s.recovery != "partial":
-                            raise
+                    status = self._end(c, rnd, loaded)
                     break
                 self.pending = None
             except BaseException as e:  # noqa: BLE001

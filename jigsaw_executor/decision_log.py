@@ -347,9 +347,24 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
             lockstep_s = lockstep_in_tables(tables)
         with _tables_registered(tables):
             return simulate_log(header, rounds, restart_s, None, link, lockstep_s, failed)
+    notes: list[str] = []
+    sim, base, restart_s = _replay_simulator(header, rounds, restart_s, link, lockstep_s, notes)
+    failed = {int(x) for x in failed}
+    if failed:
+        notes.append(f"job(s) {sorted(failed)} failed live (given up): simulated only in the logged rounds")
+    live_steps = _replay_rounds(sim, base, rounds, failed, notes)
+    _run_to_the_end(sim, base, header, rounds, failed, notes)
+    jf = sim.jobs_frame().set_index("job_id")
+    rf = sim.rounds_frame()
+    return _job_rows(header, rounds, jf, rf, live_steps), _round_rows(rf, live_steps), notes, float(restart_s)
+
+
+def _replay_simulator(header: dict, rounds: list[dict], restart_s: float | None, link: Link | None,
+                      lockstep_s: float | None, notes: list[str]):
+    """(the simulator of the logged cluster and jobs, its config, the restart_s used); what it
+    assumes is appended to ``notes``."""
     from jigsaw_env.simulator import SimConfig, Simulator
 
-    notes: list[str] = []
     cluster = cluster_from_dict(header["cluster"])
     if link is not None:
         cluster = replace(cluster, intra=link, cross=link)
@@ -371,18 +386,20 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     notes.append(f"pace: {pace} (as the live run)")
     base = SimConfig(round_s=1.0, restart_s=float(restart_s), max_workers_per_gpu=int(header["sim"]["max_workers_per_gpu"]),
                      spb=spb, lockstep_s=float(lockstep_s or 0.0), pace=pace)
-    sim = Simulator(cluster, jobs, base)
-    sim_rounds: list[dict] = []
+    return Simulator(cluster, jobs, base), base, restart_s
+
+
+def _sim_finished(sim, failed: set[int]) -> bool:
+    """Every job done in the simulator, except those given up live."""
+    return sim.done or all(j.status is JobStatus.DONE or j.job_id in failed for j in sim.state.jobs.values())
+
+
+def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[str]) -> dict[tuple[int, int], dict]:
+    """Step the simulator through the logged rounds, each as long as the live one, with the logged
+    decision; the live outcomes by (round, job)."""
     live_steps: dict[tuple[int, int], dict] = {}
-    failed = {int(x) for x in failed}
-    if failed:
-        notes.append(f"job(s) {sorted(failed)} failed live (given up): simulated only in the logged rounds")
-
-    def finished() -> bool:  # every job done, except those given up live
-        return sim.done or all(j.status is JobStatus.DONE or j.job_id in failed for j in sim.state.jobs.values())
-
     for rec in rounds:
-        if finished():
+        if _sim_finished(sim, failed):
             notes.append(f"the simulator finished every job before live round {rec['round']}")
             break
         # the simulated round ends when the live one did (the simulator may have jumped ahead to
@@ -413,9 +430,14 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
         sim.step(dec)
         for o in rec.get("outcome", {}).values():
             live_steps[(int(rec["round"]), int(o["job_id"]))] = o
+    return live_steps
+
+
+def _run_to_the_end(sim, base, header: dict, rounds: list[dict], failed: set[int], notes: list[str]) -> None:
+    """The simulator is slower than live: keep going with the last decision until it finishes."""
     extra = 0
     last = decision_from_dict(rounds[-1]["decision"]) if rounds else Decision()
-    while not finished():  # the simulator is slower than live: keep going with the last decision
+    while not _sim_finished(sim, failed):
         from jigsaw_env.placement import GpuLedger
 
         st = sim.state
@@ -438,8 +460,10 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
             break
     if extra:
         notes.append(f"the simulator needed {extra} round(s) after the last live one (slower than live)")
-    jf = sim.jobs_frame().set_index("job_id")
-    rf = sim.rounds_frame()
+
+
+def _round_rows(rf, live_steps: dict[tuple[int, int], dict]) -> list[dict]:
+    """Per simulated round and job: the simulator's steps and iteration time beside the live ones."""
     out_rounds = []
     for row in rf.itertuples():
         live = live_steps.get((int(row.round), int(row.job_id)))
@@ -448,6 +472,11 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
                            "sim_iter_s": sim_it, "live_steps": None if live is None else live["iterations"],
                            "live_iter_s": None if live is None else live["mean_iter_s"],
                            "iter_rel_err": None if live is None else _rel(sim_it, live["mean_iter_s"])})
+    return out_rounds
+
+
+def _job_rows(header: dict, rounds: list[dict], jf, rf, live_steps: dict[tuple[int, int], dict]) -> list[dict]:
+    """Per job: live and simulated iterations, iteration time, JCT and bytes per iteration."""
     out_jobs = []
     rfj = rf.groupby("job_id")[["run_s", "steps", "bytes"]].sum()
     # per-iteration time is compared over the rounds in which the job ran live too (the same
@@ -483,7 +512,7 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
             "sim_bytes_per_iter": float(rfj.loc[jid, "bytes"]) / sim_steps if sim_steps else None,
             "live_preemptions": None, "sim_preemptions": int(jf.loc[jid, "preemptions"]) if jid in jf.index else None,
         })
-    return out_jobs, out_rounds, notes, float(restart_s)
+    return out_jobs
 
 
 def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tables: str | Path | None = None,

@@ -171,6 +171,9 @@ def register(subparsers) -> None:
     p.add_argument("--pace", choices=PACES, default=DEFAULT_PACE,
                    help="how jobs sharing a slot step: 'free' (each at its own pace) or 'lockstep' (a barrier "
                         "before every step); the replay simulates the same pace")
+    p.add_argument("--count-loopback", action="store_true",
+                   help="count the loopback interface's bytes (the kernel's counter, /proc/net/dev) around every "
+                        "gradient sync and report them beside the formula's bytes (docs/executor.md)")
     p.add_argument("--no-pin", action="store_true", help="do not pin each slot's workers to one core")
     p.add_argument("--allow-oversubscribe", action="store_true", help="allow more slots than physical cores")
     p.add_argument("--no-replay", action="store_true", help="skip replaying the decision log at the end")
@@ -349,7 +352,7 @@ def run(args) -> int:
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
                              echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
                              max_restarts=args.max_restarts, recovery=args.recovery,
-                             lockstep_s=lockstep_s, pace=args.pace)
+                             lockstep_s=lockstep_s, pace=args.pace, count_loopback=args.count_loopback)
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
@@ -400,7 +403,8 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
            address: str | None = None, timeout_s: float = 60.0, pin: bool = True, allow_oversubscribe: bool = False,
            replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
            echo=None, spb: SPBConfig | None = None, checkpoint_every: int = 500, max_restarts: int = 3,
-           recovery: str = "full", lockstep_s: float = 0.0, pace: str = DEFAULT_PACE) -> tuple[dict, dict | None]:
+           recovery: str = "full", lockstep_s: float = 0.0, pace: str = DEFAULT_PACE,
+           count_loopback: bool = False) -> tuple[dict, dict | None]:
     """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
     Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
     from jigsaw_env.network import INTRA_NODE, Link
@@ -417,7 +421,7 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
     cfg = LiveConfig(slots=slots, round_s=round_s or (DEMO_ROUND_S if demo else 5.0), steps_per_round=steps_per_round,
                      max_workers_per_gpu=max_workers_per_gpu, slot_memory_gib=slot_memory_gib, spb=spb, link=link,
                      timeout_s=timeout_s, pin=pin, checkpoint_every=checkpoint_every, max_restarts=max_restarts,
-                     recovery=recovery, lockstep_s=lockstep_s, pace=pace)
+                     recovery=recovery, lockstep_s=lockstep_s, pace=pace, count_loopback=count_loopback)
     if demo and scenario is None:
         scenario = DemoScenario()
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,
@@ -466,12 +470,16 @@ def print_summary(summary: dict, replay: dict | None, out: Path, file=None) -> N
     con = Console(file=file or sys.stdout, width=140)
     t = Table(title=f"jigsaw deploy: {summary['scheduler'].get('name') or summary['scheduler'].get('path')} on "
                     f"{summary['slots']} slots, {summary['rounds']} rounds, makespan {_f(summary['makespan_s'], '{:.1f}')} s")
-    for col in ("job", "model", "slots", "JCT s", "iterations", "ms/iter", "MB sent", "final loss", "held-out acc",
-                "preempt", "level chg", "levels used"):
+    # "MB sent": the formula's bytes (counted at the collective calls); "MB lo": the kernel's loopback
+    # count around the syncs (every process of the machine), with --count-loopback
+    lo = any(j.get("loopback_bytes") is not None for j in summary["jobs"].values())
+    for col in ("job", "model", "slots", "JCT s", "iterations", "ms/iter", "MB sent") + (("MB lo",) if lo else ()) + \
+            ("final loss", "held-out acc", "preempt", "level chg", "levels used"):
         t.add_column(col, justify="right" if col not in ("model", "levels used") else "left")
     for j in summary["jobs"].values():
         t.add_row(str(j["job_id"]), j["model"], str(j["num_gpus"]), _f(j["jct_s"], "{:.1f}"), str(j["iterations"]),
                   _f(j["mean_iter_s"] and j["mean_iter_s"] * 1e3, "{:.2f}"), _f(j["bytes_sent"] / 1e6, "{:.1f}"),
+                  *((_f(j.get("loopback_bytes") and j["loopback_bytes"] / 1e6, "{:.1f}"),) if lo else ()),
                   _f(j["final_loss"]), _f(j["heldout_accuracy"]), str(j["preemptions"]), str(j["level_changes"]),
                   ", ".join(f"L{k}:{v}" for k, v in j["levels_used"].items()))
     con.print(t)

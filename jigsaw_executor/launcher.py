@@ -39,6 +39,7 @@ from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
 from .spb_worker import IterationReport, read_checkpoint_meta, select_checkpoint
+from .transport import LoopbackWindow
 
 #: where a checkpoint fallback is logged (one line: which checkpoint was unreadable, which loads)
 CHECKPOINT_LOG = logging.getLogger("jigsaw_executor.checkpoint")
@@ -99,6 +100,9 @@ class JobResult:
     optimizer_state: dict[str, Any] | None = None     # rank 0's optimizer state (return_state=True)
     grads: list[dict[int, dict[str, Any]]] = field(default_factory=list)  # [rank][iteration] -> local/synced
     setup_bytes_sent: list[int] = field(default_factory=list)
+    #: bytes the loopback interface carried from the workers' start to their exit, counted by the
+    #: kernel (every process of the machine; ``jigsaw_executor.transport``); None off Linux
+    loopback_bytes: int | None = None
 
     @property
     def identical_replicas(self) -> bool:
@@ -143,6 +147,7 @@ class _JobSpec:
     evaluate: bool
     hash_optimizer: bool
     sync_method: str = "fastest"
+    count_loopback: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,7 +210,7 @@ def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
     trainer = SPBTrainer(model, optimizer, spb_config=spec.spb, average_over=spec.average_over,
                          link=spec.link, buffer_sync=spec.buffer_sync,
                          measure_activations=spec.measure_activations, timeout_s=spec.timeout_s,
-                         sync_method=spec.sync_method)
+                         sync_method=spec.sync_method, count_loopback=spec.count_loopback)
     torch.manual_seed(mix_seed(spec.seed, 0xD40, rank))  # per-rank stream (dropout), in the checkpoint
     start = spec.start_iteration
     if spec.resume and spec.checkpoint_dir and read_checkpoint_meta(spec.checkpoint_dir) is not None:
@@ -381,6 +386,104 @@ def _failure(procs, out: Path, model_name: str, timed_out: float | None, exit_se
                      r, errors)
 
 
+def _check_job_args(model_name: str, world_size: int, iterations: int, *, sync_method: str, fail_mode: str,
+                    data: str | None, device: str, backend: str) -> str:
+    """ValueError naming the argument for a job ``run_job_local`` cannot run; the data source."""
+    from jigsaw_env.network import SYNC_METHODS
+
+    from .data import DATA_SOURCES, default_source
+    from .models import executor_model_names
+
+    if model_name not in executor_model_names():
+        raise ValueError(f"unknown model {model_name!r}; allowed: {executor_model_names()}")
+    if world_size < 1 or iterations < 0:
+        raise ValueError(f"need world_size >= 1 and iterations >= 0, got {world_size}, {iterations}")
+    if sync_method not in SYNC_METHODS:
+        raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
+    if fail_mode not in FAIL_MODES:
+        raise ValueError(f"fail_mode must be one of {list(FAIL_MODES)}, got {fail_mode!r}")
+    data = data or default_source(model_name)
+    if data not in DATA_SOURCES:
+        raise ValueError(f"unknown data source {data!r}; allowed: {list(DATA_SOURCES)}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda")
+    if device == "cpu":
+        _pick_backend(device, backend, world_size)
+    return data
+
+
+def _start_workers(spec: "_JobSpec", world_size: int, threads: int) -> list:
+    """Start one process per rank (``threads`` BLAS/OpenMP threads each, through the environment
+    they inherit; the parent's environment is left as it was)."""
+    ctx = _mp_context()
+    env_before = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    for k in env_before:  # inherited by the workers (and a fork server started now)
+        os.environ.setdefault(k, str(threads))
+    procs = [ctx.Process(target=_worker_entry, args=(r, spec), name=f"jigsaw-spb-rank{r}") for r in range(world_size)]
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+    return procs
+
+
+def _watch_workers(procs: list, job_timeout_s: float | None) -> tuple[bool | None, float | None, dict[int, float], set[int]]:
+    """Wait until every worker exited, one failed (its peers get a second to fail on their own) or
+    ``job_timeout_s`` passed; then stop those still running. Returns (a worker failed, the timeout
+    that expired or None, when the parent saw each rank exit (wall time), the ranks stopped)."""
+    deadline = None if job_timeout_s is None else time.monotonic() + float(job_timeout_s)
+    failed = timed_out = None
+    exit_seen: dict[int, float] = {}  # wall time at which the parent saw each worker exit
+
+    def note_exits() -> None:
+        for r, p in enumerate(procs):
+            if r not in exit_seen and p.exitcode is not None:
+                exit_seen[r] = time.time()
+
+    stopped: set[int] = set()
+    try:
+        while True:
+            note_exits()
+            if any(p.exitcode not in (None, 0) for p in procs):
+                failed = True
+                # give peers a moment to fail on their own and write their errors
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end and any(p.exitcode is None for p in procs):
+                    multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], 0.1)
+                    note_exits()
+                break
+            alive = [p for p in procs if p.exitcode is None]
+            if not alive:
+                break
+            wait = 0.5
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = float(job_timeout_s)
+                    break
+                wait = min(wait, left)
+            multiprocessing.connection.wait([p.sentinel for p in alive], wait)
+    finally:
+        stopped = _stop(procs)
+    return failed, timed_out, exit_seen, stopped
+
+
+def _read_results(out: Path, world_size: int, model_name: str) -> list[dict]:
+    """Every rank's result file (tensors and plain data); JobFailed for a rank that left none."""
+    import torch
+
+    results = []
+    for r in range(world_size):
+        f = out / f"result-rank{r}.pt"
+        if not f.exists():
+            raise JobFailed(f"SPB job {model_name}: worker rank {r} exited without a result", r, {})
+        results.append(torch.load(f, weights_only=True))
+    return results
+
+
 def run_job_local(model_name: str, world_size: int, iterations: int,
                   decisions: Decision | Sequence[Any] | Callable[[int], Any] = Decision(), *,
                   batch_size: int = 16, data: str | None = None, seed: int = 0,
@@ -393,7 +496,8 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
                   record_grads_at: Sequence[int] = (), measure_activations: bool = True,
                   buffer_sync: str = "average", model_kwargs: dict[str, Any] | None = None,
                   lr: float | None = None, threads: int = 1, return_state: bool = False,
-                  evaluate: bool = False, hash_optimizer: bool = True, sync_method: str = "fastest") -> JobResult:
+                  evaluate: bool = False, hash_optimizer: bool = True, sync_method: str = "fastest",
+                  count_loopback: bool = False) -> JobResult:
     """Train ``model_name`` with real SPB on ``world_size`` local processes.
 
     decisions: one :class:`Decision` (or ``(level, pattern[, starts])``) for every iteration, a
@@ -406,32 +510,17 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
     fail_at / fail_mode: fault injection for tests: rank ``fail_at[0]`` at iteration ``fail_at[1]``
         raises (``"raise"``), stalls (``"hang"``) or exits without a Python error (``"exit"``).
     record_grads_at: iterations whose local (before sync) and synced gradients are returned.
+    count_loopback: every rank counts the loopback interface's bytes around its gradient syncs
+        (``IterationReport.loopback_bytes``). ``JobResult.loopback_bytes`` (the whole job's window)
+        is counted either way.
     sync_method: ``"fastest"`` (the simulator's choice per group, eq. N4), ``"ring"`` or
         ``"reduce_broadcast"`` (``SPBTrainer``).
     Returns a :class:`JobResult`; raises :class:`JobFailed` when a worker fails.
     """
     import torch.distributed as dist
 
-    from .data import default_source, DATA_SOURCES
-    from .models import executor_model_names
-
-    if model_name not in executor_model_names():
-        raise ValueError(f"unknown model {model_name!r}; allowed: {executor_model_names()}")
-    if world_size < 1 or iterations < 0:
-        raise ValueError(f"need world_size >= 1 and iterations >= 0, got {world_size}, {iterations}")
-    from jigsaw_env.network import SYNC_METHODS
-
-    if sync_method not in SYNC_METHODS:
-        raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
-    if fail_mode not in FAIL_MODES:
-        raise ValueError(f"fail_mode must be one of {list(FAIL_MODES)}, got {fail_mode!r}")
-    data = data or default_source(model_name)
-    if data not in DATA_SOURCES:
-        raise ValueError(f"unknown data source {data!r}; allowed: {list(DATA_SOURCES)}")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda")
-    if device == "cpu":
-        _pick_backend(device, backend, world_size)
+    data = _check_job_args(model_name, world_size, iterations, sync_method=sync_method, fail_mode=fail_mode,
+                           data=data, device=device, backend=backend)
     start = 0
     if resume:
         if checkpoint_dir is None:
@@ -459,63 +548,14 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
             fail_mode=fail_mode, record_grads_at=tuple(int(t) for t in record_grads_at),
             measure_activations=measure_activations, buffer_sync=buffer_sync,
             model_kwargs=tuple(sorted((model_kwargs or {}).items())), lr=lr, threads=threads,
-            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer, sync_method=sync_method)
-        ctx = _mp_context()
-        env_before = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        for k in env_before:  # inherited by the workers (and a fork server started now)
-            os.environ.setdefault(k, str(threads))
-        procs = [ctx.Process(target=_worker_entry, args=(r, spec), name=f"jigsaw-spb-rank{r}") for r in range(world_size)]
-        try:
-            for p in procs:
-                p.start()
-        finally:
-            for k, v in env_before.items():
-                if v is None:
-                    os.environ.pop(k, None)
-        deadline = None if job_timeout_s is None else time.monotonic() + float(job_timeout_s)
-        failed = timed_out = None
-        exit_seen: dict[int, float] = {}  # wall time at which the parent saw each worker exit
-
-        def note_exits() -> None:
-            for r, p in enumerate(procs):
-                if r not in exit_seen and p.exitcode is not None:
-                    exit_seen[r] = time.time()
-
-        stopped: set[int] = set()
-        try:
-            while True:
-                note_exits()
-                if any(p.exitcode not in (None, 0) for p in procs):
-                    failed = True
-                    # give peers a moment to fail on their own and write their errors
-                    end = time.monotonic() + 1.0
-                    while time.monotonic() < end and any(p.exitcode is None for p in procs):
-                        multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], 0.1)
-                        note_exits()
-                    break
-                alive = [p for p in procs if p.exitcode is None]
-                if not alive:
-                    break
-                wait = 0.5
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        timed_out = float(job_timeout_s)
-                        break
-                    wait = min(wait, left)
-                multiprocessing.connection.wait([p.sentinel for p in alive], wait)
-        finally:
-            stopped = _stop(procs)
+            return_state=return_state, evaluate=evaluate, hash_optimizer=hash_optimizer, sync_method=sync_method,
+            count_loopback=bool(count_loopback))
+        with LoopbackWindow(required=False) as lo:  # the kernel's count, from the start to the exits
+            procs = _start_workers(spec, world_size, threads)
+            failed, timed_out, exit_seen, stopped = _watch_workers(procs, job_timeout_s)
         if failed or timed_out is not None:
             raise _failure(procs, out, model_name, timed_out, exit_seen, stopped)
-        import torch
-
-        results = []
-        for r in range(world_size):
-            f = out / f"result-rank{r}.pt"
-            if not f.exists():
-                raise JobFailed(f"SPB job {model_name}: worker rank {r} exited without a result", r, {})
-            results.append(torch.load(f, weights_only=True))
+        results = _read_results(out, world_size, model_name)
     wall = time.perf_counter() - t0
     del store
     return JobResult(
@@ -523,4 +563,4 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
         state_hashes=[res["hash"] for res in results], start_iteration=results[0]["start"],
         end_iteration=results[0]["end"], wall_s=wall, accuracy=results[0]["accuracy"],
         state_dict=results[0].get("state_dict"), optimizer_state=results[0].get("optimizer_state"), grads=[res["grads"] for res in results],
-        setup_bytes_sent=[res["setup_bytes_sent"] for res in results])
+        setup_bytes_sent=[res["setup_bytes_sent"] for res in results], loopback_bytes=lo.bytes)

@@ -66,17 +66,14 @@ exception into a job failure naming the rank.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
-import os
-import random
 import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -84,9 +81,14 @@ import torch.nn as nn
 from jigsaw_env.network import INTRA_NODE, NONE, REDUCE_BROADCAST, RING, SYNC_METHODS, Link, group_sync
 from jigsaw_env.spb import Pattern, SPBConfig, cycle_length, worker_starts
 
+# the checkpoint files (spb_checkpoint.py); read_checkpoint_meta, select_checkpoint and
+# CheckpointUnreadable are part of this module's interface too
+from .spb_checkpoint import (CheckpointUnreadable, load_trainer_checkpoint, read_checkpoint_meta,
+                             save_trainer_checkpoint, select_checkpoint)
+from .transport import LoopbackWindow
+
 BUFFER_SYNC_MODES = ("average", "broadcast")
 AVERAGE_OVER = ("contributors", "all")
-CHECKPOINT_FORMAT = 1
 
 __all__ = [
     "GroupSync", "IterationReport", "SPBTrainer", "plan_sync", "ring_bytes_sent", "state_hash",
@@ -177,7 +179,9 @@ class IterationReport:
     rank's bytes per collective kind and process (sub)group, e.g. ``"reduce@0,2"``,
     ``"broadcast@all"``, ``"allreduce@all"``. ``peak_activation_bytes``: bytes saved for backward
     (exact count); ``device_peak_bytes``: CUDA allocator peak during the iteration above its start
-    (``None`` on CPU).
+    (``None`` on CPU). ``loopback_bytes``: bytes the loopback interface carried while this rank
+    synced its gradients, counted by the kernel (``jigsaw_executor.transport``: every process of
+    the machine, TCP/IP headers included), with ``SPBTrainer(count_loopback=True)``; else None.
     """
 
     iteration: int
@@ -204,6 +208,7 @@ class IterationReport:
     algorithms: tuple[str, ...]
     peak_activation_bytes: int
     device_peak_bytes: int | None = None
+    loopback_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -290,104 +295,6 @@ def _now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def read_checkpoint_meta(path: str | Path) -> dict[str, Any] | None:
-    """The checkpoint's ``meta.json`` (iteration, world size, state hash), or None if absent. Its
-    top-level fields describe the newest checkpoint; ``"previous"`` the one before (or None)."""
-    p = Path(path) / "meta.json"
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
-
-
-class CheckpointUnreadable(RuntimeError):
-    """No checkpoint of a job's folder loads (every one kept is truncated or corrupt)."""
-
-
-#: the fields of one checkpoint's entry in ``meta.json`` (the newest at the top level, the one
-#: before it under ``"previous"``)
-CHECKPOINT_ENTRY_FIELDS = ("format", "iteration", "world_size", "model_sha256", "level", "pattern", "state_file",
-                           "rng_pattern", "saved", "extra")
-
-
-def checkpoint_entries(meta: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The checkpoints ``meta.json`` names, newest first (at most two)."""
-    if meta is None:
-        return []
-    newest = {k: meta[k] for k in CHECKPOINT_ENTRY_FIELDS if k in meta}
-    prev = meta.get("previous")
-    return [newest] + ([prev] if isinstance(prev, dict) else [])
-
-
-def _meta_of(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """``meta.json``'s content for ``entries`` (newest first, at least one)."""
-    return {**entries[0], "previous": entries[1] if len(entries) > 1 else None}
-
-
-def _write_meta(path: Path, meta: dict[str, Any]) -> None:
-    tmp = path / f"meta.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, path / "meta.json")
-
-
-def check_checkpoint_entry(path: str | Path, entry: dict[str, Any]) -> None:
-    """Load ``entry``'s state file (``weights_only``: tensors and plain data only, no code runs)
-    and check its format and iteration; ValueError (one line) if it is missing, truncated or
-    corrupt. The model hash is checked when a trainer loads it."""
-    f = Path(path) / str(entry.get("state_file", "state.pt"))
-    try:
-        state = torch.load(f, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated, corrupt, missing, or holding more than data
-        first = (str(e).strip().splitlines() or [""])[0][:160]
-        raise ValueError(f"{f.name} does not load ({type(e).__name__}: {first})") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{f.name}: unknown checkpoint format")
-    if int(state.get("iteration", -1)) != int(entry.get("iteration", -2)):
-        raise ValueError(f"{f.name}: iteration {state.get('iteration')} differs from meta.json's {entry.get('iteration')}")
-
-
-def select_checkpoint(path: str | Path, log: Callable[[str], None] | None = None) -> int:
-    """The iteration of the newest checkpoint in ``path`` that loads (0: none was saved). One that
-    does not load (a truncated newest) is dropped from ``meta.json``, so that every reader (the
-    executor's rollback, the workers' load) takes the one before it, and ``log`` gets one line.
-    When the only checkpoint kept does not load and none came before it, the job starts again at
-    iteration 0 (its initial weights come from its seed): ``meta.json`` is set aside as
-    ``meta.json.unreadable``. When two were kept and neither loads, raises
-    :class:`CheckpointUnreadable` (one line): the job cannot go on."""
-    path = Path(path)
-    try:
-        meta = read_checkpoint_meta(path)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointUnreadable(f"{path}/meta.json: not valid JSON ({e}); no checkpoint to load") from None
-    entries = checkpoint_entries(meta)
-    bad = []
-    for i, entry in enumerate(entries):
-        try:
-            check_checkpoint_entry(path, entry)
-        except ValueError as e:
-            bad.append(f"iteration {entry.get('iteration')}: {e}")
-            continue
-        if i > 0:
-            _write_meta(path, _meta_of(entries[i:]))
-            if log is not None:
-                log(f"checkpoint {path}: the newest ({bad[0]}) is unreadable; loading the one at "
-                    f"iteration {entry['iteration']}")
-        return int(entry["iteration"])
-    if len(entries) == 1:
-        os.replace(path / "meta.json", path / "meta.json.unreadable")
-        if log is not None:
-            log(f"checkpoint {path}: the only one ({bad[0]}) is unreadable; starting again at iteration 0")
-        return 0
-    if not entries:
-        return 0
-    raise CheckpointUnreadable(f"no checkpoint in {path} loads ({'; '.join(bad)})")
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------------------------
 # the trainer
 # --------------------------------------------------------------------------------------------
@@ -424,6 +331,9 @@ class SPBTrainer:
             before the forward and put back if the step raises before the update, so the replica
             is exactly at the start of the failed iteration (partial recovery needs it;
             ``completed_iteration`` says whether the update of an iteration happened).
+        count_loopback: read the loopback interface's byte counter around every gradient sync
+            (``IterationReport.loopback_bytes``; two reads of ``/proc/net/dev`` per iteration, inside
+            ``sync_s``).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int | None = None,
@@ -433,7 +343,7 @@ class SPBTrainer:
                  measure_activations: bool = True, loss_fn: Callable | None = None,
                  timeout_s: float | None = None, sync_initial_state: bool = True,
                  precreate_subgroups: bool = True, transactional: bool = False,
-                 sync_method: str = "fastest") -> None:
+                 sync_method: str = "fastest", count_loopback: bool = False) -> None:
         groups = getattr(model, "groups", None)
         if not isinstance(groups, nn.ModuleList) or len(groups) == 0:
             raise ValueError("SPBTrainer needs a model with a non-empty `groups` nn.ModuleList (its layer groups)")
@@ -442,6 +352,7 @@ class SPBTrainer:
         if sync_method not in SYNC_METHODS:
             raise ValueError(f"sync_method must be one of {list(SYNC_METHODS)}, got {sync_method!r}")
         self.sync_method = sync_method
+        self.count_loopback = bool(count_loopback)
         self.model = model
         self.optimizer = optimizer
         self.spb = spb_config
@@ -675,7 +586,8 @@ class SPBTrainer:
             self.last_local_grads = self._grads_snapshot()
 
         acc = self._new_acc()
-        self._sync_grads(plan, acc)
+        with LoopbackWindow(required=False) if self.count_loopback else contextlib.nullcontext() as lo:
+            self._sync_grads(plan, acc)
         t3 = _now(dev)
         if record_grads:
             self.last_synced_grads = self._grads_snapshot()
@@ -702,7 +614,7 @@ class SPBTrainer:
             contributors=tuple(len(gs.contributors) for gs in plan),
             algorithms=tuple(gs.algorithm for gs in plan),
             peak_activation_bytes=counter.total if counter is not None else 0,
-            device_peak_bytes=dev_peak)
+            device_peak_bytes=dev_peak, loopback_bytes=lo.bytes if lo is not None else None)
 
     def _grads_snapshot(self) -> dict[str, torch.Tensor | None]:
         return {self.param_names[id(p)]: (None if p.grad is None else p.grad.detach().to("cpu").clone())
@@ -805,28 +717,6 @@ class SPBTrainer:
     def state_hash(self, include_optimizer: bool = False) -> str:
         return state_hash(self.model, self.optimizer if include_optimizer else None)
 
-    def _rng_state(self) -> dict[str, Any]:
-        """The RNG states as tensors and plain data (a ``weights_only`` load reads them back)."""
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        version, internal, gauss_next = random.getstate()
-        st = {"torch": torch.get_rng_state(),
-              "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-                        "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-              "python": {"version": int(version), "state": [int(x) for x in internal], "gauss_next": gauss_next}}
-        if self.device.type == "cuda":
-            st["cuda"] = torch.cuda.get_rng_state(self.device)
-        return st
-
-    def _set_rng_state(self, st: dict[str, Any]) -> None:
-        torch.set_rng_state(st["torch"])
-        n = st["numpy"]
-        np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                             n["cached_gaussian"]))
-        p = st["python"]
-        random.setstate((p["version"], tuple(p["state"]), p["gauss_next"]))
-        if "cuda" in st and self.device.type == "cuda":
-            torch.cuda.set_rng_state(st["cuda"], self.device)
-
     def save_checkpoint(self, path: str | Path, iteration: int, extra: dict[str, Any] | None = None) -> None:
         """Collective. Job rank 0 writes the model, optimizer and ``iteration`` (the next iteration
         to run) to ``path/state-<iteration>.pt``; every rank writes its RNG state to
@@ -839,38 +729,7 @@ class SPBTrainer:
         save (or of a failed collective inside it) leaves the previous checkpoint loadable, and a
         newest checkpoint damaged later (a truncated file) leaves the one before it
         (:func:`select_checkpoint`); a folder without ``meta.json`` is not a checkpoint."""
-        path = Path(path)
-        it = int(iteration)
-        state_name, rng_pattern = f"state-{it:09d}.pt", "rng-rank{rank}-" + f"{it:09d}.pt"
-        path.mkdir(parents=True, exist_ok=True)
-        self.barrier()
-        if self.rank == 0:
-            _atomic_torch_save({"format": CHECKPOINT_FORMAT, "model": self.model.state_dict(),
-                                "optimizer": self.optimizer.state_dict(), "iteration": it,
-                                "world_size": self.world, "extra": extra or {}}, path / state_name)
-        _atomic_torch_save(self._rng_state(), path / rng_pattern.format(rank=self.rank))
-        self.barrier()
-        if self.rank == 0:
-            entry = {"format": CHECKPOINT_FORMAT, "iteration": it, "world_size": self.world,
-                     "model_sha256": self.state_hash(), "level": self.level, "pattern": self.pattern.value,
-                     "state_file": state_name, "rng_pattern": rng_pattern, "saved": time.time(),
-                     "extra": extra or {}}
-            try:
-                older = [e for e in checkpoint_entries(read_checkpoint_meta(path)) if int(e["iteration"]) != it]
-            except (ValueError, KeyError, TypeError):  # an unreadable meta.json names nothing to keep
-                older = []
-            entries = [entry] + older[:1]
-            _write_meta(path, _meta_of(entries))
-            keep = {"meta.json"}
-            for e in entries:
-                keep |= {e["state_file"]} | {e["rng_pattern"].format(rank=r) for r in range(int(e["world_size"]))}
-            for f in path.iterdir():  # older checkpoints, and temporaries of killed writers
-                if f.name not in keep and (f.name.startswith(("state", "rng-rank")) or ".tmp" in f.name):
-                    try:
-                        f.unlink()
-                    except OSError:
-                        pass
-        self.barrier()
+        save_trainer_checkpoint(self, path, iteration, extra)
 
     def load_checkpoint(self, path: str | Path) -> int:
         """Collective. Restore model, optimizer and (same world size) this rank's RNG state from the
@@ -878,29 +737,7 @@ class SPBTrainer:
         is incomplete or corrupt (:func:`select_checkpoint`, called before the workers start,
         drops a damaged newest one). Files load with ``weights_only=True``: tensors and plain
         data, no code."""
-        path = Path(path)
-        meta = read_checkpoint_meta(path)
-        if meta is None:
-            raise FileNotFoundError(f"no complete checkpoint in {path} (meta.json missing)")
-        state = torch.load(path / meta.get("state_file", "state.pt"), map_location=self.device, weights_only=True)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path}: unknown checkpoint format {state.get('format')!r}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        got = self.state_hash()
-        if got != meta["model_sha256"]:
-            raise ValueError(f"{path}: model hash {got[:12]} after loading differs from meta.json's "
-                             f"{meta['model_sha256'][:12]}")
-        rng = path / meta.get("rng_pattern", "rng-rank{rank}.pt").format(rank=self.rank)
-        if int(meta["world_size"]) == self.world and rng.exists():
-            try:
-                rng_state = torch.load(rng, map_location="cpu", weights_only=True)
-            except Exception as e:  # noqa: BLE001 - e.g. a numpy RNG state pickled by an earlier version
-                raise ValueError(f"{rng}: not an RNG state of tensors and plain data ({type(e).__name__}); "
-                                 f"a checkpoint written by an earlier version of jigsaw does not load") from None
-            self._set_rng_state(rng_state)
-        self.barrier()
-        return int(state["iteration"])
+        return load_trainer_checkpoint(self, path)
 
     # ----- partial recovery: copy a peer's state -----
     def broadcast_state(self, src: int, extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from jigsaw_executor.launcher import run_job_local
-from jigsaw_executor.spb_worker import (CheckpointUnreadable, checkpoint_entries, read_checkpoint_meta,
+from jigsaw_executor.spb_checkpoint import (CheckpointUnreadable, checkpoint_entries, read_checkpoint_meta,
                                         select_checkpoint)
 
 KW = dict(batch_size=8, device="cpu", seed=3, timeout_s=30, job_timeout_s=120, return_state=True)

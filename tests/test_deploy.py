@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,6 +211,34 @@ def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
     assert len(failed) == 2 and failed[0]["recovery"] == "full" and failed[-1]["final"]
     # nothing of the failed job is left holding a slot host
     assert not pool.owned_by(0)
+
+
+def test_count_loopback_reports_the_kernels_bytes_beside_the_formulas(ray_pieces, demo, tmp_path):
+    """With count_loopback a two-slot job's summary holds the loopback interface's count over its
+    gradient syncs (docs/executor.md 4.1) beside the formula's bytes_sent, and the deploy summary
+    shows it (*MB lo*); without it (the demo) the count is None and the column is left out."""
+    import io
+
+    from jigsaw_executor.deploy import print_summary
+
+    if not Path("/proc/net/dev").is_file():
+        pytest.skip("no loopback counters (/proc/net/dev) on this system")
+    pool, hub = ray_pieces
+    out = tmp_path / "out"
+    summary, _ = deploy("fifo", [LiveJob(0, "tiny_mlp", 2, 60, seed=0)], slots=SLOTS, out=out, round_s=1.0,
+                        pool=pool, hub=hub, pin=False, max_workers_per_gpu=MWPG, allow_oversubscribe=True,
+                        replay=False, count_loopback=True)
+    j = summary["jobs"][0]
+    assert j["status"] == "done" and j["iterations"] == 60 and j["bytes_sent"] > 0
+    assert isinstance(j["loopback_bytes"], int) and j["loopback_bytes"] > 0
+    text = io.StringIO()
+    print_summary(summary, None, out, file=text)
+    assert "MB lo" in text.getvalue() and "MB sent" in text.getvalue()
+    _, demo_summary, _, _ = demo
+    assert all(d["loopback_bytes"] is None for d in demo_summary["jobs"].values())
+    text = io.StringIO()
+    print_summary(demo_summary, None, out, file=text)
+    assert "MB lo" not in text.getvalue()
 
 
 # ---------------------------------------------------------------------------------- a trained policy, --address

@@ -264,16 +264,16 @@ def test_rollback_credits_progress_per_iteration(tmp_path):
     beyond the last report (80), credits 80-89 at the round's eta and loses nothing known."""
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path)
     j = ex.state.jobs[0]
-    ex._credit(0, 0, 40, 1.0)
-    ex._credit(0, 40, 80, 0.75)
+    ex.ledger.credit(0, 0, 40, 1.0)
+    ex.ledger.credit(0, 40, 80, 0.75)
     j.iteration, j.progress = 80, 70.0
     ex.totals[0]["iterations"] = 80
-    lost, exact = ex._rollback(0, 60, 83)
+    lost, exact = ex.ledger.rollback(0, 60, 83)
     assert (j.iteration, j.progress, lost, exact) == (60, 55.0, 23, True)
     assert ex.totals[0]["eta_segments"] == [[0, 40, 1.0], [40, 60, 0.75]]
     j.iteration, j.progress = 80, 70.0
-    ex._credit(0, 60, 80, 0.75)
-    lost, exact = ex._rollback(0, 90, None)   # no decision in force: the last eta
+    ex.ledger.credit(0, 60, 80, 0.75)
+    lost, exact = ex.ledger.rollback(0, 90, None)   # no decision in force: the last eta
     assert (j.iteration, j.progress, lost, exact) == (90, 77.5, 0, False)
     assert ex.totals[0]["iterations"] == 90
 
@@ -284,7 +284,7 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp
     the last two complete checkpoints and removes the rest (the unfinished one included)."""
     import torch
 
-    from jigsaw_executor import spb_worker
+    from jigsaw_executor import spb_checkpoint
     from jigsaw_executor.models import build_executor_model
     from jigsaw_executor.spb_worker import SPBTrainer
 
@@ -297,17 +297,17 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one_loadable(tmp
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
-    real = spb_worker._atomic_torch_save
+    real = spb_checkpoint._atomic_torch_save
 
     def dies_on_rng(obj, path):
         if path.name.startswith("rng-rank"):
             raise KeyboardInterrupt("killed mid-save")
         real(obj, path)
 
-    monkeypatch.setattr(spb_worker, "_atomic_torch_save", dies_on_rng)
+    monkeypatch.setattr(spb_checkpoint, "_atomic_torch_save", dies_on_rng)
     with pytest.raises(KeyboardInterrupt):
         tr.save_checkpoint(ck, 20)
-    monkeypatch.setattr(spb_worker, "_atomic_torch_save", real)
+    monkeypatch.setattr(spb_checkpoint, "_atomic_torch_save", real)
     assert read_checkpoint_meta(ck)["iteration"] == 10
     assert tr.load_checkpoint(ck) == 10 and tr.state_hash() == h10
     tr.save_checkpoint(ck, 30)
@@ -334,12 +334,12 @@ def test_the_executor_rolls_back_past_a_truncated_newest_checkpoint(tmp_path):
     """No Ray: the executor's rollback target skips a truncated newest checkpoint for the previous
     one, logs one warning line, and the trainer then loads that one."""
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path, echo=(said := []).append)
-    ex._open_logs()
+    ex.folder.open_logs()
     ck = ex.checkpoint_dir(0)
     tr = _two_checkpoints(ck)
     newest = ck / read_checkpoint_meta(ck)["state_file"]
     newest.write_bytes(newest.read_bytes()[:64])
-    assert ex._checkpoint_iteration(0) == 10
+    assert ex.recovery.checkpoint_iteration(0) == 10
     warnings = [json.loads(x) for x in (tmp_path / "run_log.jsonl").read_text().splitlines()]
     assert [w["event"] for w in warnings] == ["warning"] and "iteration 10" in warnings[0]["message"]
     assert len(said) == 1 and "unreadable" in said[0]
@@ -348,13 +348,13 @@ def test_the_executor_rolls_back_past_a_truncated_newest_checkpoint(tmp_path):
 
 def test_no_loadable_checkpoint_fails_the_job_in_one_line(tmp_path):
     ex = LiveExecutor([LiveJob(0, "tiny_mlp", 1, 100)], both_slots, _cfg(), tmp_path)
-    ex._open_logs()
+    ex.folder.open_logs()
     ck = ex.checkpoint_dir(0)
     _two_checkpoints(ck)
     for f in ck.glob("state-*.pt"):
         f.write_bytes(f.read_bytes()[:10])
     with pytest.raises(JobFailed) as e:
-        ex._checkpoint_iteration(0)
+        ex.recovery.checkpoint_iteration(0)
     assert str(e.value).startswith("job 0 (tiny_mlp) cannot go on: no checkpoint in ") and "\n" not in str(e.value)
 
 
@@ -439,11 +439,11 @@ def test_a_running_job_whose_checkpoints_are_all_corrupt_when_it_fails_is_given_
     checkpoints (50 and 25) are truncated (done inside the executor's checkpoint lookup, so the
     timing is exact). The job is given up within the round; job 0, on the other slot, runs to the
     end untouched."""
-    from jigsaw_executor import spb_worker
+    from jigsaw_executor import spb_checkpoint
 
     pool, hub = ray_pieces
     _warm(pool)
-    real = spb_worker.select_checkpoint
+    real = spb_checkpoint.select_checkpoint
     damaged = []
 
     def damage_then_select(path, log=None):
@@ -453,7 +453,7 @@ def test_a_running_job_whose_checkpoints_are_all_corrupt_when_it_fails_is_given_
             damaged.append(path)
         return real(path, log=log)
 
-    monkeypatch.setattr(spb_worker, "select_checkpoint", damage_then_select)
+    monkeypatch.setattr(spb_checkpoint, "select_checkpoint", damage_then_select)
     jobs = [LiveJob(0, "tiny_mlp", 1, 150, seed=1, lr=0.02), LiveJob(1, "tiny_mlp", 1, 150, seed=2, lr=0.02)]
 
     def own_slots(state: ClusterState) -> Decision:
