@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jigsaw_env.actions import RoundBuilder
-from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.spb import Pattern
 from jigsaw_env.state import Decision, JobDecision, JobStatus
 
 from .base import Scheduler, make_scheduler
@@ -67,12 +67,14 @@ def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, g
     combos = codec.combos
     levels = sorted({lv for lv, _ in combos}, key=lambda lv: (abs(lv - target.level), lv))
     kind_rank = {"keep": 0, "consolidated": 1, "spread": 2, "packed": 1 if shared else 3, "paired": 1 if shared else 4}
+    for option in codec.options[codec.n_menu:]:  # the pair-with-host options: shared placements
+        kind_rank[option] = 1 if shared else 5
     for level in levels:
         pats = [p for lv, p in combos if lv == level]
         pats.sort(key=lambda p: p is not target.pattern)
         best = None
         for pattern in pats:
-            for option in PLACEMENT_OPTIONS:
+            for option in codec.options:
                 jd = b.candidate(slot, option, level, pattern)
                 if jd is None:
                     continue
@@ -81,6 +83,20 @@ def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, g
                     best = (key, codec.encode(slot, option, level, pattern))
         if best is not None:
             return best[1]
+    return None
+
+
+def _exact_action(b: RoundBuilder, slot: int, target: JobDecision) -> int | None:
+    """A run action for ``slot`` whose JobDecision is ``target`` (its GPUs in order, level and
+    pattern), or None when no option gives it."""
+    level = target.level
+    pattern = target.pattern if level > 0 else Pattern.ROTATING
+    if (level, pattern) not in b.codec.combos:
+        return None
+    for option in b.codec.options:
+        jd = b.candidate(slot, option, level, pattern)
+        if jd is not None and jd.gpus == target.gpus:
+            return b.codec.encode(slot, option, level, pattern)
     return None
 
 
@@ -97,15 +113,22 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     codec = b.codec
     slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
     current = b.ledger.decision
-    for jid, slot in slot_of.items():  # pauses first: they free the GPUs the new decision uses
-        if jid in current and jid not in target:
-            return codec.encode(slot, None)
     # jobs that move first (their GPUs are what the new ones are placed around), then new ones
     todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
     if order == "slot":
         todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
     else:
         todo.sort(key=lambda jid: jid not in current)
+    # every action that lands exactly where the heuristic puts a job first (the GPUs in force
+    # that it avoids are still held: an option's choice among the free ones is then the
+    # heuristic's more often), then the pauses, which free the GPUs the new decision uses
+    for jid in todo:
+        a = _exact_action(b, slot_of[jid], target[jid])
+        if a is not None:
+            return a
+    for jid, slot in slot_of.items():
+        if jid in current and jid not in target:
+            return codec.encode(slot, None)
     # two passes: first every action that lands where the heuristic puts the job (a job that
     # cannot land yet may be able to once another one has moved: the paired option's host choice
     # depends on which hosts are left), then the fallbacks for the rest
