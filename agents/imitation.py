@@ -8,13 +8,16 @@ do not pause running jobs). This module lets training start from a heuristic ins
    policy over the env's actions. At the first step of each round it asks the heuristic for its
    :class:`~jigsaw_env.state.Decision` on the env's simulator state (the heuristic sees the same
    state it sees in ``jigsaw simulate``), then emits one action per step to build that decision
-   with the env's action codec (:func:`expert_action`): first the pauses of running jobs the
-   decision leaves out, then the jobs it runs, in the decision's order, each with the SPB level and
-   pattern the heuristic chose and the placement option whose GPUs come closest to the
-   heuristic's (the same GPUs, else the same GPU set, else the same nodes, else the option of the
-   same kind: exclusive or shared), then *advance*. The codec sees only the window of K jobs and
-   offers four placement options, not arbitrary GPU lists, so the translated policy approximates
-   the heuristic; :func:`play_expert` measures how closely (``python -m bench.ppo_study`` reports it).
+   with the env's action codec (:func:`expert_action`): first the actions that place a job exactly
+   where the decision does, then the pauses of running jobs the decision leaves out, then the
+   other jobs it runs, each with the SPB level and pattern the heuristic chose and the placement
+   option whose GPUs come closest to the heuristic's (the same GPUs, else the same GPU set, else
+   the same nodes, else the option of the same kind: exclusive or shared), then *advance*. A
+   co-location is rebuilt with the pair-with-host options (``host:r`` names the host). The codec
+   sees only the window of K jobs and its menu of placement options, not arbitrary GPU lists, so
+   the translated policy can only approximate a heuristic whose choices fall outside them;
+   :func:`play_expert` measures how closely (``python -m bench.expert_ceiling``: Jigsaw's
+   decisions on 11 of the 12 held-out study windows).
 2. :func:`collect` plays the expert on training episodes and records raw observations, masks,
    actions, rewards and episode ends.
 3. :func:`behaviour_clone` fits an SB3 policy to those actions (masked cross-entropy) and its value
@@ -102,8 +105,9 @@ def _exact_action(b: RoundBuilder, slot: int, target: JobDecision) -> int | None
 
 def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: str = "slot") -> int:
     """The next action that moves the builder's decision towards ``target`` (module docstring):
-    pauses, then the jobs that move, then the new ones, then advance. Within each group jobs go
-    larger first, then by window slot (``order="slot"``: a canonical order a policy can learn from
+    an action that places a job exactly as ``target`` does (the jobs that move, then the new
+    ones), else a pause, else the closest placement of the jobs left, else advance. Within each
+    group jobs go larger first, then by window slot (``order="slot"``: a canonical order a policy can learn from
     the observation, which holds each slot's GPU count) or in the heuristic's own order
     (``order="heuristic"``, which reproduces the heuristic's placements more often; on the 11
     training-split tuning windows of bench/ppo_study's setup the two give 2.527 and 2.533 h mean
