@@ -33,7 +33,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from .encoder import HOST_SLOTS
-from .pairing import search_pairing
+from .pairing import guest_orders, phase_mod, search_pairing
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
 from .state import ClusterState, JobDecision, JobStatus, trusted_decision
@@ -194,11 +194,47 @@ class RoundBuilder:
             h = self._hosts = ids[: self.codec.host_slots]
         return h
 
-    def _pair_key(self, job, hid: int, level: int, pattern: Pattern) -> tuple:
-        """The masks' cache key of :meth:`_pair_on`'s result for ``job`` on host ``hid``."""
+    def _pair_key(self, job, hid: int, *combo) -> tuple:
+        """The masks' cache key of :meth:`_pair_on`'s result for ``job`` on host ``hid`` at
+        ``combo`` (level, pattern). The result depends on the guest's model, batch size and width,
+        the host's model, batch size and decision (its GPUs hold only its workers' peaks) and the
+        pair's phase difference, which the search reads modulo the SPB cycles' common multiple
+        (none on one GPU), not on the job ids.
+
+        Without ``combo``: the key of the pair's mask row over every combo, which leaves the phase
+        difference out. Whether an option is feasible does not depend on it: the search returns
+        None exactly when no order fits in memory (phases change only the steps it ranks), and its
+        memory test is the ledger's (each GPU's host peak plus the guest worker's, the same
+        profile bytes, against its capacity)."""
         host = self.state.jobs[hid]
-        return ("pair", job.job_id, job.model, job.batch_size, job.iteration, hid, host.model, host.iteration,
-                self.ledger.decision[hid], level, pattern)
+        hjd = self.ledger.decision[hid]
+        if not combo:
+            return ("pair row", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd)
+        rel = (job.iteration - host.iteration) % phase_mod(self.state) if len(hjd.gpus) > 1 else 0
+        return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, *combo)
+
+    def _pair_fits(self, job, hid: int, level: int, pattern: Pattern) -> bool:
+        """Whether some candidate order of :func:`search_pairing` puts ``job`` (at ``level``,
+        ``pattern``) on host ``hid``'s GPUs within memory: each GPU's host worker peak plus the
+        guest worker's, the ledger's own sum and comparison (the host holds its GPUs alone, so
+        the ledger's bytes there are its peaks). :meth:`_pair_on` is not None exactly then (the
+        search drops exactly the orders that do not fit, whatever the phases), so the masks
+        read this, which needs no step means."""
+        st = self.state
+        costs = st.costs
+        hjd = self.ledger.decision[hid]
+        hg = hjd.gpus
+        ph = costs.peak_list(st.jobs[hid], hjd.level, hjd.pattern, hg)
+        cl = self.ledger._cl
+        for o in guest_orders(len(hg), job.num_gpus):
+            gpus = tuple([hg[c] for c in o])
+            pg = costs.peak_list(job, level, pattern, gpus)
+            for w, c in enumerate(o):
+                if ph[c] + pg[w] > cl[hg[c]]:
+                    break
+            else:
+                return True
+        return False
 
     def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
         """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
@@ -206,10 +242,9 @@ class RoundBuilder:
         guest's GPUs are :func:`search_pairing`'s best order at the host's configuration in the
         decision and the guest's ``(level, pattern)``, and must pass the ledger's check.
 
-        The result is kept in the masks' cache by what it depends on: both jobs, their iteration
-        counters (the pair's phases), the host's decision and the guest's combo (a host holds its
-        GPUs alone, so their bytes are its workers' peaks, and the guest, on GPUs of its own or
-        beside a job that is then no host, frees none of them)."""
+        The result is kept in the masks' cache by what it depends on (:meth:`_pair_key`: a host
+        holds its GPUs alone, so their bytes are its workers' peaks, and the guest, on GPUs of its
+        own or beside a job that is then no host, frees none of them)."""
         hosts = self.hosts()
         if r >= len(hosts) or hosts[r] == job.job_id:
             return None
@@ -334,8 +369,8 @@ class RoundBuilder:
         * a running job: the same with its own GPUs as they would be with it taken out, plus
           ``keep`` (its workers on its own GPUs) and ``pause``.
 
-        The ``host:r`` columns are each option's own candidate (:meth:`_pair_on`, whose results
-        the cache keeps), for every host slot that holds a job.
+        The ``host:r`` columns: whether some candidate order fits in memory (:meth:`_pair_fits`,
+        kept per pair of job kinds and host decision), for every host slot that holds a job.
         """
         c = self.codec
         st = self.state
@@ -361,27 +396,24 @@ class RoundBuilder:
         hosts = self.hosts()
         if not hosts:
             return
-        base = c.n_menu * c.n_lp
+        n_lp = c.n_lp
+        base = c.n_menu * n_lp
         combos = c.combos
+        jobs, dec, cache = self.state.jobs, self.ledger.decision, self._need_cache
+        widths = [len(dec[hid].gpus) for hid in hosts]
         for slot, jid in enumerate(self.window):
             if jid in self.acted:
                 continue
-            job = self.state.jobs[jid]
-            led = None
+            job = jobs[jid]
             for r, hid in enumerate(hosts):
-                if hid == jid or len(self.ledger.decision[hid].gpus) < job.num_gpus:
+                if hid == jid or widths[r] < job.num_gpus:
                     continue
-                off = base + r * c.n_lp
-                for i, (level, pattern) in enumerate(combos):
-                    jd = self._need_cache.get(self._pair_key(job, hid, level, pattern), False)
-                    if jd is False:
-                        if led is None:
-                            led = self.ledger
-                            if jid in led.decision:
-                                led = led.copy()
-                                led.remove(jid)
-                        jd = self._pair_on(led, job, r, level, pattern)
-                    mask[slot, off + i] = jd is not None
+                key = self._pair_key(job, hid)  # the pair's row over the combos
+                row = cache.get(key)
+                if row is None:
+                    row = cache[key] = bytes([self._pair_fits(job, hid, level, pattern) for level, pattern in combos])
+                off = base + r * n_lp
+                mask[slot, off:off + n_lp] = np.frombuffer(row, dtype=bool)
 
     def _menu_masks(self) -> np.ndarray:
         """The mask over the menu's actions alone (the layout of a codec without host slots:
