@@ -107,11 +107,12 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     """The next action that moves the builder's decision towards ``target`` (module docstring):
     an action that places a job exactly as ``target`` does (the jobs that move, then the new
     ones), else a pause, else the closest placement of the jobs left, else advance. Within each
-    group jobs go larger first, then by window slot (``order="slot"``: a canonical order a policy can learn from
-    the observation, which holds each slot's GPU count) or in the heuristic's own order
-    (``order="heuristic"``, which reproduces the heuristic's placements more often; on the 11
-    training-split tuning windows of bench/ppo_study's setup the two give 2.527 and 2.533 h mean
-    JCT for Jigsaw, so the learnable one is the default)."""
+    group jobs go larger first, then by window slot (``order="slot"``: a canonical order a policy
+    can learn from the observation, which holds each slot's GPU count) or in the heuristic's own order
+    (``order="heuristic"``, which reproduced the heuristic's placements more often with menus
+    that could not express them all; on the 11 training-split tuning windows of bench/ppo_study's
+    setup, with the four-option menu, the two gave 2.527 and 2.533 h mean JCT for Jigsaw, so the
+    learnable one is the default)."""
     if order not in ("slot", "heuristic"):
         raise ValueError(f"order must be 'slot' or 'heuristic', got {order!r}")
     codec = b.codec
@@ -133,9 +134,9 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     for jid, slot in slot_of.items():
         if jid in current and jid not in target:
             return codec.encode(slot, None)
-    # two passes: first every action that lands where the heuristic puts the job (a job that
-    # cannot land yet may be able to once another one has moved: the paired option's host choice
-    # depends on which hosts are left), then the fallbacks for the rest
+    # the closest placements: first every action that lands on the heuristic's GPU set (a job
+    # that cannot land yet may be able to once another one has moved: the paired option's host
+    # choice depends on which hosts are left), then the fallbacks for the rest
     fallback: list[int] = []
     for jid in todo:
         slot, tjd = slot_of[jid], target[jid]

@@ -4,8 +4,9 @@ The graph takes the raw observation of :class:`~jigsaw_env.encoder.ObservationEn
 exact action mask of :class:`~jigsaw_env.actions.RoundBuilder` and returns the action, so a
 deployment needs onnxruntime and numpy only (:mod:`jigsaw_executor.onnx_policy`)::
 
-    inputs   obs    float32 [N, D]   raw encoder observation (D = K * 27 + 10 with every feature group)
-             mask   bool    [N, A]   True = feasible action (A = K * (4 * (1 + 2L) + 1) + 1)
+    inputs   obs    float32 [N, D]   raw encoder observation (D = (K + H) * 27 + 10 with every
+                                     feature group, H = 8 host slots)
+             mask   bool    [N, A]   True = feasible action (A = K * ((5 + H) * (1 + 2L) + 1) + 1)
     outputs  action int64   [N]      argmax of the masked logits
              logits float32 [N, A]   the policy's logits, before masking
 
