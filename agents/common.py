@@ -12,7 +12,8 @@ Everything here reads a :class:`~jigsaw_env.state.ClusterState` and never change
 * :func:`best_pairing` -- the best way to co-locate a guest job on a host job's GPUs: SPB
   configuration of both and the guest's worker order, scored with the engine's exact lockstep
   step formula over the hyper-period (``jigsaw_env.engine``, eq. K1/K2), memory checked at each
-  process's peak.
+  process's peak (the search itself is :func:`jigsaw_env.pairing.search_pairing`, which the
+  environment's pair-with-host options use too).
 
 Normalised useful throughput of a job ``j`` (the unit every rule compares in) is
 ``x_j = eta_j * T_iso_j / step_j``: full-backprop-equivalent iterations per second relative to the
@@ -22,60 +23,23 @@ job alone at level 0 on dedicated consolidated GPUs (``CostModel.isolated_iterat
 """
 from __future__ import annotations
 
-import math
-import weakref
-from dataclasses import dataclass
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
 from jigsaw_env.actions import level_pattern_combos
-from jigsaw_env.interference import shared_gpu_time
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
+# the pairing search and its per-CostModel caches live in the core (the env's pair-with-host
+# options choose a guest's GPUs with it); re-exported here, where the heuristics read them
+from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairPlan, _cache, _caches_of,  # noqa: F401
+                                _lcm, _search_pairing, _search_pairing_phases, _sharing_tag, guest_orders,
+                                host_layout, pair_step_lower_bound, phase_mod, placement_sig, profile_summary,
+                                search_pairing, _signature)
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus, job_decision
 
-Config = tuple[int, Pattern]  # (SPB level, pattern)
 LEVEL0: Config = (0, Pattern.ROTATING)
-
-# per-CostModel caches (a CostModel belongs to one simulator: its eta knobs and SPB config)
-_CACHES: "weakref.WeakKeyDictionary[CostModel, dict]" = weakref.WeakKeyDictionary()
-_MAX_CACHE = 200_000
-_MAX_PREP = 4_000
-
-
-_LAST: list = [None, None]  # (weak reference to the CostModel looked up last, its caches)
-
-
-def _caches_of(costs: CostModel) -> dict:
-    """The per-CostModel dict of named caches (the last one looked up is kept at hand)."""
-    ref = _LAST[0]
-    if ref is not None and ref() is costs:
-        return _LAST[1]
-    per = _CACHES.get(costs)
-    if per is None:
-        per = _CACHES[costs] = {}
-    _LAST[0], _LAST[1] = weakref.ref(costs), per
-    return per
-
-
-def _sharing_tag(state: ClusterState, name: str) -> str:
-    """A cache name per sharing mode: a pairing's value depends on how the pair shares its GPUs,
-    and one CostModel may serve simulators of either mode."""
-    return name if state.sharing is None else name + "/" + state.sharing.mode
-
-
-def _cache(costs: CostModel, name: str, limit: int = _MAX_CACHE) -> dict:
-    """A named cache of ``costs`` (emptied when it grows past ``limit`` entries: every entry is a
-    pure function of its key, so recomputing one gives the same value)."""
-    per = _caches_of(costs)
-    c = per.get(name)
-    if c is None or len(c) > limit:
-        c = per[name] = {}
-    return c
-
 
 # ------------------------------------------------------------------------------------------------
 # priority: discretized 2D-LAS (Tiresias) lives in jigsaw_env.las (the observation encoder shows it too)
@@ -200,44 +164,10 @@ def solo_rate(state: ClusterState, job: JobState, cfg: Config, gpus: Sequence[in
     return prof.eta * state.costs.isolated_iteration_s(job) / float(prof.dedicated_iteration_s().mean())
 
 
-def placement_sig(state: ClusterState, gpus: Sequence[int]) -> tuple:
-    """What a job's profile depends on in its GPUs: their number, whether they span nodes, and
-    (on a mixed cluster) their types. Cached per GPU tuple."""
-    key = gpus if type(gpus) is tuple else tuple(gpus)
-    cache = _cache(state.costs, "psig")
-    sig = cache.get(key)
-    if sig is None:
-        cl = state.cluster
-        sig = cache[key] = _signature([g // cl.gpus_per_node for g in key],
-                                      None if state.costs.homogeneous else [cl.gpu_type(g) for g in key])
-    return sig
 
 
-def _signature(nodes: Sequence, types: Sequence | None) -> tuple:
-    """The placement signature of workers on ``nodes`` (node numbers in any numbering) with GPU
-    ``types`` (None on a cluster of one type): :func:`placement_sig`'s value, also read from a
-    host's layout by :func:`order_signatures`."""
-    cross = len(set(nodes)) > 1
-    return (len(nodes), cross) if types is None else (len(nodes), cross, tuple(types))
 
 
-def host_layout(state: ClusterState, gpus: tuple[int, ...]) -> tuple[tuple, np.ndarray]:
-    """``(signature, capacity)`` of a host's GPUs (a tuple, in worker order), cached.
-
-    signature: everything a pairing on these GPUs depends on in them -- each GPU's node as the
-    index of its first appearance (the node layout), the GPU types on a mixed cluster (else None)
-    and each GPU's memory. capacity: the memories as a read-only float64 array."""
-    cache = _cache(state.costs, "layout")
-    v = cache.get(gpus)
-    if v is None:
-        cl = state.cluster
-        layout: dict[int, int] = {}
-        node_sig = tuple(layout.setdefault(g // cl.gpus_per_node, len(layout)) for g in gpus)
-        types_sig = None if state.costs.homogeneous else tuple(cl.gpu_type(g) for g in gpus)
-        cap = np.array([cl.memory_of(g) for g in gpus], dtype=np.float64)
-        cap.setflags(write=False)
-        v = cache[gpus] = ((node_sig, types_sig, tuple(cap.tolist())), cap)
-    return v
 
 
 def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: Config | None = None,
@@ -265,56 +195,12 @@ def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: 
 # ------------------------------------------------------------------------------------------------
 # co-location of a guest on a host's GPUs (rules 3 and 4; Gandiva's packing test)
 # ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PairPlan:
-    """A co-location: the guest's workers on a subset of the host's GPUs.
-
-    value: n_host * x_host + n_guest * x_guest (dedicated-GPU equivalents of useful work).
-    """
-
-    host_cfg: Config
-    guest_cfg: Config
-    guest_gpus: tuple[int, ...]
-    value: float
-    x_host: float
-    x_guest: float
-    step_s: float  # mean lockstep step over the hyper-period
 
 
-@lru_cache(maxsize=1024)
-def guest_orders(wa: int, wb: int, max_orders: int = 32) -> tuple[tuple[int, ...], ...]:
-    """Candidate worker orders of a ``wb``-worker guest over a ``wa``-worker host, as host worker
-    indices: windows of consecutive host workers at every cyclic offset, forwards and backwards.
-
-    Forward shifts set the relative phase of two rotating patterns (anti-phasing); backward windows
-    put the guest's full-depth worker next to the host's lightest one (static complement)."""
-    if wb > wa:
-        return ()
-    offsets = range(wa) if 2 * wa <= max_orders else sorted({int(x) for x in np.linspace(0, wa - 1, max_orders // 2)})
-    out, seen = [], set()
-    for off in offsets:
-        for sign in (1, -1):
-            o = tuple((off + sign * w) % wa for w in range(wb))
-            if o not in seen:
-                seen.add(o)
-                out.append(o)
-    return tuple(out)
 
 
-def _lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
 
 
-def phase_mod(state: ClusterState) -> int:
-    """A common multiple of every SPB cycle length (lcm of 1..num_slots): phases matter modulo it."""
-    per = _caches_of(state.costs)
-    m = per.get("phase_mod")
-    if m is None:
-        m = 1
-        for p in range(1, state.spb.num_slots + 1):
-            m = _lcm(m, p)
-        per["phase_mod"] = m
-    return m
 
 
 def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], guest: JobState,
@@ -348,35 +234,7 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
         host_cfgs = spb_configs(state, host)
     if guest_cfgs is None:
         guest_cfgs = spb_configs(state, guest)
-    orders = guest_orders(wa, wb) if orders is None else [tuple(int(i) for i in o) for o in orders]
-    if not orders:
-        return None
-    if capacity is None:
-        sig, capacity = host_layout(state, host_gpus)
-    else:
-        (node_sig, types_sig, _), _ = host_layout(state, host_gpus)
-        sig = (node_sig, types_sig, tuple(capacity))
-    pm = phase_mod(state)
-    # the mean over a hyper-period depends on the phases only through their difference (shifting
-    # both counters by k rotates the step sequence), and every period divides pm
-    rel = (guest.iteration - host.iteration) % pm if wa > 1 else 0  # one GPU: loads just add up
-    key = (host.model, host.batch_size, sig, guest.model, guest.batch_size, wb, rel,
-           tuple(host_cfgs), tuple(guest_cfgs), tuple(orders))
-    cache = _cache(state.costs, _sharing_tag(state, "pair"))
-    hit = cache.get(key, False)
-    if hit is not False:
-        if hit is None:
-            return None
-        hc, gc, oi, value, xh, xg, step = hit
-        return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
-    plan = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel,
-                           key[:6] + key[7:])
-    if plan is None:
-        cache[key] = None
-        return None
-    hc, gc, oi, value, xh, xg, step = plan
-    cache[key] = plan
-    return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
+    return search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
 
 
 def order_signatures(state: ClusterState, node_sig: tuple[int, ...], types_sig: tuple | None, wb: int) -> tuple:
@@ -456,234 +314,22 @@ def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, .
     return hit
 
 
-def profile_summary(costs: CostModel, prof) -> tuple[float, float, float]:
-    """(mean over the cycle of the summed compute of all workers, of the slowest worker's compute,
-    of the sync time) of a profile: the ingredients of a lower bound on a shared step."""
-    cache = _cache(costs, "summary")
-    key = id(prof)  # profiles live in the CostModel's cache for its whole life
-    v = cache.get(key)
-    if v is None:
-        c = prof.compute_s
-        v = cache[key] = (float(c.sum(axis=1).mean()), float(c.max(axis=1).mean()), float(prof.comm_s.mean()))
-    return v
 
 
-def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest,
-                    prep_key=None):
-    """Branch and bound over (host config, guest config, order group). A lower bound on the mean
-    shared step -- the busiest GPU carries at least the average load over the host's GPUs and at
-    least either job's slowest worker, and the sync is at least either job's mean sync -- gives an
-    upper bound on each candidate's value; candidates are evaluated exactly in decreasing bound
-    order until the bound falls below the best value found. Ties go to the first candidate in
-    enumeration order (host config, guest config, order), as an exhaustive search would.
-
-    The candidates, their bounds and their memory feasibility do not depend on the phases: they
-    are prepared once (:func:`_pair_candidates`, cached by ``prep_key`` when given; a candidate's
-    arrays on its first visit) and only the phase-dependent step means are computed per call."""
-    wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
-                                                             orders, capacity, prep_key)
-    best = None
-    for c in cands:
-        neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
-        if best is not None and -neg_ub < best[3] - 1e-12:
-            break
-        if arrays is None:  # first visit of this candidate: its phase-independent arrays
-            arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
-        ok, inv, H, la0, zg, together, linked = arrays
-        if inv is None:  # no order of this group fits in memory
-            continue
-        ks = _arange(H)
-        if i_host == 0:
-            pha, la = ks % ph.period, la0
-        else:
-            pha = (i_host + ks) % ph.period
-            la = ph.compute_s[pha].T
-        phb = (i_guest + ks) % pg.period
-        # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
-        # (a zero column for a GPU without a guest worker): the sums the engine forms, per order;
-        # under the fitted sharing the engine's concurrent time, read from the candidate's table
-        if together is None:
-            loads = la[None, :, :] + zg[:, phb][inv]
-        else:
-            loads = together[_arange(wa)[None, :, None], pha[None, None, :], inv[:, :, None], phb[None, None, :]]
-        comm = ph.comm_s[pha] + pg.comm_s[phb] if linked else np.maximum(ph.comm_s[pha], pg.comm_s[phb])
-        step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
-        step = np.where(ok, step, np.inf)
-        k = int(np.argmin(step))
-        if not np.isfinite(step[k]):
-            continue
-        s = float(step[k])
-        xh = ph.eta * iso_h / s
-        xg = pg.eta * iso_g / s
-        value = wa * xh + wb * xg
-        if (best is None or value > best[3] + 1e-12
-                or (abs(value - best[3]) <= 1e-12 and rank < best[7])):
-            best = (hc, gc, idx[k], value, xh, xg, s, rank)
-    return None if best is None else best[:7]
 
 
-def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
-                          guest_load: float, guest_slowest: float, guest_sync: float, host_width: int) -> float:
-    """A lower bound (s) on the mean lockstep step of a host and a guest on its GPUs, from
-    :func:`profile_summary`'s means: the busiest GPU computes at least either job's slowest worker
-    and, time-sliced, at least the average summed load; under the fitted model two workers may
-    take less than their sum, but no rate exceeds 1, so a GPU computes at least its host worker's
-    load and at least half the summed load, on average over the GPUs too. The sync lasts at least
-    the longer mean sync (eq. L1 can only add to it)."""
-    summed = (host_load + guest_load) / host_width
-    fitted = state.sharing is not None and state.sharing.fitted
-    mean_load = max(host_load / host_width, summed / 2.0) if fitted else summed
-    return max(mean_load, host_slowest, guest_slowest) + max(host_sync, guest_sync)
 
 
-def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, prep_key=None) -> tuple:
-    """:func:`_pair_candidates`, cached by ``prep_key`` when given."""
-    if prep_key is None:
-        return _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
-    # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
-    # whole-trace replay's memory under its 2 GiB target (200k entries took it to 2.7 GiB)
-    cache = _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP)
-    prep = cache.get(prep_key)
-    if prep is None:
-        prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders,
-                                                  capacity)
-    return prep
 
 
-def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, phases,
-                           prep_key=None) -> list:
-    """``[_search_pairing(..., 0, r, prep_key) for r in phases]`` in one pass over the candidates:
-    the same branch and bound for every guest phase offset ``r`` at once, each phase leaving the
-    search where its own would stop (its best value above the next candidate's bound), its step
-    means computed in one numpy expression over the phases still searching. The same floats: the
-    loads, maxima and sums are those of the single search, element by element, and each mean is
-    a reduction over one contiguous row of the hyper-period, as there. (The single search keeps
-    its own two-dimensional arrays: run through this function for one phase, the first 10,000
-    Philly jobs with Jigsaw took 7 % longer.)"""
-    wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
-                                                             orders, capacity, prep_key)
-    phases = list(phases)
-    best: list = [None] * len(phases)
-    searching = list(range(len(phases)))
-    for c in cands:
-        neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
-        searching = [i for i in searching if best[i] is None or not -neg_ub < best[i][3] - 1e-12]
-        if not searching:
-            break
-        if arrays is None:
-            arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
-        ok, inv, H, la0, zg, together, linked = arrays
-        if inv is None:
-            continue
-        ks = _arange(H)
-        pha = ks % ph.period
-        phb = (np.array([phases[i] for i in searching])[:, None] + ks[None, :]) % pg.period  # (P, H)
-        if together is None:
-            loads = la0[None, :, None, :] + zg[:, phb][inv]  # (orders, wa, P, H)
-        else:
-            loads = together[_arange(wa)[None, :, None, None], pha[None, None, None, :], inv[:, :, None, None],
-                             phb[None, None, :, :]]
-        sync_h, sync_g = ph.comm_s[pha][None, :], pg.comm_s[phb]
-        comm = sync_h + sync_g if linked else np.maximum(sync_h, sync_g)  # (P, H)
-        step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :, :]).mean(axis=2)  # (orders, P)
-        step = np.where(ok[:, None], step, np.inf)
-        ks_best = np.argmin(step, axis=0).tolist()
-        for col, i in enumerate(searching):
-            k = ks_best[col]
-            if not np.isfinite(step[k, col]):
-                continue
-            s = float(step[k, col])
-            xh = ph.eta * iso_h / s
-            xg = pg.eta * iso_g / s
-            value = wa * xh + wb * xg
-            b = best[i]
-            if b is None or value > b[3] + 1e-12 or (abs(value - b[3]) <= 1e-12 and rank < b[7]):
-                best[i] = (hc, gc, idx[k], value, xh, xg, s, rank)
-    return [None if b is None else b[:7] for b in best]
 
 
-_ARANGE: dict[int, np.ndarray] = {}
 
 
-def _arange(n: int) -> np.ndarray:
-    a = _ARANGE.get(n)
-    if a is None:
-        a = _ARANGE[n] = np.arange(n)
-        a.setflags(write=False)
-    return a
 
 
-def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity) -> tuple:
-    """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands,
-    cols, capacity)`` with the candidates sorted by decreasing bound (ties by enumeration rank),
-    each a list ``[-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile,
-    arrays]`` where ``arrays`` is None until the search first visits the candidate and fills it in
-    with :func:`_candidate_arrays`; ``cols`` (orders x guest workers) holds every order's host
-    worker indices and ``capacity`` each host GPU's memory (bytes)."""
-    costs = state.costs
-    wa, wb = len(host_gpus), guest.num_gpus
-    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
-    cols = np.asarray(orders, dtype=np.int64)  # (O, wb) host worker indices
-    # group orders by the guest's own placement signature (cross-node or not, GPU types)
-    groups: dict[tuple, list[int]] = {}
-    for i, o in enumerate(orders):
-        groups.setdefault(placement_sig(state, tuple([host_gpus[c] for c in o])), []).append(i)
-    cands = []
-    for hc in host_cfgs:
-        ph = costs.profile(host, hc[0], hc[1], host_gpus)
-        th, mh, ch = profile_summary(costs, ph)
-        for gc in guest_cfgs:
-            for idx in groups.values():
-                pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
-                tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
-                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
-                cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
-    cands.sort(key=lambda c: (c[0], c[1]))
-    # the arrays of a candidate (memory feasibility per order, gather map, loads) are made on its
-    # first visit by the branch and bound (:func:`_candidate_arrays`): most candidates fall below
-    # the best value found and are never visited
-    return wa, wb, iso_h, iso_g, [[*c, None] for c in cands], cols, capacity
 
 
-def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity: np.ndarray, ph, pg) -> tuple:
-    """One candidate's phase-independent arrays, for its orders ``sub`` (orders x guest workers,
-    host worker indices): ``(memory-ok per order, gather map or None when no order fits,
-    hyper-period, host loads at phase 0 (wa, H), guest compute padded with a zero worker (wb + 1,
-    period), the fitted sharing's GPU times or None, whether the two syncs share a link)``.
-    ``inv[o, g]`` is the guest worker on host GPU ``g`` in order ``o``, or ``wb`` (the zero row)
-    for none. Under the fitted sharing ``together[g, p, w, q]`` is the time host GPU ``g``
-    computes when the host is in phase ``p`` and guest worker ``w`` (the zero row: none) in phase
-    ``q`` (:func:`jigsaw_env.interference.shared_gpu_time`, the engine's eq. K1'); time-sliced,
-    the loads add up. The syncs share a link (eq. L1: summed) when the guest on the host's GPUs
-    spans nodes exactly when the host does (every order of a candidate has the same signature)."""
-    wa, wb = len(host_gpus), sub.shape[1]
-    n = len(sub)
-    sa = np.arange(n)
-    # memory at each process's peak, per host GPU
-    mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-    for w in range(wb):
-        mem[sa, sub[:, w]] += pg.peak_bytes[w]
-    ok = np.all(mem <= capacity[None, :], axis=1)
-    if not ok.any():
-        return ok, None, 0, None, None, None, False
-    inv = np.full((n, wa), wb, dtype=np.int64)
-    for w in range(wb):
-        inv[sa, sub[:, w]] = w
-    H = _lcm(ph.period, pg.period)
-    la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
-    zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
-    sharing = state.sharing
-    together, linked = None, False
-    if sharing is not None:
-        guest_gpus = [host_gpus[c] for c in sub[0]]
-        linked = bool(sharing.links_of(host_gpus) & sharing.links_of(guest_gpus))
-        if sharing.fitted:
-            peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
-            host = ph.compute_s.T[:, :, None, None]  # (wa, Ph, 1, 1)
-            together = shared_gpu_time(host, zg[None, None, :, :], ph.batch_size, pg.batch_size, peaks,
-                                       sharing.model)  # (wa, Ph, wb + 1, Pg)
-    return ok, inv, H, la0, zg, together, linked
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,13 +8,16 @@ do not pause running jobs). This module lets training start from a heuristic ins
    policy over the env's actions. At the first step of each round it asks the heuristic for its
    :class:`~jigsaw_env.state.Decision` on the env's simulator state (the heuristic sees the same
    state it sees in ``jigsaw simulate``), then emits one action per step to build that decision
-   with the env's action codec (:func:`expert_action`): first the pauses of running jobs the
-   decision leaves out, then the jobs it runs, in the decision's order, each with the SPB level and
-   pattern the heuristic chose and the placement option whose GPUs come closest to the
-   heuristic's (the same GPUs, else the same GPU set, else the same nodes, else the option of the
-   same kind: exclusive or shared), then *advance*. The codec sees only the window of K jobs and
-   offers four placement options, not arbitrary GPU lists, so the translated policy approximates
-   the heuristic; :func:`play_expert` measures how closely (``python -m bench.ppo_study`` reports it).
+   with the env's action codec (:func:`expert_action`): first the actions that place a job exactly
+   where the decision does, then the pauses of running jobs the decision leaves out, then the
+   other jobs it runs, each with the SPB level and pattern the heuristic chose and the placement
+   option whose GPUs come closest to the heuristic's (the same GPUs, else the same GPU set, else
+   the same nodes, else the option of the same kind: exclusive or shared), then *advance*. A
+   co-location is rebuilt with the pair-with-host options (``host:r`` names the host). The codec
+   sees only the window of K jobs and its menu of placement options, not arbitrary GPU lists, so
+   the translated policy can only approximate a heuristic whose choices fall outside them;
+   :func:`play_expert` measures how closely (``python -m bench.expert_ceiling``: Jigsaw's
+   decisions on 11 of the 12 held-out study windows).
 2. :func:`collect` plays the expert on training episodes and records raw observations, masks,
    actions, rewards and episode ends.
 3. :func:`behaviour_clone` fits an SB3 policy to those actions (masked cross-entropy) and its value
@@ -34,7 +37,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jigsaw_env.actions import RoundBuilder
-from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.spb import Pattern
 from jigsaw_env.state import Decision, JobDecision, JobStatus
 
 from .base import Scheduler, make_scheduler
@@ -67,12 +70,14 @@ def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, g
     combos = codec.combos
     levels = sorted({lv for lv, _ in combos}, key=lambda lv: (abs(lv - target.level), lv))
     kind_rank = {"keep": 0, "consolidated": 1, "spread": 2, "packed": 1 if shared else 3, "paired": 1 if shared else 4}
+    for option in codec.options[codec.n_menu:]:  # the pair-with-host options: shared placements
+        kind_rank[option] = 1 if shared else 5
     for level in levels:
         pats = [p for lv, p in combos if lv == level]
         pats.sort(key=lambda p: p is not target.pattern)
         best = None
         for pattern in pats:
-            for option in PLACEMENT_OPTIONS:
+            for option in codec.options:
                 jd = b.candidate(slot, option, level, pattern)
                 if jd is None:
                     continue
@@ -84,31 +89,54 @@ def _run_action(b: RoundBuilder, slot: int, target: JobDecision, shared: bool, g
     return None
 
 
+def _exact_action(b: RoundBuilder, slot: int, target: JobDecision) -> int | None:
+    """A run action for ``slot`` whose JobDecision is ``target`` (its GPUs in order, level and
+    pattern), or None when no option gives it."""
+    level = target.level
+    pattern = target.pattern if level > 0 else Pattern.ROTATING
+    if (level, pattern) not in b.codec.combos:
+        return None
+    for option in b.codec.options:
+        jd = b.candidate(slot, option, level, pattern)
+        if jd is not None and jd.gpus == target.gpus:
+            return b.codec.encode(slot, option, level, pattern)
+    return None
+
+
 def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: str = "slot") -> int:
     """The next action that moves the builder's decision towards ``target`` (module docstring):
-    pauses, then the jobs that move, then the new ones, then advance. Within each group jobs go
-    larger first, then by window slot (``order="slot"``: a canonical order a policy can learn from
-    the observation, which holds each slot's GPU count) or in the heuristic's own order
-    (``order="heuristic"``, which reproduces the heuristic's placements more often; on the 11
-    training-split tuning windows of bench/ppo_study's setup the two give 2.527 and 2.533 h mean
-    JCT for Jigsaw, so the learnable one is the default)."""
+    an action that places a job exactly as ``target`` does (the jobs that move, then the new
+    ones), else a pause, else the closest placement of the jobs left, else advance. Within each
+    group jobs go larger first, then by window slot (``order="slot"``: a canonical order a policy
+    can learn from the observation, which holds each slot's GPU count) or in the heuristic's own order
+    (``order="heuristic"``, which reproduced the heuristic's placements more often with menus
+    that could not express them all; on the 11 training-split tuning windows of bench/ppo_study's
+    setup, with the four-option menu, the two gave 2.527 and 2.533 h mean JCT for Jigsaw, so the
+    learnable one is the default)."""
     if order not in ("slot", "heuristic"):
         raise ValueError(f"order must be 'slot' or 'heuristic', got {order!r}")
     codec = b.codec
     slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
     current = b.ledger.decision
-    for jid, slot in slot_of.items():  # pauses first: they free the GPUs the new decision uses
-        if jid in current and jid not in target:
-            return codec.encode(slot, None)
     # jobs that move first (their GPUs are what the new ones are placed around), then new ones
     todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
     if order == "slot":
         todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
     else:
         todo.sort(key=lambda jid: jid not in current)
-    # two passes: first every action that lands where the heuristic puts the job (a job that
-    # cannot land yet may be able to once another one has moved: the paired option's host choice
-    # depends on which hosts are left), then the fallbacks for the rest
+    # every action that lands exactly where the heuristic puts a job first (the GPUs in force
+    # that it avoids are still held: an option's choice among the free ones is then the
+    # heuristic's more often), then the pauses, which free the GPUs the new decision uses
+    for jid in todo:
+        a = _exact_action(b, slot_of[jid], target[jid])
+        if a is not None:
+            return a
+    for jid, slot in slot_of.items():
+        if jid in current and jid not in target:
+            return codec.encode(slot, None)
+    # the closest placements: first every action that lands on the heuristic's GPU set (a job
+    # that cannot land yet may be able to once another one has moved: the paired option's host
+    # choice depends on which hosts are left), then the fallbacks for the rest
     fallback: list[int] = []
     for jid in todo:
         slot, tjd = slot_of[jid], target[jid]

@@ -43,7 +43,8 @@ class RandomMasked(Scheduler):
 
     def schedule(self, state: ClusterState) -> Decision:
         if self._codec is None or self._codec.spb != state.spb:
-            self._codec = ActionCodec(self.window_k, state.spb)
+            # the menu without host slots: the random baseline's draws are those of its golden metrics
+            self._codec = ActionCodec(self.window_k, state.spb, host_slots=0)
         builder = RoundBuilder(state, self._codec)
         for _ in range(2 * self.window_k + 2):
             allowed = np.flatnonzero(builder.masks())

@@ -32,7 +32,6 @@ import numpy as np
 from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
 from jigsaw_env.digest import file_sha256
 from jigsaw_env.encoder import CLUSTER_FEATURES, ObservationEncoder, check_features
-from jigsaw_env.placement import PLACEMENT_OPTIONS
 from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, Decision
 
@@ -70,7 +69,8 @@ def spaces_signature(window_k: int, spb_levels: int, spb_slots: int, obs_feature
         "window_k": int(window_k),
         "spb_levels": int(spb_levels),
         "spb_slots": int(spb_slots),
-        "placement_options": list(PLACEMENT_OPTIONS),
+        "placement_options": list(codec.options),
+        "host_slots": codec.host_slots,
         "level_pattern_combos": [f"{lv}/{pt.value}" for lv, pt in level_pattern_combos(spb)],
         "obs_features": list(enc.features),
         "job_features": enc.job_features,
@@ -264,10 +264,13 @@ class LearnedAgent:
         want = spaces_signature(int(k), spaces.spb_levels, spaces.spb_slots, self.features)
         where = f"RUN_DIR {self.run_dir} does not fit:"
         groups = f" (feature groups {','.join(self.features)})"
+        # the sizes before the placement menu: a run of another action space (e.g. without the
+        # host slots) is refused naming the sizes expected and found
         for key, label in (("window_k", "window K"), ("spb_levels", "SPB levels"), ("spb_slots", "SPB slots"),
-                           ("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
+                           ("level_pattern_combos", "level/pattern combos"),
                            ("job_features", "per-job features"), ("cluster_features", "cluster features"),
-                           ("observation_size", "observation size"), ("n_actions", "action count")):
+                           ("observation_size", "observation size"), ("n_actions", "action count"),
+                           ("placement_options", "placement menu"), ("host_slots", "host slots")):
             if run.get(key) != want[key]:
                 note = groups if key in ("job_features", "observation_size") else ""
                 raise ValueError(f"{where} {label} expected {want[key]}{note}, found {run.get(key)} in config.json")
@@ -404,10 +407,10 @@ class LearnedScheduler(Scheduler):
             self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
             self._codec = ActionCodec(self.agent.window_k, state.spb)
         codec = self._codec
-        b = RoundBuilder(state, codec)
+        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state))
         steps = 0
         while True:
-            obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps)
+            obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts())
             np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
             a = self.agent.act(obs, b.masks())
             steps += 1

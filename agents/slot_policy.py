@@ -1,9 +1,12 @@
 """A policy network that scores every window slot with the same weights (``jigsaw train --policy slots``).
 
-The env's observation is K blocks of ``JOB_FEATURES`` per window slot followed by
-``CLUSTER_FEATURES`` cluster features, and its action space is K blocks of ``per_job`` actions
-(placement option x SPB level/pattern, and pause) followed by one advance action
-(:mod:`jigsaw_env.encoder`, :mod:`jigsaw_env.actions`). SB3's ``MlpPolicy`` reads the flat vector
+The env's observation is K blocks of ``JOB_FEATURES`` per window slot followed by H blocks for
+the host slots and ``CLUSTER_FEATURES`` cluster features, and its action space is K blocks of
+``per_job`` actions (placement option x SPB level/pattern, and pause; the options include one
+pair-with-host option per host slot) followed by one advance action (:mod:`jigsaw_env.encoder`,
+:mod:`jigsaw_env.actions`). Here the host blocks and the cluster features together are the
+*context* every slot reads (``cluster`` below): a slot's ``host:r`` logits come from its own
+latent, which sees host ``r``'s features through that context. SB3's ``MlpPolicy`` reads the flat vector
 and maps it to the flat logits with separate weights for every slot, so what it learns about an
 8-GPU job in slot 3 does not carry over to slot 11. Wide jobs are rare (2.3 % of Philly's jobs ask
 for 8 GPUs or more) and the slot a job lands in varies, so each slot of a flat MLP sees few of
@@ -40,16 +43,20 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
-from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES
+from jigsaw_env.encoder import CLUSTER_FEATURES, HOST_SLOTS, JOB_FEATURES
+
+#: what every slot reads besides its own block: the host slots' blocks and the cluster features
+CONTEXT_FEATURES = HOST_SLOTS * JOB_FEATURES + CLUSTER_FEATURES
 
 
 def slot_layout(obs_dim: int, n_actions: int) -> tuple[int, int]:
     """(K, per_job) of an env whose observation has ``obs_dim`` values and whose action space has
     ``n_actions`` actions; ValueError when the spaces are not the env's slot layout."""
-    k, rest = divmod(obs_dim - CLUSTER_FEATURES, JOB_FEATURES)
-    if obs_dim <= CLUSTER_FEATURES or rest:
+    k, rest = divmod(obs_dim - CONTEXT_FEATURES, JOB_FEATURES)
+    if obs_dim <= CONTEXT_FEATURES or rest:
         raise ValueError(f"the slot policy needs an observation of K x {JOB_FEATURES} job features + "
-                         f"{CLUSTER_FEATURES} cluster features, got {obs_dim} values")
+                         f"{HOST_SLOTS} x {JOB_FEATURES} host-slot features + {CLUSTER_FEATURES} cluster features, "
+                         f"got {obs_dim} values")
     per_job, rest = divmod(n_actions - 1, k)
     if n_actions < 2 or rest:
         raise ValueError(f"the slot policy needs K x per_job + 1 actions for K = {k} window slots, got {n_actions}")
@@ -67,7 +74,7 @@ class SlotActor(nn.Module):
     def __init__(self, k: int, hidden: int, slot_position: bool = True):
         super().__init__()
         self.k, self.hidden, self.slot_position = k, hidden, slot_position
-        f, c = JOB_FEATURES, CLUSTER_FEATURES
+        f, c = JOB_FEATURES, CONTEXT_FEATURES
         self.job_in = nn.Linear(f, hidden)                       # W1's job-feature columns, and b1
         self.cluster_in = nn.Linear(c, hidden, bias=False)       # W1's cluster-feature columns
         # W1's one-hot columns: a bias per slot (zero at the start: every slot alike)

@@ -5,7 +5,7 @@
 
 A learned policy that imitates an expert can at best play the expert's decisions as the env's
 actions express them (``agents.imitation.HeuristicExpert``: a window of K jobs, five placement
-options). This plays the translated expert on the held-out windows of ``python -m bench.ppo_study``
+options and one pair-with-host option per host slot). This plays the translated expert on the held-out windows of ``python -m bench.ppo_study``
 (same split, same windows, same load) for every window size K and action order given, next to the
 expert and Tiresias run by the simulator directly on the same cluster and ``SimConfig`` as the env.
 Prints per-window and mean JCTs (hours) and writes them as JSON (``--out``).

@@ -7,8 +7,15 @@ One action is one decision step (as in Decima and spark-sched-sim):
     a = slot * per_job + n_opt * n_lp           pause job ``slot`` (leave it out of the round)
     a = K * per_job                             advance: apply the decision, run one round
 
-with ``per_job = n_opt * n_lp + 1``, ``n_opt = len(PLACEMENT_OPTIONS)`` and the level/pattern
-combos ``lp``: 0 -> (0, rotating), then (l, rotating), (l, static) for l = 1..L.
+with ``per_job = n_opt * n_lp + 1`` and the level/pattern combos ``lp``: 0 -> (0, rotating), then
+(l, rotating), (l, static) for l = 1..L. The options (:attr:`ActionCodec.options`, ``n_opt`` of
+them) are the menu of :data:`~jigsaw_env.placement.PLACEMENT_OPTIONS`, then one pair-with-host
+option ``host:r`` per host slot ``r`` < H (:data:`~jigsaw_env.encoder.HOST_SLOTS`): the guest
+shares the GPUs of the ``r``-th job of :meth:`RoundBuilder.hosts` (the jobs of the decision being
+built alone on their GPUs, lowest 2D-LAS priority first; the observation shows each one), its
+workers in the order :func:`jigsaw_env.pairing.search_pairing` scores best at the host's
+configuration in that decision and the guest's level/pattern ``lp`` (the order Jigsaw's fitting
+chooses for that pair of configurations). A host must be as wide as the guest.
 
 A :class:`RoundBuilder` holds the decision being built for the next round (it starts from the
 allocation in force) and computes masks exactly: every unmasked action applies cleanly, every
@@ -25,9 +32,11 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from .encoder import HOST_SLOTS
+from .pairing import guest_orders, phase_mod, search_pairing
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
-from .state import ClusterState, JobDecision, JobStatus
+from .state import ClusterState, JobDecision, JobStatus, trusted_decision
 
 
 class InvalidAction(ValueError):
@@ -41,10 +50,19 @@ def level_pattern_combos(spb: SPBConfig) -> list[tuple[int, Pattern]]:
     return out
 
 
+def host_option(r: int) -> str:
+    """The name of the pair-with-host option of host slot ``r``."""
+    return f"host:{r}"
+
+
 @dataclass(frozen=True)
 class ActionCodec:
+    """The action layout (module docstring) for a window of ``window_k`` slots, the SPB levels of
+    ``spb`` and ``host_slots`` pair-with-host options."""
+
     window_k: int
     spb: SPBConfig
+    host_slots: int = HOST_SLOTS
 
     @cached_property
     def combos(self) -> list[tuple[int, Pattern]]:
@@ -55,7 +73,17 @@ class ActionCodec:
         return 1 + 2 * self.spb.max_level
 
     @cached_property
+    def options(self) -> tuple[str, ...]:
+        """The placement options, in action order: the menu, then ``host:0`` .. ``host:H-1``."""
+        return PLACEMENT_OPTIONS + tuple(host_option(r) for r in range(self.host_slots))
+
+    @cached_property
     def n_opt(self) -> int:
+        return len(self.options)
+
+    @cached_property
+    def n_menu(self) -> int:
+        """Options of the menu (:data:`PLACEMENT_OPTIONS`), ahead of the host options."""
         return len(PLACEMENT_OPTIONS)
 
     @cached_property
@@ -75,7 +103,7 @@ class ActionCodec:
         if option is None:
             return slot * self.per_job + self.n_opt * self.n_lp
         lp = self.combos.index((level, Pattern.ROTATING if level == 0 else Pattern.parse(pattern)))
-        return slot * self.per_job + PLACEMENT_OPTIONS.index(option) * self.n_lp + lp
+        return slot * self.per_job + self.options.index(option) * self.n_lp + lp
 
     def decode(self, action: int) -> tuple[str, int, str | None, int, Pattern]:
         """("advance"|"pause"|"run", slot, option, level, pattern)."""
@@ -89,7 +117,7 @@ class ActionCodec:
             return ("pause", slot, None, 0, Pattern.ROTATING)
         opt, lp = divmod(r, self.n_lp)
         level, pattern = self.combos[lp]
-        return ("run", slot, PLACEMENT_OPTIONS[opt], level, pattern)
+        return ("run", slot, self.options[opt], level, pattern)
 
 
 def window_order(state: ClusterState, k: int) -> list[int]:
@@ -127,13 +155,18 @@ class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
-                 cache: dict | None = None):
+                 cache: dict | None = None, priority: dict[int, int] | None = None):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
         ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
         one episode (the env passes it: what it holds depends only on the episode's jobs and the
-        cluster, so it stays valid from round to round); default: a fresh one."""
+        cluster, so it stays valid from round to round); default: a fresh one.
+        ``priority``: each active job's 2D-LAS rank this round (0: the highest priority;
+        ``ObservationEncoder.las_rank``), which orders the host slots; default: the rank by
+        attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard)."""
         self.state = state
+        self.priority = priority
+        self._hosts: list[int] | None = None  # hosts(), made when first asked after each change
         self.codec = codec
         order = window_order(state, codec.window_k)
         self.window = order[: codec.window_k]
@@ -143,6 +176,97 @@ class RoundBuilder:
         self.acted: set[int] = set()
         # the masks' cache (speed only): per-job constants, which keep their finished mask rows
         self._need_cache = cache if cache is not None else {}
+
+    # ----- host slots
+    def hosts(self) -> list[int]:
+        """The host slots' jobs: the jobs of the decision being built alone on their GPUs (each
+        holds only the job's worker; none when the worker cap is 1), lowest priority first (the
+        hosts Jigsaw's fitting tries first), at most H of them."""
+        h = self._hosts
+        if h is None:
+            ids = [jid for jid, _ in self.ledger.host_decisions()]
+            rank = self.priority
+            if rank is not None:
+                ids.sort(key=lambda x: (-rank.get(x, -1), x))
+            else:
+                jobs = self.state.jobs
+                ids.sort(key=lambda x: (-jobs[x].attained_gpu_s, -jobs[x].arrival_s, -x))
+            h = self._hosts = ids[: self.codec.host_slots]
+        return h
+
+    def _pair_key(self, job, hid: int, *combo) -> tuple:
+        """The masks' cache key of :meth:`_pair_on`'s result for ``job`` on host ``hid`` at
+        ``combo`` (level, pattern). The result depends on the guest's model, batch size and width,
+        the host's model, batch size and decision (its GPUs hold only its workers' peaks) and the
+        pair's phase difference, which the search reads modulo the SPB cycles' common multiple
+        (none on one GPU), not on the job ids.
+
+        Without ``combo``: the key of the pair's mask row over every combo, which leaves the phase
+        difference out. Whether an option is feasible does not depend on it: the search returns
+        None exactly when no order fits in memory (phases change only the steps it ranks), and its
+        memory test is the ledger's (each GPU's host peak plus the guest worker's, the same
+        profile bytes, against its capacity)."""
+        host = self.state.jobs[hid]
+        hjd = self.ledger.decision[hid]
+        if not combo:
+            return ("pair row", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd)
+        rel = (job.iteration - host.iteration) % phase_mod(self.state) if len(hjd.gpus) > 1 else 0
+        return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, *combo)
+
+    def _pair_fits(self, job, hid: int, level: int, pattern: Pattern) -> bool:
+        """Whether some candidate order of :func:`search_pairing` puts ``job`` (at ``level``,
+        ``pattern``) on host ``hid``'s GPUs within memory: each GPU's host worker peak plus the
+        guest worker's, the ledger's own sum and comparison (the host holds its GPUs alone, so
+        the ledger's bytes there are its peaks). :meth:`_pair_on` is not None exactly then (the
+        search drops exactly the orders that do not fit, whatever the phases), so the masks
+        read this, which needs no step means."""
+        st = self.state
+        costs = st.costs
+        hjd = self.ledger.decision[hid]
+        hg = hjd.gpus
+        ph = costs.peak_list(st.jobs[hid], hjd.level, hjd.pattern, hg)
+        cl = self.ledger._cl
+        for o in guest_orders(len(hg), job.num_gpus):
+            gpus = tuple([hg[c] for c in o])
+            pg = costs.peak_list(job, level, pattern, gpus)
+            for w, c in enumerate(o):
+                if ph[c] + pg[w] > cl[hg[c]]:
+                    break
+            else:
+                return True
+        return False
+
+    def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
+        """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
+        out), or None: the host slot must hold a job other than ``job``, at least as wide; the
+        guest's GPUs are :func:`search_pairing`'s best order at the host's configuration in the
+        decision and the guest's ``(level, pattern)``, and must pass the ledger's check.
+
+        The result is kept in the masks' cache by what it depends on (:meth:`_pair_key`: a host
+        holds its GPUs alone, so their bytes are its workers' peaks, and the guest, on GPUs of its
+        own or beside a job that is then no host, frees none of them)."""
+        hosts = self.hosts()
+        if r >= len(hosts) or hosts[r] == job.job_id:
+            return None
+        hid = hosts[r]
+        hjd = self.ledger.decision[hid]
+        if len(hjd.gpus) < job.num_gpus:
+            return None
+        host = self.state.jobs[hid]
+        key = self._pair_key(job, hid, level, pattern)
+        cache = self._need_cache
+        if key in cache:
+            return cache[key]
+        plan = search_pairing(self.state, host, hjd.gpus, job, [(hjd.level, hjd.pattern)], [(level, pattern)])
+        jd = None
+        if plan is not None:
+            jd = trusted_decision(plan.guest_gpus, level, pattern)
+            if led.check(job.job_id, jd, _chosen=True) is not None:
+                jd = None
+        if len(cache) > 200_000:
+            cache.clear()
+        cache[key] = jd
+        return jd
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -161,6 +285,8 @@ class RoundBuilder:
 
     def _candidate_on(self, led: GpuLedger, job, option: str, level: int, pattern: Pattern) -> JobDecision | None:
         """:meth:`candidate` on ``led``, the ledger with the job taken out."""
+        if option.startswith("host:"):
+            return self._pair_on(led, job, int(option[5:]), level, pattern)
         if option == "keep":
             jid = job.job_id
             if job.status is not JobStatus.RUNNING or jid not in self.ledger.decision:
@@ -186,10 +312,18 @@ class RoundBuilder:
                 raise InvalidAction(f"job {jid} (slot {slot}) is not running, so it cannot be paused")
             led.remove(jid)
             self.acted.add(jid)
+            self._hosts = None
             self._slide(slot)
             return "pause"
         job = self.state.jobs[jid]
-        if jid in led.decision:
+        if option.startswith("host:"):
+            jd = self.candidate(slot, option, level, pattern)  # the host slots as they are, before any change
+            if jd is None:
+                raise InvalidAction(f"job {jid} (slot {slot}): placement {option!r} at level {level}/{pattern.value} "
+                                    f"is infeasible")
+            if jid in led.decision:
+                led.remove(jid)
+        elif jid in led.decision:
             # take the job out of the ledger itself (not a copy, as candidate() does: the same
             # arithmetic), and put the exact bytes and order back if the action is infeasible
             snap = led._snapshot(jid)
@@ -209,6 +343,7 @@ class RoundBuilder:
             raise InvalidAction(f"job {jid} (slot {slot}): placement {option!r} at level {level}/{pattern.value} is infeasible")
         led.add(jid, jd, checked=True)
         self.acted.add(jid)
+        self._hosts = None
         self._slide(slot)
         return "run"
 
@@ -233,6 +368,9 @@ class RoundBuilder:
           GPUs under the worker cap (``mem + need <= capacity`` is monotone in mem) leaves room;
         * a running job: the same with its own GPUs as they would be with it taken out, plus
           ``keep`` (its workers on its own GPUs) and ``pause``.
+
+        The ``host:r`` columns: whether some candidate order fits in memory (:meth:`_pair_fits`,
+        kept per pair of job kinds and host decision), for every host slot that holds a job.
         """
         c = self.codec
         st = self.state
@@ -240,6 +378,48 @@ class RoundBuilder:
             mask = np.zeros(c.n, dtype=bool)
             mask[c.advance] = True
             return self._masks_exhaustive(mask)
+        menu = self._menu_masks()
+        if c.host_slots == 0:
+            return menu
+        # the menu's rows, widened by the host options' columns (before each row's pause entry)
+        base = c.n_menu * c.n_lp
+        rows = menu[:-1].reshape(c.window_k, base + 1)
+        mask = np.zeros((c.window_k, c.per_job), dtype=bool)
+        mask[:, :base] = rows[:, :base]
+        mask[:, -1] = rows[:, -1]
+        self._host_columns(mask)
+        return np.append(mask.reshape(-1), True)
+
+    def _host_columns(self, mask: np.ndarray) -> None:
+        """Fill the ``host:r`` columns of ``mask`` (window slots x ``per_job``)."""
+        c = self.codec
+        hosts = self.hosts()
+        if not hosts:
+            return
+        n_lp = c.n_lp
+        base = c.n_menu * n_lp
+        combos = c.combos
+        jobs, dec, cache = self.state.jobs, self.ledger.decision, self._need_cache
+        widths = [len(dec[hid].gpus) for hid in hosts]
+        for slot, jid in enumerate(self.window):
+            if jid in self.acted:
+                continue
+            job = jobs[jid]
+            for r, hid in enumerate(hosts):
+                if hid == jid or widths[r] < job.num_gpus:
+                    continue
+                key = self._pair_key(job, hid)  # the pair's row over the combos
+                row = cache.get(key)
+                if row is None:
+                    row = cache[key] = bytes([self._pair_fits(job, hid, level, pattern) for level, pattern in combos])
+                off = base + r * n_lp
+                mask[slot, off:off + n_lp] = np.frombuffer(row, dtype=bool)
+
+    def _menu_masks(self) -> np.ndarray:
+        """The mask over the menu's actions alone (the layout of a codec without host slots:
+        window slots x (menu options x combos + pause), then advance), on a homogeneous cluster."""
+        c = self.codec
+        st = self.state
         base = self.ledger
         wl = base._wl
         n_free = base._wc[0]
@@ -247,7 +427,7 @@ class RoundBuilder:
         acted = self.acted
         jobs = st.jobs
         info_of = self._need_cache
-        zero = _zero_row(c.per_job)
+        zero = _zero_row(c.n_menu * c.n_lp + 1)
         parts = []
         om = [None]  # the sorted open memory (_open_mem), made when first needed
         hm = None    # the hosts' smallest memories for the paired option (_HostMins), likewise
@@ -431,7 +611,7 @@ class RoundBuilder:
                 continue
             off = slot * c.per_job
             mask[off + c.n_opt * c.n_lp] = jid in self.ledger.decision
-            for o, option in enumerate(PLACEMENT_OPTIONS):
+            for o, option in enumerate(c.options):
                 for i, (level, pattern) in enumerate(c.combos):
                     mask[off + o * c.n_lp + i] = self.candidate(slot, option, level, pattern) is not None
         return mask

@@ -1,8 +1,11 @@
 """The one observation encoder, used by the Gymnasium env and by the live executor.
 
-The observation is a float32 vector of ``K * JOB_FEATURES + CLUSTER_FEATURES`` values, whatever
-the cluster's size: per-job features for the K jobs of the round's window (zeros for empty
-slots), then cluster features that are fractions or log-scaled counts. A policy trained on 64
+The observation is a float32 vector of ``(K + H) * JOB_FEATURES + CLUSTER_FEATURES`` values,
+whatever the cluster's size: per-job features for the K jobs of the round's window (zeros for
+empty slots), then the same features for the H host slots (the jobs the pair-with-host placement
+options name, ``jigsaw_env.actions.RoundBuilder.hosts``: jobs of the decision being built alone on
+their GPUs, lowest 2D-LAS priority first; zeros for empty host slots), then cluster features that
+are fractions or log-scaled counts. A policy trained on 64
 simulated GPUs therefore reads a 4-slot live cluster unchanged.
 
 Per-job features (index: meaning):
@@ -65,7 +68,7 @@ this round / K, round progress (steps this round / (2K+2)), fraction of the wind
 Feature groups (``features``, the env's ``obs_features``, ``jigsaw train --obs-features``): the
 per-job features fall in named groups, :data:`FEATURE_GROUPS`; an encoder made with some of
 them keeps only their per-job columns, in the order above (every cluster feature stays). The
-default is every group (:data:`DEFAULT_FEATURES`), the 27 x K + 10 layout above, computed with no
+default is every group (:data:`DEFAULT_FEATURES`), the 27 x (K + H) + 10 layout above, computed with no
 selection step. ``base`` (0-7, 10-15, 26) is always in; ``oracle`` (8-9), ``history`` (16-18),
 ``las`` (19-21) and ``fill`` (22-25) can be left out, e.g. to study a representation without the
 oracle or the heuristic-derived features. docs/environment.md lists every index.
@@ -82,6 +85,9 @@ from .state import ClusterState, JobStatus
 
 JOB_FEATURES = 27
 CLUSTER_FEATURES = 10
+#: host slots H: the running or placed jobs a pair-with-host placement option can name
+#: (``jigsaw_env.actions``); the observation shows each one's job features
+HOST_SLOTS = 8
 
 #: per-job feature indices of each group (module docstring); every cluster feature is in ``base``
 FEATURE_GROUPS: dict[str, tuple[int, ...]] = {
@@ -131,18 +137,24 @@ def job_feature_count(features=None) -> int:
 _NOT_QUEUED = (0.0, 0.0, 0.0, 0.0)  # features 22-25 of a job no longer active (an episode's last observation)
 
 
-def observation_size(window_k: int, features=None) -> int:
-    return window_k * job_feature_count(features) + CLUSTER_FEATURES
+def observation_size(window_k: int, features=None, host_slots: int = HOST_SLOTS) -> int:
+    """Values in the observation: K window slots and H host slots of job features, then the
+    cluster features."""
+    return (window_k + host_slots) * job_feature_count(features) + CLUSTER_FEATURES
 
 
 class ObservationEncoder:
     """Encodes (state, decision under construction) into the fixed-size observation; ``features``
     selects feature groups (module docstring; None: every group)."""
 
-    def __init__(self, window_k: int = 16, observe_remaining: bool = True, features=None):
+    def __init__(self, window_k: int = 16, observe_remaining: bool = True, features=None,
+                 host_slots: int = HOST_SLOTS):
         if window_k < 1:
             raise ValueError(f"window_k must be >= 1, got {window_k}")
+        if host_slots < 0:
+            raise ValueError(f"host_slots must be >= 0, got {host_slots}")
         self.window_k = window_k
+        self.host_slots = host_slots
         self.observe_remaining = observe_remaining
         #: the feature groups of this encoder's observation, in canonical order
         self.features = check_features(features)
@@ -151,8 +163,8 @@ class ObservationEncoder:
         self.job_features = len(keep)
         # indices of the full observation that this one keeps (None: all of them, no selection)
         self._keep = None if len(keep) == JOB_FEATURES else np.concatenate(
-            [np.asarray(keep, dtype=np.intp) + s * JOB_FEATURES for s in range(window_k)]
-            + [np.arange(CLUSTER_FEATURES, dtype=np.intp) + window_k * JOB_FEATURES])
+            [np.asarray(keep, dtype=np.intp) + s * JOB_FEATURES for s in range(window_k + host_slots)]
+            + [np.arange(CLUSTER_FEATURES, dtype=np.intp) + (window_k + host_slots) * JOB_FEATURES])
         self._static_cache: dict = {}
         self._round_key: tuple | None = None
         self._round_state = None
@@ -166,6 +178,7 @@ class ObservationEncoder:
         self._fill: dict[int, tuple] = {}            # features 22-25 of this round's active jobs
         self._las = LASQueues()                      # the jobs' LAS queue, kept across rounds
         self._las_t: float | None = None             # the time it was last updated (s)
+        self._las_rank: dict[int, int] | None = None  # this round's 2D-LAS rank of each active job
 
     def reset(self) -> None:
         """Start a new episode: forget the LAS queue's history. The per-round caches follow the
@@ -190,7 +203,17 @@ class ObservationEncoder:
 
     @property
     def size(self) -> int:
-        return self.window_k * self.job_features + CLUSTER_FEATURES
+        return (self.window_k + self.host_slots) * self.job_features + CLUSTER_FEATURES
+
+    def las_rank(self, state: ClusterState) -> dict[int, int]:
+        """Each active job's position in this round's 2D-LAS order (0: the highest priority), the
+        order of features 19-25, with the queue updated for the round as an encoding does. The
+        round builder lists the host slots by it (``RoundBuilder(priority=...)``)."""
+        self._round_part(state)
+        rank = self._las_rank
+        if rank is None:
+            rank = self._las_rank = {j.job_id: i for i, j in enumerate(self._las.order_active(state))}
+        return rank
 
     def _job_static(self, state: ClusterState, job) -> tuple[float, float, float, float]:
         """Features that depend only on the job's model/size: iteration time, gain, eta, memory."""
@@ -238,6 +261,7 @@ class ObservationEncoder:
             self._las.observe(state)
             self._las_t = state.time_s
         self._rank_ids = None  # the arrival ranks, made when a row first needs them this round
+        self._las_rank = None  # the 2D-LAS ranks, likewise
         self._fill = self._las_fill(state)
         self._block_window = None
         return stats
@@ -291,9 +315,14 @@ class ObservationEncoder:
                 ranks.get(jid, 0.0), log1p(max(0.0, state.time_s - since)) / 16, log1p(j.last_run_s) / 16,
                 q, log1p(max(0.0, service)) / 20, starve, *self._fill.get(jid, _NOT_QUEUED), 0.0)
 
-    def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0) -> np.ndarray:
+    def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0,
+               hosts: list[int] | tuple = ()) -> np.ndarray:
+        """The observation of the round's state with the decision being built (``ledger``, the
+        jobs ``acted`` on this round); ``hosts``: the host slots' jobs, in slot order
+        (``RoundBuilder.hosts``; at most H are shown)."""
         k = self.window_k
         kf = k * JOB_FEATURES
+        hf = self.host_slots * JOB_FEATURES
         stats = self._round_part(state)
         win = window[:k]
         w = len(win)
@@ -313,8 +342,10 @@ class ObservationEncoder:
                     o = slot * JOB_FEATURES
                     block[o:o + JOB_FEATURES] = self._job_row(state, jid)
         self._block_window = win
-        obs = np.empty(kf + CLUSTER_FEATURES, dtype=np.float32)
+        obs = np.empty(kf + hf + CLUSTER_FEATURES, dtype=np.float32)
         obs[:kf] = block
+        obs[kf:kf + hf] = 0.0
+        self._host_rows(state, obs, kf, hosts, ledger, acted)
         in_dec = ledger.decision
         G = state.cluster.num_gpus
         n_free = ledger.num_with_workers(0)
@@ -355,8 +386,19 @@ class ObservationEncoder:
                 mem_use = float(np.add.reduce(ledger.mem[occ] / cap[occ])) / (G - n_free)
         else:
             mem_use = 0.0
-        obs[kf:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
+        obs[kf + hf:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats,
                     len(acted) / k, min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
         if self._keep is not None:
             return obs[self._keep]
         return obs
+
+    def _host_rows(self, state: ClusterState, obs: np.ndarray, start: int, hosts, ledger, acted: set[int]) -> None:
+        """Write the host slots' job rows from ``obs[start]`` on: each host's features as a window
+        slot's, with feature 2 (in the decision) set, 3 as the job was acted on this round, and 26
+        zero (a host is alone on its GPUs)."""
+        o = start
+        for hid in list(hosts)[: self.host_slots]:
+            obs[o:o + JOB_FEATURES] = self._job_row(state, hid)
+            obs[o + 2] = 1.0 if hid in ledger.decision else 0.0
+            obs[o + 3] = 1.0 if hid in acted else 0.0
+            o += JOB_FEATURES

@@ -4,12 +4,14 @@ STATE
     The simulator's :class:`~jigsaw_env.state.ClusterState` (jobs, their progress and placements,
     the GPUs) plus the decision being built for the next round. The agent observes it through the
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
-    ``K * 27 + 10`` float32 values (every feature group; ``obs_features`` keeps some of them,
-    docs/environment.md) whose shape does not depend on the cluster's size.
+    ``(K + H) * 27 + 10`` float32 values (K window slots, H = 8 host slots; every feature group;
+    ``obs_features`` keeps some of them, docs/environment.md) whose shape does not depend on the
+    cluster's size.
 ACTIONS
-    ``Discrete(K * (5 * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one job of
-    the round's window of K waiting and running jobs with a placement option (keep, consolidated,
-    spread, packed, paired) and an SPB level and pattern; or pause a running job; or *advance*, which
+    ``Discrete(K * ((5 + H) * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one
+    job of the round's window of K waiting and running jobs with a placement option (keep,
+    consolidated, spread, packed, paired, or ``host:r``: beside the job of host slot r on its GPUs,
+    jigsaw_env/actions.py) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
     exactly the feasible actions (sb3-contrib protocol; all False once the episode is over, and a
     RuntimeError before the first ``reset()``), and ``info["action_mask"]`` of ``reset`` and of
@@ -339,12 +341,14 @@ class JigsawClusterEnv(gym.Env):
         return self._obs(), {"time_s": self.sim.state.time_s, "action_mask": self._refresh_mask()}
 
     def _new_round(self) -> None:
-        self.builder = RoundBuilder(self.sim.state, self.codec, self.sim.in_force_ledger(), self._mask_cache)
+        state = self.sim.state
+        self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
+                                    self.encoder.las_rank(state))
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:
         b = self.builder
-        obs = self.encoder.encode(self.sim.state, b.window, b.ledger, b.acted, self._steps_in_round)
+        obs = self.encoder.encode(self.sim.state, b.window, b.ledger, b.acted, self._steps_in_round, b.hosts())
         # np.clip's result, with less call overhead
         return np.minimum(np.maximum(obs, OBS_LOW, out=obs), OBS_HIGH, out=obs)
 

@@ -4,8 +4,9 @@ The graph takes the raw observation of :class:`~jigsaw_env.encoder.ObservationEn
 exact action mask of :class:`~jigsaw_env.actions.RoundBuilder` and returns the action, so a
 deployment needs onnxruntime and numpy only (:mod:`jigsaw_executor.onnx_policy`)::
 
-    inputs   obs    float32 [N, D]   raw encoder observation (D = K * 27 + 10 with every feature group)
-             mask   bool    [N, A]   True = feasible action (A = K * (4 * (1 + 2L) + 1) + 1)
+    inputs   obs    float32 [N, D]   raw encoder observation (D = (K + H) * 27 + 10 with every
+                                     feature group, H = 8 host slots)
+             mask   bool    [N, A]   True = feasible action (A = K * ((5 + H) * (1 + 2L) + 1) + 1)
     outputs  action int64   [N]      argmax of the masked logits
              logits float32 [N, A]   the policy's logits, before masking
 
@@ -159,9 +160,12 @@ def _check_layout(run: LoadedRun, spaces_signature) -> None:
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{cfg_path}: bad 'spaces' ({type(e).__name__}: {e})") from None
     groups = f" (feature groups {','.join(run.features)})"
-    for key, label in (("placement_options", "placement menu"), ("level_pattern_combos", "level/pattern combos"),
+    # the sizes before the placement menu: a run of another action space (e.g. without the host
+    # slots) is refused naming the sizes expected and found
+    for key, label in (("level_pattern_combos", "level/pattern combos"),
                        ("job_features", "per-job features"), ("cluster_features", "cluster features"),
-                       ("observation_size", "observation size"), ("n_actions", "action count")):
+                       ("observation_size", "observation size"), ("n_actions", "action count"),
+                       ("placement_options", "placement menu"), ("host_slots", "host slots")):
         if sp.get(key) != want[key]:
             note = groups if key in ("job_features", "observation_size") else ""
             raise ValueError(f"{run.run_dir}: the run was trained for another observation/action layout than this "

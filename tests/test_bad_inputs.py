@@ -358,10 +358,13 @@ class Assets:
         from agents.rl import spaces_signature
 
         sig = spaces_signature(4, spb_levels, 4)
-        if job_features is None:  # this encoder's
+        blocks = 4 + sig["host_slots"]  # this encoder's: window and host slots
+        if job_features is None:
             job_features = sig["job_features"]
+        else:  # an older encoder's: window slots only
+            blocks = 4
         sig["job_features"] = job_features
-        sig["observation_size"] = d = 4 * job_features + sig["cluster_features"]
+        sig["observation_size"] = d = blocks * job_features + sig["cluster_features"]
         a = sig["n_actions"]
         nodes = [helper.make_node("MatMul", ["obs", "W"], ["logits"]),
                  helper.make_node("Where", ["mask", "logits", "fill"], ["masked"]),

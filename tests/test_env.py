@@ -134,7 +134,9 @@ def test_random_masked_play_invariants_and_coverage():
     # the random play really exercises co-location, preemption and every SPB level and pattern
     combos = {(0, "rotating")} | {(l, p) for l in (1, 2, 3) for p in ("rotating", "static")}
     assert stats["levels"] == combos, stats["levels"]
-    assert stats["options"] == {"keep", "consolidated", "spread", "packed", "paired"}
+    menu = {"keep", "consolidated", "spread", "packed", "paired"}
+    assert menu <= stats["options"] and stats["options"] - menu, stats["options"]  # and pair-with-host options
+    assert all(o.startswith("host:") for o in stats["options"] - menu)
     assert stats["shared_rounds"] > 10
     assert stats["preemptions"] > 10
 
@@ -331,3 +333,43 @@ def test_a_policy_that_only_advances_is_truncated_as_stalled():
     assert env.sim.state.round <= 5 + 1 + 12
     with pytest.raises(ValueError, match="max_stalled_rounds"):
         make_env(max_stalled_rounds=0)
+
+
+def test_pair_with_host_slot_puts_a_job_on_the_named_hosts_gpus():
+    """Hand-built, as above: A (4 GPUs, envA: 7 GiB per worker) and B (2 GPUs, envB: 12 GiB) run
+    alone on 16 GiB GPUs. The host slots list them lowest 2D-LAS priority first: both arrived at 0
+    with no service, so B (the later id) is slot 0 and A slot 1, and the observation's host blocks
+    show their widths. C (2 GPUs, envA) ``host:0`` (B): 12 + 7 GiB does not fit, masked at every
+    level. ``host:1`` (A) at level 0: every order of two identical level-0 workers over A's GPUs
+    gives the same lockstep step, so the search keeps the first, A's GPUs 0 and 1. A then shares
+    and leaves the host slots: D's ``host:1`` names no job and is masked."""
+    from jigsaw_env.encoder import JOB_FEATURES
+
+    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [4, 2, 2, 2],
+                         "model": ["envA", "envB", "envA", "envA"], "batch_size": 8, "iterations": 1000.0})
+    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    b, c = env.builder, env.codec
+    slot = {jid: s for s, jid in enumerate(b.window)}
+    env.step(c.encode(slot[0], "consolidated"))
+    obs, *_ = env.step(c.encode(slot[1], "consolidated"))
+    assert b.hosts() == [1, 0]
+    k = c.window_k
+    host_width = [obs[(k + r) * JOB_FEATURES + 4] for r in range(c.host_slots)]
+    assert host_width == pytest.approx([np.log2(3) / 8, np.log2(5) / 8] + [0.0] * (c.host_slots - 2))
+    mask = env.action_masks()
+    for level, pattern in c.combos:
+        assert not mask[c.encode(slot[2], "host:0", level, pattern)]
+    a = c.encode(slot[2], "host:1")
+    assert mask[a]
+    env.step(a)
+    assert b.ledger.decision[2].gpus == (0, 1)
+    assert b.hosts() == [1]
+    mask = env.action_masks()
+    assert not mask[c.encode(slot[3], "host:1")]
+    with pytest.raises(InvalidAction, match="host:1"):
+        env.step(c.encode(slot[3], "host:1"))
+    env.step(c.advance)
+    assert env.sim.state.jobs[2].placement == (0, 1)

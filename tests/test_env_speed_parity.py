@@ -22,17 +22,19 @@ import numpy as np
 import pytest
 
 from jigsaw_env.actions import RoundBuilder
+from jigsaw_env.pairing import search_pairing
 from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
 from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
 from jigsaw_env.placement import PLACEMENT_OPTIONS
 from jigsaw_env.simulator import Simulator
 from jigsaw_env.spb import Pattern
-from jigsaw_env.state import JobStatus
+from jigsaw_env.state import JobDecision, JobStatus
 
 
 # ---------------------------------------------------------------- reference implementations
-def ref_masks(b: RoundBuilder) -> np.ndarray:
-    """RoundBuilder.masks without the fast paths (vectorised, no caches)."""
+def ref_masks(b: RoundBuilder, rank: dict[int, int]) -> np.ndarray:
+    """RoundBuilder.masks without the fast paths (vectorised, no caches); ``rank``: the jobs'
+    2D-LAS ranks (the host slots' order)."""
     c = b.codec
     mask = np.zeros(c.n, dtype=bool)
     mask[c.advance] = True
@@ -98,6 +100,7 @@ def ref_masks(b: RoundBuilder) -> np.ndarray:
             led.remove(jid)
         for lp, (lv, pt) in enumerate(c.combos):
             rows[slot, 4 * n_lp + lp] = ref_paired(led, jobs[i], lv, pt) is not None
+    ref_host_columns(b, rows, slots, rank)
     return mask
 
 
@@ -158,12 +161,20 @@ class RefLAS:
             starve = min(1.0, (now - self.wait_since[j.job_id]) / (self.SF * self.last_run[j.job_id]))
         return float(service >= self.TH), math.log1p(max(0.0, service)) / 20, starve
 
+    def order(self, state) -> list:
+        """The active jobs in 2D-LAS order: (queue, arrival, id)."""
+        jobs = [state.jobs[x] for x in state.active_ids]
+        return sorted(jobs, key=lambda j: (j.attained_gpu_s - self.base.get(j.job_id, 0.0) >= self.TH, j.arrival_s,
+                                           j.job_id))
+
+    def rank(self, state) -> dict[int, int]:
+        return {j.job_id: i for i, j in enumerate(self.order(state))}
+
     def fill(self, state) -> dict[int, tuple[float, float, float, float]]:
         """Features 22-25 of every active job: the jobs sorted by (queue, arrival, id), each taken
         while its GPUs fit in the GPUs left."""
         G = state.cluster.num_gpus
-        jobs = [state.jobs[x] for x in state.active_ids]
-        order = sorted(jobs, key=lambda j: (j.attained_gpu_s - self.base.get(j.job_id, 0.0) >= self.TH, j.arrival_s, j.job_id))
+        order = self.order(state)
         out = {}
         for i, j in enumerate(order):
             before = order[:i]
@@ -179,19 +190,49 @@ class RefLAS:
         return out
 
 
+def ref_hosts(ledger, rank: dict[int, int], h: int) -> list[int]:
+    """The host slots, plainly: the jobs of the decision whose GPUs each hold one worker (numpy
+    worker counts; none under a worker cap of 1), lowest priority (largest rank) first, the first ``h``."""
+    if ledger.state.max_workers_per_gpu < 2:
+        return []
+    alone = [jid for jid, jd in ledger.decision.items() if (ledger.workers[list(jd.gpus)] == 1).all()]
+    return sorted(alone, key=lambda x: (-rank[x], x))[:h]
+
+
+def ref_host_columns(b, rows: np.ndarray, slots, rank: dict[int, int]) -> None:
+    """The ``host:r`` columns, plainly: the search's best order at the host's configuration and
+    the guest's combo, checked on a copy of the ledger with the guest taken out."""
+    c, st = b.codec, b.state
+    hosts = ref_hosts(b.ledger, rank, c.host_slots)
+    for slot, jid in slots:
+        job = st.jobs[jid]
+        led = b.ledger.copy()
+        if jid in led.decision:
+            led.remove(jid)
+        for r, hid in enumerate(hosts):
+            hjd = b.ledger.decision[hid]
+            if hid == jid or len(hjd.gpus) < job.num_gpus:
+                continue
+            for lp, (lv, pt) in enumerate(c.combos):
+                plan = search_pairing(st, st.jobs[hid], hjd.gpus, job, [(hjd.level, hjd.pattern)], [(lv, pt)])
+                ok = plan is not None and led.fits(jid, JobDecision(plan.guest_gpus, lv, pt))
+                rows[slot, (c.n_menu + r) * c.n_lp + lp] = ok
+
+
 def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_round, las: RefLAS) -> np.ndarray:
     """ObservationEncoder.encode without the fast paths, with no cache (the per-model
     constants come from a fresh encoder's ``_job_static``); ``las``: the LAS queue, observed at
     this state."""
     k = enc.window_k
-    block = np.zeros(k * JOB_FEATURES, dtype=np.float32)
+    hosts = ref_hosts(ledger, las.rank(state), enc.host_slots)
+    block = np.zeros((k + enc.host_slots) * JOB_FEATURES, dtype=np.float32)
     G = state.cluster.num_gpus
     now = state.time_s
     L = max(1, state.spb.max_level)
     by_arrival = sorted(state.active_ids, key=lambda x: (state.jobs[x].arrival_s, x))
     n_act = len(by_arrival)
     fill = las.fill(state)
-    for slot, jid in enumerate(window[:k]):
+    for slot, jid in [*enumerate(window[:k]), *((k + r, hid) for r, hid in enumerate(hosts))]:
         j = state.jobs[jid]
         rank = by_arrival.index(jid) / (n_act - 1) if n_act > 1 else 0.0
         since = j.status_since_s
@@ -213,13 +254,17 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
     gpus_wait = sum(state.jobs[x].num_gpus for x in state.active_ids if state.jobs[x].status is not JobStatus.RUNNING)
     stats = (math.log1p(n_wait) / 8, math.log1p(len(state.active_ids) - n_wait) / 8, min(4.0, gpus_wait / G) / 4)
     obs = np.empty(enc.size, dtype=np.float32)
-    obs[:k * JOB_FEATURES] = block
+    obs[:(k + enc.host_slots) * JOB_FEATURES] = block
     for slot, jid in enumerate(window[:k]):
         obs[slot * JOB_FEATURES + 2] = jid in ledger.decision
         obs[slot * JOB_FEATURES + 3] = jid in acted
         others = [x for x in ledger.decision if x != jid and jid in ledger.decision
                   and set(ledger.decision[x].gpus) & set(ledger.decision[jid].gpus)]
         obs[slot * JOB_FEATURES + 26] = bool(others)
+    for r, hid in enumerate(hosts):  # a host: in the decision, alone on its GPUs
+        obs[(k + r) * JOB_FEATURES + 2] = 1.0
+        obs[(k + r) * JOB_FEATURES + 3] = hid in acted
+    k += enc.host_slots  # the cluster features follow the host slots (round progress is per window slot)
     wl = ledger._wl
     n_free = wl.count(0)
     cap_w = state.max_workers_per_gpu
@@ -234,8 +279,9 @@ def ref_encode(enc: ObservationEncoder, state, window, ledger, acted, steps_in_r
             mem_use = float((ledger.mem[occ] / cap[occ]).mean())
     else:
         mem_use = 0.0
-    obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats, len(acted) / k,
-                              min(1.0, steps_in_round / (2 * k + 2)), min(len(window), k) / k)
+    kw = enc.window_k
+    obs[k * JOB_FEATURES:] = (n_free / G, n_open / G, n_shared / G, mem_use, *stats, len(acted) / kw,
+                              min(1.0, steps_in_round / (2 * kw + 2)), min(len(window), kw) / kw)
     assert obs.size == k * JOB_FEATURES + CLUSTER_FEATURES
     return np.clip(obs, OBS_LOW, OBS_HIGH)
 
@@ -298,7 +344,8 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
     ref_sim = Simulator(env.cluster, env.sim._initial_jobs, env.sim_config)
     ref_enc = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
     ref_las = RefLAS()
-    ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger())
+    ref_las.observe(ref_sim.state)
+    ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger(), priority=ref_las.rank(ref_sim.state))
     steps = 0
     while True:
         b = env.builder
@@ -309,7 +356,8 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
         # masks: the env's, the plain algorithm's, and a fresh builder's with emptied caches
         mask = env.action_masks()
         assert mask.dtype == bool and mask.shape == (env.codec.n,)
-        np.testing.assert_array_equal(mask, ref_masks(b), err_msg=f"masks differ at step {steps}")
+        np.testing.assert_array_equal(mask, ref_masks(b, ref_las.rank(env.sim.state)),
+                                      err_msg=f"masks differ at step {steps}")
         assert ref_b.window == b.window and ref_b.acted == b.acted
         assert _ledger_key(ref_b.ledger) == _ledger_key(b.ledger)
         ref_b._need_cache = {}
@@ -347,7 +395,9 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
             assert reward == -r.job_seconds / env.reward_scale, f"reward differs at step {steps}"
             assert info["finished"] == r.finished
             if not ref_sim.done:
-                ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger())
+                ref_las.observe(ref_sim.state)
+                ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger(),
+                                     priority=ref_las.rank(ref_sim.state))
         else:
             assert reward == 0.0
         if term or trunc:

@@ -279,11 +279,11 @@ def test_incompatible_run_dir(tables_dir, run_dir, tmp_path, capsys):
     _one_line_error(rc, err, "placement menu expected")
     # config.json says K = 4 but the model's observation does not fit
     cfg = json.loads((run_dir / "config.json").read_text())
-    cfg["spaces"].update(window_k=5, observation_size=5 * 27 + 10, n_actions=5 * 36 + 1)
+    cfg["spaces"].update(window_k=5, observation_size=(5 + 8) * 27 + 10, n_actions=5 * 92 + 1)
     (bad / "config.json").write_text(json.dumps(cfg))
     rc, _, err = _evaluate(["--agents", str(bad), *base], capsys)
-    _one_line_error(rc, err, "observation size expected 145 (feature groups base,oracle,history,las,fill), "
-                             "found (118,)")
+    _one_line_error(rc, err, "observation size expected 361 (feature groups base,oracle,history,las,fill), "
+                             "found (334,)")
 
 
 def test_empty_trace(tables_dir, tmp_path, capsys):

@@ -29,7 +29,9 @@ from jigsaw_env.cli import main  # noqa: E402
 from test_train import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-K, D, A = 4, 4 * 27 + 10, 4 * 36 + 1  # per slot: 5 placement options x 7 level/pattern combos + pause
+# K window slots and 8 host slots of 27 features + 10; per slot: (5 menu options + 8 host options) x 7
+# level/pattern combos + pause
+K, D, A = 4, (4 + 8) * 27 + 10, 4 * 92 + 1
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
@@ -325,7 +327,8 @@ def test_check_compatible(policy, onnx_path):
     from jigsaw_env.spb import SPBConfig
     from jigsaw_executor.onnx_policy import make_scheduler
     policy.check_compatible(obs_size=D, n_actions=A, window_k=K, spb_levels=3, spb_slots=4,
-                            placement_options=["keep", "consolidated", "spread", "packed", "paired"], observe_remaining=True)
+                            placement_options=["keep", "consolidated", "spread", "packed", "paired"]
+                            + [f"host:{r}" for r in range(8)], observe_remaining=True)
     policy.check_compatible(EvalSpaces(None, 3, 4))
     policy.check_compatible(EvalSpaces(K, 3, 4))
     cases = [
@@ -341,18 +344,18 @@ def test_check_compatible(policy, onnx_path):
         with pytest.raises(ValueError) as e:
             policy.check_compatible(**kw)
         assert msg in str(e.value) and "\n" not in str(e.value), kw
-    with pytest.raises(ValueError, match=rf"observation size expected {8 * 27 + 10} \(feature groups "
+    with pytest.raises(ValueError, match=rf"observation size expected {(8 + 8) * 27 + 10} \(feature groups "
                                          rf"base,oracle,history,las,fill\), found {D}"):
         policy.check_compatible(EvalSpaces(8, 3, 4))
-    with pytest.raises(ValueError, match="action count expected 105, found 145"):
+    with pytest.raises(ValueError, match="action count expected 265, found 369"):
         policy.check_compatible(EvalSpaces(None, 2, 4))
     # before any job starts: at construction with the deployment's SPB config, else at the first round
-    with pytest.raises(ValueError, match="action count expected 105, found 145"):
+    with pytest.raises(ValueError, match="action count expected 265, found 369"):
         make_scheduler(onnx_path, spb=SPBConfig(max_level=2))
     from traces import load_trace
     jobs = load_trace("synthetic:jobs=3,seed=1", cluster_gpus=8).jobs
     sim = Simulator(ClusterSpec.from_gpus(8), jobs, SimConfig(round_s=300.0, spb=SPBConfig(max_level=2)))
-    with pytest.raises(ValueError, match="action count expected 105"):
+    with pytest.raises(ValueError, match="action count expected 265"):
         sim.run(make_scheduler(onnx_path).schedule)
     assert all(j.attained_gpu_s == 0 for j in sim.state.jobs.values())
 
@@ -368,7 +371,7 @@ def test_act_rejects_bad_inputs(policy):
         policy.act(np.zeros(D + 1, np.float32), mask)
     with pytest.raises(ValueError, match="non-finite"):
         policy.act(np.full(D, np.nan, np.float32), mask)
-    with pytest.raises(ValueError, match=r"mask \[N, 145\]"):
+    with pytest.raises(ValueError, match=r"mask \[N, 369\]"):
         policy.act_batch(np.zeros((2, D), np.float32), np.ones((3, A), bool))
     assert policy.logits(obs).shape == (1, A)
 
@@ -399,7 +402,7 @@ def test_bad_onnx_files(onnx_path, tmp_path):
     # metadata that does not match the graph (a policy whose observation size or action space
     # does not match its configuration)
     for key, val, msg in (("observation_size", "90", f"observation size expected 90 (metadata), found {D}"),
-                          ("n_actions", "146", "action count expected 146 (metadata), found 145")):
+                          ("n_actions", "370", "action count expected 370 (metadata), found 369")):
         m = onnx.load(str(onnx_path))
         for p in m.metadata_props:
             if p.key == key:
@@ -458,15 +461,24 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
     cfg = json.loads((d / "config.json").read_text())
     cfg["spaces"] = spaces_signature(5, 3, 4)
     (d / "config.json").write_text(json.dumps(cfg))
-    assert "observation size expected 145 (config.json), found (118,)" in err_of(d)
+    assert "observation size expected 361 (config.json), found (334,)" in err_of(d)
     # same observation size, another action count (SPB levels 2)
     cfg["spaces"] = spaces_signature(4, 2, 4)
     (d / "config.json").write_text(json.dumps(cfg))
-    assert "action count expected 105 (config.json), found 145" in err_of(d)
+    assert "action count expected 265 (config.json), found 369" in err_of(d)
     # config.json out of step with this code's codec
     cfg["spaces"] = dict(spaces_signature(4, 3, 4), n_actions=999)
     (d / "config.json").write_text(json.dumps(cfg))
-    assert "action count expected 145, found 999 in config.json" in err_of(d)
+    assert "action count expected 369, found 999 in config.json" in err_of(d)
+    # a run of the action space without host slots (5 placement options, no host blocks in the
+    # observation): refused, the sizes named
+    cfg["spaces"] = dict(spaces_signature(4, 3, 4), placement_options=["keep", "consolidated", "spread", "packed",
+                                                                       "paired"], observation_size=118, n_actions=145)
+    del cfg["spaces"]["host_slots"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert err_of(d).endswith("the run was trained for another observation/action layout than this code's: "
+                              "observation size expected 334 (feature groups base,oracle,history,las,fill), "
+                              "found 118 in config.json")
     assert "--opset" in err_of(run_dir, "--opset", "9", "--out", tmp_path / "x.onnx")
     (tmp_path / "adir").mkdir()
     assert "directory" in err_of(run_dir, "--out", tmp_path / "adir")

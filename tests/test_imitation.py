@@ -40,7 +40,7 @@ def test_tiresias_expert_in_the_env_reproduces_tiresias_in_the_simulator():
     assert a["makespan_s"] == pytest.approx(b["makespan_s"], rel=1e-12)
 
 
-def test_expert_pauses_first_then_starts_in_the_heuristics_order():
+def test_expert_lands_exact_placements_first_then_pauses_then_follows_its_order():
     env = JigsawClusterEnv(gpus=8, window_k=4, spb_levels=1)
     jobs = _jobs([(0, 0.0, 4, "resnet18", 64, 10_000), (1, 0.0, 4, "resnet18", 64, 10_000),
                   (2, 0.0, 8, "resnet18", 64, 10_000)])
@@ -48,13 +48,20 @@ def test_expert_pauses_first_then_starts_in_the_heuristics_order():
     codec = env.codec
     b = env.builder
     slot = {jid: s for s, jid in enumerate(b.window)}
-    # nothing runs yet: a target of jobs 1 then 0 (same size); in the heuristic's order job 1 starts
-    # first, in the default canonical order (larger first, then by window slot) job 0 does
+    # nothing runs yet: a target of jobs 1 then 0 (same size). An action that lands exactly where
+    # the heuristic puts a job comes first, in either order: with GPUs 0-7 free, consolidated gives
+    # job 0 its GPUs 0-3, not job 1 its 4-7
     target = Decision({1: JobDecision((4, 5, 6, 7)), 0: JobDecision((0, 1, 2, 3))})
-    a = expert_action(b, target, 8, order="heuristic")
-    assert codec.decode(a)[:3] == ("run", slot[1], "consolidated")
-    a = expert_action(b, target, 8)
-    assert codec.decode(a)[:3] == ("run", slot[0], "consolidated")
+    for order in ("heuristic", "slot"):
+        a = expert_action(b, target, 8, order=order)
+        assert codec.decode(a)[:3] == ("run", slot[0], "consolidated")
+    # no option gives either job its GPUs: the closest placement of the first job in the order,
+    # job 1 in the heuristic's order, job 0 in the default canonical one (larger first, then by
+    # window slot)
+    odd = Decision({1: JobDecision((2, 3, 4, 5)), 0: JobDecision((0, 1, 6, 7))})
+    assert slot[0] < slot[1]
+    assert codec.decode(expert_action(b, odd, 8, order="heuristic"))[:2] == ("run", slot[1])
+    assert codec.decode(expert_action(b, odd, 8))[:2] == ("run", slot[0])
     b.apply(a)
     a = expert_action(b, target, 8)
     assert codec.decode(a)[:3] == ("run", slot[1], "consolidated")
@@ -310,3 +317,48 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
         obs, _ = env.reset(seed=0)
         mask = env.action_masks()
         assert mask[agent.act(obs, mask)]
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_jigsaw_as_env_actions_makes_jigsaws_decisions(seed):
+    """Twelve jobs of 1-8 GPUs (four models) on 16 GPUs: Jigsaw pairs 2-, 4- and 8-GPU guests on
+    its hosts, each on the worker order its search scores best. The translated expert expresses
+    every one of its round decisions with the env's actions (the pair-with-host options name the
+    host), so the env's episode makes the very decisions of the simulator's Jigsaw run, round for
+    round, and ends with the same JCTs."""
+    import random
+
+    rng = random.Random(seed)
+    rows = [(j, rng.uniform(0, 3600), rng.choice([1, 2, 4, 4, 8]), rng.choice(["resnet50", "vgg16", "resnet18",
+                                                                              "bert_base"]),
+             32, rng.choice([2000, 5000, 20000])) for j in range(12)]
+    jobs = _jobs(rows)
+    env = JigsawClusterEnv(gpus=16, window_k=8)
+    want: list[dict] = []
+    jigsaw = make_scheduler("jigsaw")
+
+    def recorded(state):
+        d = jigsaw.schedule(state)
+        want.append(dict(d))
+        return d
+
+    ref = Simulator(env.cluster, jobs, env.sim_config)
+    ref.run(recorded)
+    expert = HeuristicExpert("jigsaw")
+    got: list[dict] = []
+    wide_pairs = 0
+    env.reset(seed=0, options={"jobs": jobs})
+    while True:
+        a = expert.act(env)
+        kind, slot, option, _, _ = env.codec.decode(a)
+        if kind == "advance":
+            got.append(dict(env.builder.ledger.decision))
+        elif kind == "run" and option.startswith("host:") and env.sim.state.jobs[env.builder.window[slot]].num_gpus > 1:
+            wide_pairs += 1
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    assert wide_pairs >= 3
+    assert len(got) == len(want) and got == want
+    assert env.sim.metrics()["avg_jct_s"] == ref.metrics()["avg_jct_s"]
+    assert env.sim.metrics()["makespan_s"] == ref.metrics()["makespan_s"]

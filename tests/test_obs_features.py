@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jigsaw_env.encoder import (CLUSTER_FEATURES, DEFAULT_FEATURES, FEATURE_GROUPS, JOB_FEATURES, check_features,
-                                job_feature_indices, observation_size)
+from jigsaw_env.encoder import (CLUSTER_FEATURES, DEFAULT_FEATURES, FEATURE_GROUPS, HOST_SLOTS, JOB_FEATURES,
+                                check_features, job_feature_indices, observation_size)
 from jigsaw_env.env import JigsawClusterEnv
 
 
@@ -19,9 +19,10 @@ def test_groups_partition_the_job_features():
     idx = sorted(i for g in FEATURE_GROUPS.values() for i in g)
     assert idx == list(range(JOB_FEATURES))
     assert DEFAULT_FEATURES == ("base", "oracle", "history", "las", "fill")
-    assert observation_size(16) == 16 * 27 + 10 == 442
-    assert observation_size(16, ["base"]) == 16 * 15 + 10
-    assert observation_size(4, "base,las,fill") == 4 * 22 + 10
+    # K window slots and H = 8 host slots of per-job features, then the cluster features
+    assert observation_size(16) == (16 + 8) * 27 + 10 == 658
+    assert observation_size(16, ["base"]) == (16 + 8) * 15 + 10
+    assert observation_size(4, "base,las,fill") == (4 + 8) * 22 + 10
     # order and repeats do not matter: canonical order
     assert check_features(["las", "base", "las"]) == ("base", "las")
 
@@ -32,11 +33,13 @@ def test_kept_columns_equal_the_full_observation(groups):
     part = JigsawClusterEnv(gpus=16, max_jobs=12, window_k=4, obs_features=groups)
     assert part.obs_features == check_features(groups)
     keep = list(job_feature_indices(groups))
-    n = 4 * len(keep) + CLUSTER_FEATURES
+    blocks = 4 + HOST_SLOTS  # window slots, then host slots
+    n = blocks * len(keep) + CLUSTER_FEATURES
     assert part.observation_space.shape == (n,)
 
     def select(o):
-        return np.concatenate([o[s * JOB_FEATURES:(s + 1) * JOB_FEATURES][keep] for s in range(4)] + [o[4 * JOB_FEATURES:]])
+        return np.concatenate([o[s * JOB_FEATURES:(s + 1) * JOB_FEATURES][keep] for s in range(blocks)]
+                              + [o[blocks * JOB_FEATURES:]])
 
     o1, _ = full.reset(seed=5)
     o2, _ = part.reset(seed=5)
@@ -116,16 +119,16 @@ def test_a_run_on_some_groups_evaluates_exports_and_deploys_with_them(tmp_path):
         assert rc == 0
         cfg = json.loads((run / "config.json").read_text())
         assert cfg["env"]["obs_features"] == ["base", "las"] == cfg["spaces"]["obs_features"]
-        assert cfg["spaces"]["job_features"] == 18 and cfg["spaces"]["observation_size"] == 4 * 18 + 10
+        assert cfg["spaces"]["job_features"] == 18 and cfg["spaces"]["observation_size"] == (4 + 8) * 18 + 10
         agent = LearnedAgent(run, prefer_onnx=False)
         agent.check_compatible(EvalSpaces(None, 3, 4))
         env = agent.make_env(cluster_kwargs=dict(num_gpus=8, gpus_per_node=8, gpu_type="v100", gpu_memory_gib=None),
                              sim_config=SimConfig(round_s=300.0))
-        assert env.observation_space.shape == (82,)
+        assert env.observation_space.shape == (226,)
         out = tmp_path / "policy.onnx"
         assert main(["export", str(run), "--out", str(out)]) == 0
         pol = OnnxPolicy(out)
-        assert pol.obs_features == ("base", "las") and pol.observation_size == 82
+        assert pol.obs_features == ("base", "las") and pol.observation_size == 226
         register_tables_dir(str(tables))
         jobs = load_trace("synthetic:models=ofA+ofB,jobs=6,seed=2", cluster_gpus=8).jobs
         frames = []
@@ -138,8 +141,8 @@ def test_a_run_on_some_groups_evaluates_exports_and_deploys_with_them(tmp_path):
         pol.raw_metadata["obs_features"] = json.dumps(["base"])
         with pytest.raises(ValueError) as e:
             pol.check_layout(3, 4)
-        assert str(e.value) == (f"{out} does not fit the deployment: observation size expected 70 (feature groups "
-                                f"base), found 82 in the ONNX policy")
+        assert str(e.value) == (f"{out} does not fit the deployment: observation size expected 190 (feature groups "
+                                f"base), found 226 in the ONNX policy")
     finally:
         for m in ("ofA", "ofB"):
             unregister_table(m, 8, "v100")

@@ -19,7 +19,8 @@ from jigsaw_env.cli import main  # noqa: E402
 from test_train import assert_acts_masked, tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 torch.set_num_threads(1)
-F, C = 27, 10
+F = 27
+C = 8 * F + 10  # the context every slot reads: the H = 8 host slots' features and the cluster features
 
 
 def _policy(k: int, per_job: int, cls=MaskableSlotPolicy, **kw):
@@ -36,12 +37,13 @@ def _logits(policy, x: np.ndarray) -> np.ndarray:
 
 
 def test_slot_layout_known_answers_and_bad_spaces():
-    assert slot_layout(16 * 27 + 10, 16 * 36 + 1) == (16, 36)   # the env's default: K=16, 5 options x 7 combos + pause
-    assert slot_layout(4 * 27 + 10, 4 * 36 + 1) == (4, 36)
-    with pytest.raises(ValueError, match="K x 27 job features"):
-        slot_layout(4 * 27 + 11, 4 * 36 + 1)
+    # the env's default: K=16 window and 8 host slots; (5 menu options + 8 host options) x 7 combos + pause
+    assert slot_layout((16 + 8) * 27 + 10, 16 * 92 + 1) == (16, 92)
+    assert slot_layout((4 + 8) * 27 + 10, 4 * 92 + 1) == (4, 92)
+    with pytest.raises(ValueError, match="K x 27 job features \\+ 8 x 27 host-slot features \\+ 10 cluster"):
+        slot_layout(4 * 27 + 10, 4 * 36 + 1)  # a layout without host slots
     with pytest.raises(ValueError, match="K x per_job \\+ 1 actions for K = 4"):
-        slot_layout(4 * 27 + 10, 4 * 36)
+        slot_layout((4 + 8) * 27 + 10, 4 * 92)
     with pytest.raises(ValueError, match="slot_hidden"):
         _policy(2, 3, slot_hidden=0)
     assert policy_for("mlp", "maskable_ppo") == "MlpPolicy" and policy_for("MlpPolicy", "ppo") == "MlpPolicy"
@@ -145,7 +147,7 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     assert cfg["warm_start"]["total_steps"] > 0 and len(cfg["warm_start"]["dagger"]) == 1
     agent = LearnedAgent(run)
     pol = agent.model.policy
-    assert isinstance(pol, MaskableSlotPolicy) and (pol.window_k, pol.per_job, pol.slot_hidden) == (4, 36, 16)
+    assert isinstance(pol, MaskableSlotPolicy) and (pol.window_k, pol.per_job, pol.slot_hidden) == (4, 92, 16)
     assert isinstance(LearnedAgent(run / "warm_start").model.policy, MaskableSlotPolicy)
     # it acts with masks: every action it picks in 300 steps is feasible
     assert_acts_masked(agent)
@@ -153,7 +155,7 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     out = tmp_path / "slots.onnx"
     assert main(["export", str(run), "--out", str(out)]) == 0
     onnx_policy = OnnxPolicy(out)
-    obs, mask = random_inputs(4 * F + C, 4 * 36 + 1, 200, np.random.default_rng(3))
+    obs, mask = random_inputs(4 * F + C, 4 * 92 + 1, 200, np.random.default_rng(3))
     want = [agent.act(o, m) for o, m in zip(obs, mask)]
     assert np.array_equal(onnx_policy.act_batch(obs, mask), np.array(want))
 

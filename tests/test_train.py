@@ -65,7 +65,7 @@ def test_training_writes_the_run_dir(trained):
     assert cfg["algo"] == "maskable_ppo" and cfg["n_envs"] == 2 and cfg["vec"] == "subproc"
     assert cfg["trained_timesteps"] >= 2000 and cfg["seed"] == 3
     sp = cfg["spaces"]
-    assert sp["window_k"] == 4 and sp["observation_size"] == 4 * 27 + 10 and sp["n_actions"] == 4 * 36 + 1
+    assert sp["window_k"] == 4 and sp["observation_size"] == (4 + 8) * 27 + 10 and sp["n_actions"] == 4 * 92 + 1
     ev = pd.read_csv(trained / "eval.csv")
     assert len(ev) >= 2 and ev["timesteps"].is_monotonic_increasing
     assert ev["mean_reward"].notna().all() and (ev["mean_avg_jct_s"] > 0).all()
@@ -156,7 +156,7 @@ def test_masks_reach_maskable_ppo_through_vecnormalize(tables_dir, trained):
         venv.reset()
         assert is_masking_supported(venv)
         m = get_action_masks(venv)
-        assert m.shape == (2, 4 * 36 + 1) and m.dtype == bool and m[:, -1].all()
+        assert m.shape == (2, 4 * 92 + 1) and m.dtype == bool and m[:, -1].all()
         direct = venv.venv.envs[0].unwrapped.action_masks()
         assert np.array_equal(m[0], direct)
         venv.env_method("set_difficulty", 0.0)
