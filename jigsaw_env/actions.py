@@ -401,19 +401,23 @@ class RoundBuilder:
         combos = c.combos
         jobs, dec, cache = self.state.jobs, self.ledger.decision, self._need_cache
         widths = [len(dec[hid].gpus) for hid in hosts]
+        none = bytes(n_lp)
+        end = base + len(hosts) * n_lp
         for slot, jid in enumerate(self.window):
             if jid in self.acted:
                 continue
             job = jobs[jid]
+            rows = []
             for r, hid in enumerate(hosts):
                 if hid == jid or widths[r] < job.num_gpus:
+                    rows.append(none)
                     continue
                 key = self._pair_key(job, hid)  # the pair's row over the combos
                 row = cache.get(key)
                 if row is None:
                     row = cache[key] = bytes([self._pair_fits(job, hid, level, pattern) for level, pattern in combos])
-                off = base + r * n_lp
-                mask[slot, off:off + n_lp] = np.frombuffer(row, dtype=bool)
+                rows.append(row)
+            mask[slot, base:end] = np.frombuffer(b"".join(rows), dtype=bool)
 
     def _menu_masks(self) -> np.ndarray:
         """The mask over the menu's actions alone (the layout of a codec without host slots:
