@@ -156,13 +156,8 @@ class Jigsaw(Scheduler):
                 else:
                     ledger.add(jid, jd)
 
-    def _current_jd(self, state: ClusterState, j: JobState) -> JobDecision:
-        """``JobDecision(j.placement, j.level, j.pattern)``, the same (immutable) object while the
-        job keeps that configuration."""
-        return job_decision(j.placement, j.level, j.pattern)
-
     def _bounds_of(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], width: int) -> dict:
-        """The memo of :meth:`_pairing_bound` for this host's kind and what a ``width``-worker
+        """The memo of :func:`pairing_bound` for this host's kind and what a ``width``-worker
         guest's pairing reads in its GPUs (``common.pairing_layout``'s id: the bound reads the
         host's placement signature and its guest orders' signatures, which that id covers):
         ``{(guest model, batch size): bound}``."""
@@ -175,35 +170,6 @@ class Jigsaw(Scheduler):
                 memo.clear()
             bounds = memo[key] = {}
         return bounds
-
-    def _pairing_bound(self, state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
-        """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
-        candidate order): the bound its own branch and bound ranks candidates by, maximised over
-        every (host config, guest config, guest placement group). The mean shared step is at least
-        :func:`common.pair_step_lower_bound` (which depends on the sharing mode), so no candidate's
-        value exceeds it. It does not depend on the jobs' phases,
-        so it is memoised by models, batch sizes, the guest's width and what the pairing reads in
-        the host's GPUs (``common.pairing_layout``: the host's and the guest orders' placement
-        signatures; the profiles depend on nothing else in the GPUs) (:meth:`_bounds_of`;
-        :meth:`_find_host` looks them up there, per host and guest width once a round)."""
-        costs = state.costs
-        wa, wb = len(hgpus), guest.num_gpus
-        reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
-        for o in guest_orders(wa, wb):
-            g = tuple(hgpus[c] for c in o)
-            reps.setdefault(placement_sig(state, g), g)
-        iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
-        ub = -float("inf")
-        for hc in spb_configs(state, host) if reps else ():
-            ph = costs.profile(host, hc[0], hc[1], hgpus)
-            th, mh, ch = profile_summary(costs, ph)
-            for gc in spb_configs(state, guest):
-                for g in reps.values():
-                    pg = costs.profile(guest, gc[0], gc[1], g)
-                    tg, mg, cg = profile_summary(costs, pg)
-                    lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
-                    ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
-        return ub
 
     def quiet_until(self, state: ClusterState) -> float:
         # every rule reads the LAS order, statuses, placements and static costs: only the order
@@ -267,14 +233,6 @@ class Jigsaw(Scheduler):
         return ledger.decision
 
     # ----------------------------------------------------------------------------------------
-    def _min_nodes(self, state: ClusterState, job: JobState) -> int:
-        gpn = state.cluster.gpus_per_node
-        return -(-job.num_gpus // gpn)
-
-    def _nodes(self, state: ClusterState, gpus) -> int:
-        gpn = state.cluster.gpus_per_node
-        return len({g // gpn for g in gpus})
-
     def _spread_ok(self, state: ClusterState, job: JobState, gpus) -> bool:
         """Rule 4: a job may sit on more nodes than it needs only if it keeps ``spread_tolerance``
         of the useful throughput it has on the fewest nodes (its comm share is small)."""
@@ -288,7 +246,7 @@ class Jigsaw(Scheduler):
         return ok
 
     def _spread_ok_uncached(self, state: ClusterState, job: JobState, gpus) -> bool:
-        if self._nodes(state, gpus) <= self._min_nodes(state, job):
+        if nodes_spanned(state, gpus) <= fewest_nodes(state, job):
             return True
         _, x = best_solo(state, job, gpus, None, 0.0)
         _, x_ref = best_solo(state, job, tuple(range(job.num_gpus)), None, 0.0)  # fewest nodes
@@ -376,7 +334,7 @@ class Jigsaw(Scheduler):
         e = stay_memo.get(j.job_id)
         if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
             return e[4], e[5], e[6]
-        cur = self._current_jd(state, j)
+        cur = job_decision(j.placement, j.level, j.pattern)
         ok = self._spread_ok(state, j, cur.gpus)
         same = False
         if ok:
@@ -388,7 +346,7 @@ class Jigsaw(Scheduler):
     def _move_pays(self, state, j: JobState, cur: JobDecision, jd: JobDecision) -> bool:
         """Rule 5: running job ``j`` moves from ``cur`` to ``jd`` only to fewer nodes and when the
         speed it gains over ``horizon_s`` exceeds what its restart costs."""
-        if self._nodes(state, jd.gpus) >= self._nodes(state, cur.gpus):
+        if nodes_spanned(state, jd.gpus) >= nodes_spanned(state, cur.gpus):
             return False
         _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
         _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
@@ -418,7 +376,7 @@ class Jigsaw(Scheduler):
                 jd = None
                 stays = j.status is RUNNING and j.placement and not any(map(wl.__getitem__, j.placement))
                 if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
-                    jd = self._current_jd(state, j)
+                    jd = job_decision(j.placement, j.level, j.pattern)
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
@@ -449,7 +407,7 @@ class Jigsaw(Scheduler):
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
         """``(alone, gpus, bounds, host)`` of a host in this round's fitting: its useful work
         alone on its GPUs at its best configuration, those GPUs (its decision's) and its
-        :meth:`_pairing_bound` memos by guest width (filled by :meth:`_find_host` from
+        :func:`pairing_bound` memos by guest width (filled by :meth:`_find_host` from
         :meth:`_bounds_of`). All three are functions of the host's kind and GPUs, so they are
         kept (``self._hosts``, the ``hosts`` :meth:`_job_memo`) for the very JobState and GPU tuple they were
         made for: a host that keeps its placement from round to round, whose decision object is
@@ -530,7 +488,7 @@ class Jigsaw(Scheduler):
                     bounds = by_width[width] = self._bounds_of(state, host, hgpus, width)
                 ub = bounds.get(kind)
                 if ub is None:
-                    ub = bounds[kind] = self._pairing_bound(state, host, hgpus, guest)
+                    ub = bounds[kind] = pairing_bound(state, host, hgpus, guest)
                 if ub * scale * (1.0 + 1e-9) < max(alone * (1.0 + self.margin) - 1e-9, alone + best_gain + 1e-12):
                     # no pairing can clear the margin or beat the best host so far (the work
                     # below is at most the plan's value, times the discount when the guest is
@@ -576,6 +534,47 @@ class Jigsaw(Scheduler):
             ledger.remove(host.job_id)
         ledger.add(host.job_id, old)
         return False
+
+
+def fewest_nodes(state: ClusterState, job: JobState) -> int:
+    """The fewest nodes ``job``'s GPUs can span."""
+    return -(-job.num_gpus // state.cluster.gpus_per_node)
+
+
+def nodes_spanned(state: ClusterState, gpus) -> int:
+    """How many nodes ``gpus`` span."""
+    gpn = state.cluster.gpus_per_node
+    return len({g // gpn for g in gpus})
+
+
+def pairing_bound(state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
+    """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
+    candidate order): the bound its own branch and bound ranks candidates by, maximised over
+    every (host config, guest config, guest placement group). The mean shared step is at least
+    :func:`common.pair_step_lower_bound` (which depends on the sharing mode), so no candidate's
+    value exceeds it. It does not depend on the jobs' phases,
+    so it is memoised by models, batch sizes, the guest's width and what the pairing reads in
+    the host's GPUs (``common.pairing_layout``: the host's and the guest orders' placement
+    signatures; the profiles depend on nothing else in the GPUs) (``Jigsaw._bounds_of``;
+    ``Jigsaw._find_host`` looks them up there, per host and guest width once a round)."""
+    costs = state.costs
+    wa, wb = len(hgpus), guest.num_gpus
+    reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
+    for o in guest_orders(wa, wb):
+        g = tuple(hgpus[c] for c in o)
+        reps.setdefault(placement_sig(state, g), g)
+    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+    ub = -float("inf")
+    for hc in spb_configs(state, host) if reps else ():
+        ph = costs.profile(host, hc[0], hc[1], hgpus)
+        th, mh, ch = profile_summary(costs, ph)
+        for gc in spb_configs(state, guest):
+            for g in reps.values():
+                pg = costs.profile(guest, gc[0], gc[1], g)
+                tg, mg, cg = profile_summary(costs, pg)
+                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
+                ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
+    return ub
 
 
 class _ExclusiveGpus:

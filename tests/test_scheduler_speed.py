@@ -19,7 +19,7 @@ from agents import make_scheduler
 from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_gpus, current_pairs,
                            guest_orders, host_layout, job_decision, order_signatures,
                            placement_sig, profile_summary, spb_configs)
-from agents.jigsaw import Jigsaw
+from agents.jigsaw import Jigsaw, nodes_spanned, pairing_bound
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.simulator import SimConfig, Simulator
@@ -377,7 +377,7 @@ def test_jigsaw_pairing_bounds_shared_by_host_gpus_that_read_the_same_are_equal(
         layouts.add(node_layout(gpus, gpn))
         for guest in guests:
             memo = sched._bounds_of(st, host, gpus, guest.num_gpus)
-            bound = sched._pairing_bound(st, host, gpus, guest)
+            bound = pairing_bound(st, host, gpus, guest)
             got = seen.setdefault(id(memo), {}).setdefault((guest.model, guest.batch_size), bound)
             assert got == bound, (gpus, guest.model)
     assert len(seen) < len(layouts) * len(guests) / 2 and len(layouts) > 10
@@ -505,7 +505,7 @@ class _MaskJigsaw(Jigsaw):
                 # a running job's own configuration on GPUs nobody else holds yet always fits: the
                 # simulator validated it in force with at least these workers on them (so the
                 # ledger's check is skipped here and below; it would return True)
-                cur = self._current_jd(state, j) if still_free else None
+                cur = job_decision(j.placement, j.level, j.pattern) if still_free else None
                 if cur is not None and self._spread_ok(state, j, cur.gpus):
                     ledger.add(j.job_id, cur, checked=True)
                     continue
@@ -518,7 +518,7 @@ class _MaskJigsaw(Jigsaw):
                     jd = alt
             if own and cur is not None:
                 # a running job on too many nodes: move only if it pays for the restart
-                if jd is not None and self._nodes(state, jd.gpus) < self._nodes(state, cur.gpus):
+                if jd is not None and nodes_spanned(state, jd.gpus) < nodes_spanned(state, cur.gpus):
                     _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
                     _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
                     if (x_new - x_old) * self.horizon_s <= x_new * self.restart_s:
@@ -546,7 +546,7 @@ class _MaskJigsaw(Jigsaw):
                 wl = ledger._wl
                 stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
                 if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
-                    jd = self._current_jd(state, j)
+                    jd = job_decision(j.placement, j.level, j.pattern)
                 kind = (j.model, j.batch_size, j.num_gpus)
                 if jd is None and kind not in no_fit:
                     n = j.num_gpus
