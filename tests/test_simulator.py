@@ -200,14 +200,15 @@ def test_job_history_of_a_running_job_built_without_it():
 
 
 def test_memory_use_feature_is_the_occupied_gpus_bytes_over_their_capacity():
-    """Cluster feature 3 (after the K job blocks), by hand. TOY4 at level 0 peaks at 5 GiB per
+    """Cluster feature 3 (after the K window blocks and the host-slot blocks), by hand. TOY4 at level 0 peaks at 5 GiB per
     worker (conftest). On the 16 GiB toy cluster, jobs 1 and 2 alone on GPUs 0-1 and 2-3:
     20 / (16 x 4) = 0.3125; job 2 paired onto job 1's GPUs: 20 / (16 x 2) = 0.625; nothing
     running: 0. On a cluster of 16 GiB v100 and 32 GiB p100 GPUs, each occupied GPU's bytes over
     its own capacity, averaged: (5/16 + 5/16 + 5/32 + 5/32) / 4 = 0.234375."""
     def mem_use(sim, decision):
-        obs = ObservationEncoder(2).encode(sim.state, [1, 2], validate_decision(sim.state, decision), set())
-        return float(obs[2 * JOB_FEATURES + 3])
+        enc = ObservationEncoder(2)
+        obs = enc.encode(sim.state, [1, 2], validate_decision(sim.state, decision), set())
+        return float(obs[(2 + enc.host_slots) * JOB_FEATURES + 3])
 
     sim = Simulator(toy_cluster(), two_jobs(1e6, 1e6), SimConfig(restart_s=0.0))
     assert mem_use(sim, Decision({})) == 0.0
