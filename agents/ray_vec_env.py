@@ -8,7 +8,7 @@ environment is served by SubprocVecEnv's own worker loop (``subproc_vec_env._wor
 transport differs: a message to env ``i`` is a call of actor ``i`` (``ray.get`` of its reply instead
 of a pipe's ``recv``), so ``step_async`` sends every env its action at once and the envs step in
 parallel on whatever nodes they were placed. The same env factories and seeds give the same
-observations, rewards, dones, infos and masks as SubprocVecEnv (tests/test_ray_scale.py).
+observations, rewards, dones, infos and masks as SubprocVecEnv (tests/app/test_ray_scale.py).
 
 One round trip per step: an env with ``action_masks`` sends its masks with every ``step`` and
 ``reset`` reply (computed right after, as the next ``env_method("action_masks")`` would), and

@@ -14,9 +14,9 @@ import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0),
       "nccl", torch.distributed.is_nccl_available())
 PY
-# 1. executor: every distributed job of tests/test_executor_spb.py on the GPU (TF32 off: the reference is on the CPU)
+# 1. executor: every distributed job of tests/executor/test_executor_spb.py on the GPU (TF32 off: the reference is on the CPU)
 JIGSAW_TEST_DEVICE=cuda NVIDIA_TF32_OVERRIDE=0 timeout 200 $py -m pytest -q -p no:cacheprovider \
-    tests/test_executor_spb.py 2>&1 | tee "$out/pytest_cuda.log"
+    tests/executor/test_executor_spb.py 2>&1 | tee "$out/pytest_cuda.log"
 # 2. cost tables measured on the GPU, at the shipped batch sizes
 for mb in ${MODELS:-tiny_cnn:32 resnet18:64 resnet50:32 vgg16:32 bert_base:8 transformer_small:64 lstm_lm:20 recommendation:1024}; do
     m=${mb%%:*}; b=${mb##*:}

@@ -5,7 +5,7 @@ Tiresias's).
     python -m bench.ppo_study                           # full study (3 x 25 min of training, then evaluation)
     python -m bench.ppo_study --reuse                   # re-evaluate the runs already trained
     python -m bench.ppo_study --seeds 0 --timesteps 256 --train-s 0 --windows 2 --window-jobs 10 \
-        --max-jobs 10 --out /tmp/tiny                   # tiny mode (tests/test_ppo_study.py)
+        --max-jobs 10 --out /tmp/tiny                   # tiny mode (tests/agents/test_ppo_study.py)
 
 1. **Training.** One ``jigsaw train`` (= ``python train_agent.py``) per seed, one after the other,
    each under ``nice -n 5`` with ``OMP_NUM_THREADS=1``: by default an imitation warm start from

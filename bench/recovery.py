@@ -5,7 +5,7 @@ on the final held-out metric.
         [--checkpoint-every 200] [--out bench/results/recovery]
     python -m bench.recovery --quick [--out DIR]     # CI: 1 seed, 1 failure, 300 iterations
 
-``--quick`` (``tests/test_fault_matrix.py`` runs it) is a check, not a measurement: one seed, one
+``--quick`` (``tests/executor/test_fault_matrix.py`` runs it) is a check, not a measurement: one seed, one
 kill, 300 iterations with a checkpoint every 60, rounds of 100 steps; it writes to a temporary
 folder unless ``--out`` is given, and its table has means without intervals.
 

@@ -11,7 +11,7 @@ The only declarations are in ``.pxd`` files beside five of the modules (Cython's
 whose attributes are C fields, so compiled code reads them without a dictionary lookup, and
 type GpuLedger's per-GPU lists and the GPU indices of its scalar loops. Values stay Python
 objects and the operations the Python ones, in the same order (the whole-trace replays give the
-same rounds and metrics; ``tests/test_accel.py`` compares a replay's frames and an env episode in
+same rounds and metrics; ``tests/sim/test_accel.py`` compares a replay's frames and an env episode in
 both modes). What a user can meet: a declared class cannot be patched (``Simulator.X = 1``
 raises TypeError: set it on the instance, or subclass); :class:`JobState`, :class:`ClusterState`
 and ``engine.Member`` hold their fields only (setting another attribute raises AttributeError, as

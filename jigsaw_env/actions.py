@@ -19,7 +19,7 @@ chooses for that pair of configurations). A host must be as wide as the guest.
 
 A :class:`RoundBuilder` holds the decision being built for the next round (it starts from the
 allocation in force) and computes masks exactly: every unmasked action applies cleanly, every
-masked one would be rejected (tests/test_env.py checks both directions). Its window slides: once a
+masked one would be rejected (tests/env/test_env.py checks both directions). Its window slides: once a
 slot's job is decided, the slot shows the next job behind the window, so a round can start every
 job of an arrival burst, not only the first K.
 """

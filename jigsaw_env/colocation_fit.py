@@ -16,7 +16,7 @@ anchored to), its batch size and the GPU type's peak throughput.
 
 Fit: least squares on every job's normalized rate (soft-L1 loss, scale 0.1, ridge 0.01 on all but
 the intercept), scipy's ``least_squares`` from zeros: deterministic, so refitting the same data
-gives the same coefficients (tests/test_colocation.py holds the committed file to it).
+gives the same coefficients (tests/sim/test_colocation.py holds the committed file to it).
 """
 from __future__ import annotations
 

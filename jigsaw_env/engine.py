@@ -66,7 +66,7 @@ def _step_tables(members: list[Member], col: dict[int, int], barrier_s: float = 
 
     Built in Python lists (the tables are a few steps by a few GPUs, usually 1-4 steps: numpy's
     per-call overhead cost more than the arithmetic), then kept as tuples. Every value is the
-    one the numpy formulas give, bit for bit (tests/test_perf.py holds them to those formulas):
+    one the numpy formulas give, bit for bit (tests/sim/test_perf.py holds them to those formulas):
     loads add each worker's compute in member and worker order (K1), a step is the busiest GPU
     plus the slowest sync (K2), cumulative sums run in step order, and the per-step total load is
     numpy's row sum (its pairwise order). ``sharing`` (a component of several members): under the
@@ -429,7 +429,7 @@ class ComponentSet:
     step ``k``, its cumulative step times and loads, and (in a flat pool) its per-GPU loads per
     phase. :meth:`advance` does :meth:`Component.advance_totals`' arithmetic for every given slot
     with numpy, operation for operation in the same order, so the results are the same floats
-    (tests/test_perf.py compares them with the scalar path). Times in seconds.
+    (tests/sim/test_perf.py compares them with the scalar path). Times in seconds.
 
     After :meth:`advance` the set's ``k`` and ``partial`` are ahead of the objects; :meth:`sync`
     writes them back (the simulator does it at the end of each round), and :meth:`load` refreshes a

@@ -54,7 +54,7 @@ class LASQueues:
         self._kept = None  # order_active's queues (see there)
         self._changes = None  # _observe_changes's running set and starvation heap (see there)
 
-    #: what a copy or a pickle keeps (every attribute but the caches; tests/test_accel.py checks
+    #: what a copy or a pickle keeps (every attribute but the caches; tests/sim/test_accel.py checks
     #: that a LASQueues has no other): listed, since the compiled build keeps them out of __dict__
     _STATE = ("thresholds", "starve_factor", "_run_since", "_last_run", "_wait_since", "_base", "promotions",
               "_promoted")

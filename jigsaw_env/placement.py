@@ -122,7 +122,7 @@ class GpuLedger:
         new.decision = Decision(self.decision) if decision is None else decision
         return new
 
-    #: what a copy or a pickle keeps (every attribute but the views; tests/test_accel.py checks
+    #: what a copy or a pickle keeps (every attribute but the views; tests/sim/test_accel.py checks
     #: that a ledger has no other): listed, since the compiled build keeps them out of __dict__
     _STATE = ("state", "capacity", "decision", "_ml", "_wl", "_cl", "_wc", "_pk", "_mem", "_workers", "_origin")
 

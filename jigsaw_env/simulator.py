@@ -7,7 +7,7 @@ time to the end of the round, solving iteration times of co-located jobs togethe
 
 Round length: ``SimConfig.round_s`` seconds (default 300), or ``None`` for iteration granularity
 (a round ends at the next iteration boundary of any running job). Both give the same job finish
-times when decisions do not change (tests/test_simulator.py::test_round_length_parity).
+times when decisions do not change (tests/sim/test_simulator.py::test_round_length_parity).
 """
 from __future__ import annotations
 
@@ -371,7 +371,7 @@ class Simulator:
     ...     sim.step(policy(sim.state))
     """
 
-    # True: the reference path of every step (tests/test_sim_step_parity.py), with none of the
+    # True: the reference path of every step (tests/sim/test_sim_step_parity.py), with none of the
     # incremental shortcuts: the whole decision validated and applied (every running job
     # visited), per-round counts recomputed from the ledger, component tables computed afresh
     # (no shared cache), component and job arrays filled when formed, no deferred round ends
@@ -981,7 +981,7 @@ class Simulator:
         """:meth:`_advance_scalar` for a few components while the arrays are current (a
         completion's components): their slots and job rows are copied to the objects, advanced
         there, and copied back; a few scalar reads and writes instead of the vectorised path's
-        per-call cost, with the same arithmetic (tests/test_perf.py holds the two paths equal)."""
+        per-call cost, with the same arithmetic (tests/sim/test_perf.py holds the two paths equal)."""
         cset, rj = self._cset, self._rjobs
         rows = [r for c in comps for r in c.rows]
         rj.write_back(rows)
@@ -1311,7 +1311,7 @@ class Simulator:
         Quiet rounds: when the policy (a scheduler, or its bound ``schedule``) has a
         ``quiet_until(state)`` method and has just returned the allocation in force, later rounds
         keep that allocation without asking it again, until a job arrives or finishes or its
-        ``quiet_until`` time comes. Results are identical (tests/test_perf.py checks it against
+        ``quiet_until`` time comes. Results are identical (tests/sim/test_perf.py checks it against
         ``skip_quiet=False``); only the calls are saved.
 
         A policy that runs nothing for ``max_stalled_rounds`` rounds in a row while jobs wait (an

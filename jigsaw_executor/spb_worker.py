@@ -27,7 +27,7 @@ layer groups, and an optimizer. One :meth:`SPBTrainer.step` is one SPB iteration
    add the same contributions, so they give the same sum; bit for bit whenever the sum does not
    depend on the order of the additions (always with at most two contributors, since float
    addition is commutative; with three or more, gloo's ring and its reduce add in different orders
-   and may differ in the last bit: ``tests/test_executor_spb.py::test_sync_methods_bit_identical``).
+   and may differ in the last bit: ``tests/executor/test_executor_spb.py::test_sync_methods_bit_identical``).
    The divisor is ``|C_b|`` (``average_over="contributors"``, default) or ``W`` (``"all"``). The
    division happens on one rank (reduce root) or identically on all ranks (ring), so every rank
    steps the optimizer on bit-identical gradients and replicas stay bit-identical.

@@ -5,7 +5,7 @@ TOY4  4 equal groups: forward 1 s, weight-grad 1 s, input-grad 1 s each, optimiz
       param_bytes 1000 per group; activations 1 GiB per group, fixed memory 1 GiB, so a
       full-depth process peaks at 5 GiB and one starting at group 3 at 2 GiB (eq. M1).
 TOY4C TOY4 with no parameters (param_bytes 0): no communication, compute only (engine tests).
-TOY3  3 groups with distinct costs, to catch off-by-one errors (numbers in tests/test_spb_model.py).
+TOY3  3 groups with distinct costs, to catch off-by-one errors (numbers in tests/sim/test_spb_model.py).
 
 The toy cluster links are alpha = 0, 1000 B/s inside a node and 100 B/s across nodes, so a
 1000-byte tensor takes 1 s on an intra-node link.

@@ -1,4 +1,4 @@
-"""A scheduler defined outside the ``agents`` package, for tests/test_plugins.py (a plug-in as a
+"""A scheduler defined outside the ``agents`` package, for tests/agents/test_plugins.py (a plug-in as a
 user would write one: no registration, used by its import path or an entry point)."""
 from __future__ import annotations
 

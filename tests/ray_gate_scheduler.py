@@ -1,4 +1,4 @@
-"""Plug-in schedulers for tests/test_ray_scale.py.
+"""Plug-in schedulers for tests/app/test_ray_scale.py.
 
 ``GatedFifo``: FIFO that waits at a gate: each run, when it starts, leaves ``started-<node>-<pid>``
 in the folder ``$JIGSAW_TEST_GATE`` and waits (at most 60 s) until that folder holds ``open``, so

@@ -29,7 +29,7 @@ from jigsaw_env.spb import Pattern, job_profile
 from jigsaw_env.state import Decision, JobDecision, JobState
 from jigsaw_executor.lockstep import fit_lockstep, load_lockstep, save_lockstep
 
-LOG = Path(__file__).parent / "data" / "colocated_decision_log.jsonl"
+LOG = Path(__file__).resolve().parents[1] / "data" / "colocated_decision_log.jsonl"
 
 
 def prof(level: int):

@@ -11,7 +11,7 @@
    from 0 to the last is there, the final iteration is the work asked for, the progress is the
    work, the replicas are identical), and the decision log replays through the simulator with the
    same decisions. (Full restarts from checkpoints, also of a co-located job, are in
-   tests/test_fault_tolerance.py.) About 45 s on 2 quiet cores, 30 s of it starting Ray and 4
+   tests/executor/test_fault_tolerance.py.) About 45 s on 2 quiet cores, 30 s of it starting Ray and 4
    warm hosts.
 """
 from __future__ import annotations

@@ -144,7 +144,7 @@ def test_busy_never_exceeds_elapsed_and_matches_loads():
 def test_bytes_per_member():
     from conftest import TOY4
     P = job_profile(get_table(TOY4, BS, DEV), 3, "rotating", 2, TOY_INTRA)
-    # bytes per phase (tests/test_spb_model.py): [7000, 5000, 3000, 5000] -> 20000 per cycle
+    # bytes per phase (tests/sim/test_spb_model.py): [7000, 5000, 3000, 5000] -> 20000 per cycle
     comp = Component([Member(1, P, (0, 1), 0)], ready_s=0.0)
     # steps: compute max + sync: (11+4, 9+3, 7+2, 11+4) = 15, 12, 9, 15 -> cycle 51 s
     np.testing.assert_allclose(comp.step, [15, 12, 9, 15], rtol=REL)

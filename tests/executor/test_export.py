@@ -26,9 +26,9 @@ pytest.importorskip("onnx")
 pytest.importorskip("sb3_contrib")
 
 from jigsaw_env.cli import main  # noqa: E402
-from test_train import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
+from train_helpers import tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # K window slots and 8 host slots of 27 features + 10; per slot: (5 menu options + 8 host options) x 7
 # level/pattern combos + pause
 K, D, A = 4, (4 + 8) * 27 + 10, 4 * 92 + 1

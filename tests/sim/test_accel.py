@@ -14,7 +14,7 @@ import pytest
 
 from jigsaw_env import accel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # a replay that reaches Jigsaw's pairing, its exclusive pass and the simulator's completions
 REPLAY = """
@@ -244,8 +244,8 @@ def test_golden_metrics_and_jigsaw_equivalences_hold_with_the_python_sources():
     # the rest of the suite runs the compiled build when there is one: these run the sources
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env.update({accel.ENV_OFF: "1", "OMP_NUM_THREADS": "1"})
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_golden.py",
-                          "tests/test_scheduler_speed.py", "tests/test_sim_step_parity.py"],
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/sim/test_golden.py",
+                          "tests/agents/test_scheduler_speed.py", "tests/sim/test_sim_step_parity.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert re.search(r"\d+ passed", out.stdout)

@@ -26,7 +26,7 @@ from jigsaw_env.state import Decision, JobDecision, JobState
 
 bench_eta = pytest.importorskip("bench.eta")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ROOT / "jigsaw_env" / "tables"
 RESULTS = ROOT / "bench" / "results" / "eta" / "eta.json"
 ETA_KEYS = ("eta", "eta_source")

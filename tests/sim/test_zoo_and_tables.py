@@ -252,7 +252,7 @@ def test_shipped_extrapolation_is_geomean(gpu):
               for m in anchored]
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     for m in SHIPPED:
-        if MODELS[m].gavel_job or m in tb.GPU_RATIO_FAMILY:  # vgg16, bert_base: tests/test_tables_per_batch.py
+        if MODELS[m].gavel_job or m in tb.GPU_RATIO_FAMILY:  # vgg16, bert_base: tests/sim/test_tables_per_batch.py
             continue
         t, c = _shipped(m, SHIPPED[m], gpu), _shipped(m, SHIPPED[m], "cpu")
         assert t.meta["kind"] == "extrapolated" and "EXTRAPOLATION" in t.sources["anchor"]

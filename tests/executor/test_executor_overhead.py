@@ -27,7 +27,7 @@ from jigsaw_env.cost_table import TABLES_DIR, CostTable, register_table, registe
 from jigsaw_env.network import LINK_FILE, Link, fit_executor_alpha, load_link, save_link
 from jigsaw_env.spb import Pattern, SPBConfig, eta_for, eta_key, eta_measured_workers, job_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _old_compute_by_start(t: CostTable) -> np.ndarray:

@@ -3,7 +3,7 @@
 Scheduling results must not change when the simulator is made faster. Regenerate deliberately,
 after a change that is meant to alter results, with:
 
-    JIGSAW_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden.py
+    JIGSAW_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/sim/test_golden.py
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.simulator import SimConfig, Simulator
 from traces import load_trace
 
-GOLDEN = Path(__file__).parent / "golden" / "golden_metrics.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "golden_metrics.json"
 
 # name: (trace spec, gpus, agent, SimConfig kwargs). Scenarios under time-slicing and under the
 # fitted co-location model (the default sharing, "-fitted"), in lockstep, and under the defaults

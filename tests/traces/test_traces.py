@@ -1,6 +1,6 @@
 """The trace layer: canonical schema, options, model mapping, synthetic generator, describe.
 
-Per-format fixtures and bad rows: tests/test_traces_formats.py.
+Per-format fixtures and bad rows: tests/traces/test_traces_formats.py.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - when tests/ is a package
     from tests.data_helpers import require_data
 
-FIX = Path(__file__).parent / "fixtures" / "traces"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 PHILLY_SMALL = f"philly:{FIX / 'philly_small.csv'}"
 
 

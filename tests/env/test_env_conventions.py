@@ -19,7 +19,7 @@ from jigsaw_env.render import (BAND_H, CELL_EDGE, FREE_GPU, GLYPHS, HEADER_H, LE
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import JobDecision
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: a tiny setting that the subprocesses of SubprocVecEnv can build too (a spec, no registered tables)
 TINY = dict(gpus=8, gpus_per_node=4, trace="synthetic", max_jobs=6, window_k=4, spb_levels=1)
 

@@ -18,7 +18,7 @@ from jigsaw_env.cost_table import (MAX_BATCH_RATIO, TABLES_DIR, CostTable, Layer
                                    nearest_batch_size, scale_to_batch, table_filename)
 from jigsaw_env.zoo import MODELS
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "traces"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 GAVEL_MODELS = sorted(m for m in SHIPPED if MODELS[m].gavel_job)
 GPUS = ("k80", "p100", "v100")
 

@@ -11,7 +11,7 @@ import pytest
 
 import train_agent
 from jigsaw_env.cli import build_parser, main
-from test_train import tables_dir, tiny_args  # noqa: F401  (module-scoped toy cost tables fixture)
+from train_helpers import tables_dir, tiny_args  # noqa: F401  (module-scoped toy cost tables fixture)
 
 
 def _parse(argv):

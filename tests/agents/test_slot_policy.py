@@ -16,7 +16,7 @@ import gymnasium as gym  # noqa: E402
 
 from agents.slot_policy import MaskableSlotPolicy, SlotActorCriticPolicy, policy_for, slot_layout  # noqa: E402
 from jigsaw_env.cli import main  # noqa: E402
-from test_train import assert_acts_masked, tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
+from train_helpers import assert_acts_masked, tables_dir, tiny_args  # noqa: E402,F401  (module-scoped toy cost tables fixture)
 
 torch.set_num_threads(1)
 F = 27

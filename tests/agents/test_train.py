@@ -14,31 +14,8 @@ import pandas as pd
 import pytest
 
 from jigsaw_env.cli import main
-from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table
 
-GiB = 1 << 30
-TOY_MODELS = ("rlA", "rlB")
-
-
-def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
-    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
-    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
-
-
-@pytest.fixture(scope="module")
-def tables_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tables")
-    _toy("rlA", 4, 5.0, 0.5, 0.05).save(d / "rlA-bs8-v100.json")
-    _toy("rlB", 6, 6.0, 1.0, 0.08).save(d / "rlB-bs8-v100.json")
-    yield str(d)
-    for m in TOY_MODELS:
-        unregister_table(m, 8, "v100")
-
-
-def tiny_args(tables: str, run_dir, *extra: str) -> list[str]:
-    return ["train", "--tables", tables, "--trace", "synthetic:models=rlA+rlB", "--gpus", "8",
-            "--window-k", "4", "--max-jobs", "8", "--n-steps", "128", "--batch-size", "64", "--n-epochs", "2",
-            "--eval-episodes", "1", "--no-progress", "--run-dir", str(run_dir), *extra]
+from train_helpers import assert_acts_masked, tables_dir, tiny_args  # noqa: F401  (tables_dir: a module-scoped fixture)
 
 
 @pytest.fixture(scope="module")
@@ -332,26 +309,6 @@ def test_plain_ppo_and_a2c_train_and_act(algo, tables_dir, tmp_path):
     assert_acts_masked(agent)
 
 
-def assert_acts_masked(agent, steps: int = 300) -> None:
-    """``agent`` (a loaded RUN_DIR) plays ``steps`` env steps of 6 toy jobs on 8 GPUs, and every
-    action it picks is feasible under the mask (the env, built with invalid_action="raise",
-    would raise on an infeasible one too)."""
-    from jigsaw_env.simulator import SimConfig
-    from traces import load_trace
-
-    env = agent.make_env(cluster_kwargs=dict(num_gpus=8, gpus_per_node=8, gpu_type="v100", gpu_memory_gib=None),
-                         sim_config=SimConfig())
-    jobs = load_trace("synthetic:models=rlA+rlB,jobs=6,seed=2", cluster_gpus=8).jobs
-    obs, _ = env.reset(seed=0, options={"jobs": jobs})
-    for _ in range(steps):
-        mask = env.action_masks()
-        a = agent.act(obs, mask)
-        assert mask[a]
-        obs, _, term, trunc, _ = env.step(a)
-        if term or trunc:
-            break
-
-
 def test_bad_input_one_line_exit_2(tables_dir, tmp_path, capsys):
     rc = main(["train", "--run-dir", str(tmp_path / "nothing"), "--resume", "--timesteps", "10"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -377,7 +334,7 @@ def test_bad_input_one_line_exit_2(tables_dir, tmp_path, capsys):
 def test_train_agent_script_entry_point(tables_dir, tmp_path):
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([sys.executable, os.path.join(root, "train_agent.py"), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--algo" in r.stdout and "--resume" in r.stdout
 

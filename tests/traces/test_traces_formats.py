@@ -10,7 +10,7 @@ import pytest
 
 from traces import Trace, TraceFormatError, ZOO_MODELS, load_trace
 
-FIX = Path(__file__).parent / "fixtures" / "traces"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 
 def tput(model: str, batch_size: int, num_gpus: int, gpu_type: str) -> float:

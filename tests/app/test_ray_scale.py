@@ -33,7 +33,7 @@ pytest.importorskip("sb3_contrib")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
 TRACE = "synthetic:models=rsA+rsB"
 

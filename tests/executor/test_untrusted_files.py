@@ -19,7 +19,7 @@ import pytest
 
 from jigsaw_env.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Marker:

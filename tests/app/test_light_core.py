@@ -13,7 +13,7 @@ import textwrap
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = ("torch", "ray", "onnx", "onnxruntime", "stable_baselines3", "sb3_contrib", "tensorboard", "sklearn")
 
 BLOCK = textwrap.dedent(f"""

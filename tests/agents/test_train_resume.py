@@ -32,7 +32,7 @@ from jigsaw_env.cli import main  # noqa: E402
 from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table  # noqa: E402
 
 GiB = 1 << 30
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

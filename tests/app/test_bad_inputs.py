@@ -28,7 +28,7 @@ import pytest
 
 from jigsaw_env.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bad_inputs.md"
 FIX = ROOT / "tests" / "fixtures" / "traces"
 GAPS_HEADING = "Known gaps"

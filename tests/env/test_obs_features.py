@@ -1,7 +1,7 @@
 """Observation feature groups (``obs_features``): sizes, the kept columns are exactly the full
 observation's, bad names refused with one line, and a run trained on some groups is evaluated,
 exported and deployed with the same groups (a mismatch is refused naming the groups and sizes).
-The default observation itself is pinned by tests/test_golden.py and tests/test_env_speed_parity.py."""
+The default observation itself is pinned by tests/sim/test_golden.py and tests/env/test_env_speed_parity.py."""
 from __future__ import annotations
 
 import json
@@ -94,7 +94,7 @@ def test_a_run_on_some_groups_evaluates_exports_and_deploys_with_them(tmp_path):
     """Train on base+las, then: config.json records the groups, LearnedAgent's env and
     LearnedScheduler's encoder use them, the ONNX export records them and its scheduler plays the
     same episode as the RUN_DIR; an ONNX policy whose metadata names other groups is refused."""
-    from test_train import _toy
+    from train_helpers import _toy
 
     from agents.rl import EvalSpaces, LearnedAgent, LearnedScheduler
     from jigsaw_env.cli import main

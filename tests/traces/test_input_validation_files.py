@@ -29,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover - when tests/ is a package
     from tests.data_helpers import require_data
 
-FIX = Path(__file__).parent / "fixtures" / "traces"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 SHIPPED = TABLES_DIR / "tiny_mlp-bs32-v100.json"
 SKIP_HINT = " [--skip-bad-rows skips such rows]"
 
