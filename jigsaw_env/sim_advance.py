@@ -198,7 +198,7 @@ def advance_components(sim, t: float, base_s: float, acc: dict, some: list | Non
 
 
 def advance_from_arrays(sim, comps: list, t: float, base_s: float, acc: dict) -> None:
-    """:meth:`_advance_scalar` for a few components while the arrays are current (a
+    """:func:`advance_scalar` for a few components while the arrays are current (a
     completion's components): their slots and job rows are copied to the objects, advanced
     there, and copied back; a few scalar reads and writes instead of the vectorised path's
     per-call cost, with the same arithmetic (tests/test_perf.py holds the two paths equal)."""
@@ -214,7 +214,7 @@ def advance_from_arrays(sim, comps: list, t: float, base_s: float, acc: dict) ->
 
 
 def advance_scalar(sim, comps: list, t: float, base_s: float, acc: dict) -> None:
-    """:meth:`_advance_components` one component and one job at a time, on the objects (the
+    """:func:`advance_components` one component and one job at a time, on the objects (the
     same formulas and summation order; faster for a few components)."""
     jobs = sim.state.jobs
     log = sim.config.log_rounds

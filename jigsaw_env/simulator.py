@@ -416,7 +416,7 @@ class Simulator:
         self._need_finish: list[Component] = []  # built, next completion not computed yet
         self._formed = 0  # components formed so far: each one's ``seq`` (the components' dict order)
         # run() sets it for rounds that keep the allocation without asking the policy: the
-        # objects are then brought up to date only before someone reads them (_end_round)
+        # objects are then brought up to date only before someone reads them (sim_advance.end_round)
         self._defer_round_end = False
         # shared step tables of components (engine.Component), kept by the cost model whose
         # profiles they are computed from: they stay valid for as long as it lives
