@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 # .pxd files beside them (Cython's declarations) changes; without Cython or a C compiler it says
 # why and the Python sources are used.
 ACCEL_SRC := jigsaw_env/placement.py jigsaw_env/las.py jigsaw_env/engine.py jigsaw_env/state.py \
-	jigsaw_env/interference.py jigsaw_env/free_running.py jigsaw_env/simulator.py jigsaw_env/pairing.py agents/common.py agents/jigsaw.py \
+	jigsaw_env/interference.py jigsaw_env/free_running.py jigsaw_env/sim_validation.py jigsaw_env/sim_components.py \
+	jigsaw_env/sim_advance.py jigsaw_env/sim_logs.py jigsaw_env/simulator.py jigsaw_env/pairing.py agents/common.py agents/jigsaw.py \
 	jigsaw_env/encoder.py jigsaw_env/actions.py jigsaw_env/env.py
 ACCEL_PXD := $(wildcard $(ACCEL_SRC:.py=.pxd))
 ACCEL_STAMP := $(VENV)/.jigsaw-accel

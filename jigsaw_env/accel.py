@@ -38,7 +38,9 @@ from pathlib import Path
 
 #: the modules compiled, in the order they are built
 MODULES = ("jigsaw_env.placement", "jigsaw_env.las", "jigsaw_env.engine", "jigsaw_env.state",
-           "jigsaw_env.interference", "jigsaw_env.free_running", "jigsaw_env.simulator", "jigsaw_env.pairing",
+           "jigsaw_env.interference", "jigsaw_env.free_running", "jigsaw_env.sim_validation",
+           "jigsaw_env.sim_components", "jigsaw_env.sim_advance", "jigsaw_env.sim_logs", "jigsaw_env.simulator",
+           "jigsaw_env.pairing",
            "agents.common", "agents.jigsaw",
            "jigsaw_env.encoder", "jigsaw_env.actions", "jigsaw_env.env")
 #: set to 1 (or any non-empty value but 0) to import every module from its Python source

@@ -5,6 +5,12 @@ Plain Python/numpy; it knows nothing of Gymnasium. Each round it applies one :cl
 time to the end of the round, solving iteration times of co-located jobs together
 (:mod:`jigsaw_env.engine`). Formulas: docs/simulator.md.
 
+The parts of a round live in modules with one job each, as functions of the simulator:
+:mod:`jigsaw_env.sim_validation` (the job table's and each decision's checks),
+:mod:`jigsaw_env.sim_components` (forming and dissolving co-location components),
+:mod:`jigsaw_env.sim_advance` (the next completion; advancing components and crediting their jobs)
+and :mod:`jigsaw_env.sim_logs` (round logs, frames, metrics).
+
 Round length: ``SimConfig.round_s`` seconds (default 300), or ``None`` for iteration granularity
 (a round ends at the next iteration boundary of any running job). Both give the same job finish
 times when decisions do not change (tests/sim/test_simulator.py::test_round_length_parity).
@@ -12,8 +18,6 @@ times when decisions do not change (tests/sim/test_simulator.py::test_round_leng
 from __future__ import annotations
 
 import copy
-import math
-import operator
 import re
 import time as _time
 from dataclasses import dataclass, field
@@ -24,13 +28,18 @@ import pandas as pd
 
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
+from . import sim_logs
 from .engine import Component, ComponentSet, Member
-from .free_running import DEFAULT_PACE, FreeRunner, check_pace, free_running
+from .free_running import DEFAULT_PACE, check_pace
 from .gc_tuning import fewer_collections
 from .interference import DEFAULT_SHARING, SharingModel, check_sharing
-from .placement import GpuLedger, InfeasibleDecision, connected_groups, validate_decision
+from .placement import GpuLedger, validate_decision
+from .sim_advance import advance_components, end_round, next_completion
+from .sim_components import components_of, member_row, rebuild
+from .sim_logs import log_jobs_of_round
+from .sim_validation import adopt_ledger, as_decision, check_jobs, validate_diff
 from .spb import SPBConfig
-from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus, apply_job_bookkeeping
+from .state import ClusterState, CostModel, Decision, JobState, JobStatus, apply_job_bookkeeping
 
 
 @dataclass(frozen=True)
@@ -110,19 +119,8 @@ class RoundResult:
     truncated: bool
 
 
-JOB_COLUMNS = ["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "num_gpus", "model",
-               "batch_size", "iterations", "progress", "raw_iterations", "isolated_s", "attained_gpu_s",
-               "run_s", "preemptions", "migrations", "level_changes", "status"]
-ROUND_COLUMNS = ["round", "start_s", "end_s", "job_id", "gpus", "level", "pattern", "run_s", "steps",
-                 "progress", "rate", "bytes"]
-CLUSTER_COLUMNS = ["round", "start_s", "end_s", "active", "queued", "running", "allocated_gpus",
-                   "shared_gpus", "busy_gpu_s", "allocated_gpu_s", "job_seconds", "useful_gpu_s",
-                   "finished"] + [f"level{l}" for l in range(8)]
-
-
 #: the job-table columns the simulator reads; they are validated with the trace loaders' rules
 #: (traces.schema.validate_jobs). Other columns of a job table are ignored.
-_SEQ = operator.attrgetter("seq")
 _TABLE_COLUMNS = ("job_id", "arrival_s", "num_gpus", "duration_s", "iterations", "model", "batch_size", "gpu_type")
 #: what an integer column must hold (checked before validate_jobs, which cannot see huge values)
 _INTEGER_COLUMNS = {"job_id": "must be an integer", "num_gpus": "must be an integer >= 1",
@@ -239,18 +237,6 @@ class _Round:
     acc: dict = field(default_factory=lambda: {"busy": 0.0, "useful": 0.0, "alloc": 0.0, "jobs": {}})
 
 
-def _add_to_round_log(per_job: dict, job_id: int, run_s: float, steps: int, gain: float, nbytes: float) -> None:
-    """Add one advance to a job's round-log sums [run seconds, steps, progress gained, bytes]."""
-    r = per_job.get(job_id)
-    if r is None:
-        per_job[job_id] = [run_s, steps, gain, nbytes]
-    else:
-        r[0] += run_s
-        r[1] += steps
-        r[2] += gain
-        r[3] += nbytes
-
-
 class PolicyStalled(ValueError):
     """A policy left every job waiting for too many rounds in a row (Simulator.run). A ValueError,
     so the command line prints its one line instead of a traceback."""
@@ -267,7 +253,7 @@ def _same_decision(d, in_force: Decision) -> bool:
 
 class RunningJobs:
     """The running jobs' progress counters in arrays, one row per job in a live component, so a
-    round credits every job at once (the per-job formulas of ``Simulator._advance_components``,
+    round credits every job at once (the per-job formulas of :func:`jigsaw_env.sim_advance.advance_components`,
     element by element). While a job has a row, the row is the truth once the simulator has made
     the arrays current; :meth:`write_back` copies it to the :class:`JobState` (the simulator does
     it at the end of every round and when the job's component dissolves). Units: iterations,
@@ -371,13 +357,6 @@ class Simulator:
     ...     sim.step(policy(sim.state))
     """
 
-    # True: the reference path of every step (tests/sim/test_sim_step_parity.py), with none of the
-    # incremental shortcuts: the whole decision validated and applied (every running job
-    # visited), per-round counts recomputed from the ledger, component tables computed afresh
-    # (no shared cache), component and job arrays filled when formed, no deferred round ends
-    # in run(), the next completion found with the vectorised scan. Same results, slower.
-    _reference = False
-
     def __init__(self, cluster: ClusterSpec, jobs: Iterable[JobState] | pd.DataFrame, config: SimConfig = SimConfig(),
                  costs: CostModel | None = None):
         """``costs``: a CostModel to reuse (its cached profiles and step tables), made by an earlier
@@ -402,51 +381,11 @@ class Simulator:
             if why is not None:
                 raise ValueError(f"costs: a CostModel made for another {why}")
         self.costs = costs
-        self._check_jobs()
+        check_jobs(self._initial_jobs, cluster, costs)
         # how co-located jobs share GPUs (eq. K1 or K1') and links (eq. L1)
         self._sharing = SharingModel(config.sharing, [cluster.gpu_type(g) for g in range(cluster.num_gpus)],
                                      gpus_per_node=cluster.gpus_per_node)
         self.reset()
-
-    def _check_jobs(self) -> None:
-        """Raise ValueError for jobs that could never run: duplicate ids, no work, an unknown model
-        (get_table names the allowed ones), or too few GPUs with memory for a full-depth worker
-        (slot 0 is in every level and pattern, so some worker always peaks at full depth)."""
-        ids = [j.job_id for j in self._initial_jobs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("jobs: job_id values must be unique")
-        cl = self.cluster
-        types = sorted(set(cl.gpu_types))
-        gpu_type_arr = np.array([cl.gpu_type(g) for g in range(cl.num_gpus)])
-        memory = cl.memory_array()
-        fit_cache: dict[tuple, tuple[int, dict]] = {}
-        for j in self._initial_jobs:
-            if not (isinstance(j.num_gpus, (int, np.integer)) and j.num_gpus >= 1):
-                raise ValueError(f"job {j.job_id}: num_gpus must be an integer >= 1, got {j.num_gpus!r}")
-            if not (np.isfinite(j.iterations) and j.iterations > 0):
-                raise ValueError(f"job {j.job_id}: iterations must be a finite number > 0, got {j.iterations!r}")
-            if not (isinstance(j.arrival_s, (int, float, np.integer, np.floating)) and math.isfinite(j.arrival_s)
-                    and j.arrival_s >= 0):
-                raise ValueError(f"job {j.job_id}: arrival_s must be a finite number >= 0, got {j.arrival_s!r}")
-            key = (j.model, j.batch_size)
-            hit = fit_cache.get(key)
-            if hit is None:
-                peak, err = {}, None
-                for t in types:
-                    try:
-                        peak[t] = self.costs.table(j.model, j.batch_size, t).process_peak_bytes(0)
-                    except ValueError as e:  # no table for this GPU type: the job cannot use those GPUs
-                        err = err or e
-                if not peak:
-                    raise err
-                fit = int(sum(np.count_nonzero((gpu_type_arr == t) & (peak[t] <= memory)) for t in peak))
-                fit_cache[key] = hit = (fit, peak)
-            fit, peak = hit
-            if fit < j.num_gpus:
-                need = max(peak.values()) / 2**30
-                raise ValueError(f"job {j.job_id} ({j.model}, batch {j.batch_size}) needs {need:.2f} GiB per worker "
-                                 f"but only {fit} GPUs have that much memory (cluster gpu_memory_bytes); "
-                                 f"it needs {j.num_gpus}")
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self) -> ClusterState:
@@ -477,7 +416,7 @@ class Simulator:
         self._need_finish: list[Component] = []  # built, next completion not computed yet
         self._formed = 0  # components formed so far: each one's ``seq`` (the components' dict order)
         # run() sets it for rounds that keep the allocation without asking the policy: the
-        # objects are then brought up to date only before someone reads them (_end_round)
+        # objects are then brought up to date only before someone reads them (sim_advance.end_round)
         self._defer_round_end = False
         # shared step tables of components (engine.Component), kept by the cost model whose
         # profiles they are computed from: they stay valid for as long as it lives
@@ -550,494 +489,14 @@ class Simulator:
         """Raise InfeasibleDecision (a ValueError) if ``decision`` breaks a constraint."""
         return validate_decision(self.state, decision)
 
-    def _validate_incremental(self, decision: Decision) -> GpuLedger:
-        """The ledger of ``decision``, or InfeasibleDecision. Starts from the allocation in force
-        (valid), takes out the jobs that leave or change, then adds the changed and new ones with
-        checks. Adds only raise sums, so checking each add against the running sums is the same
-        as checking the final sums: the result equals :func:`validate_decision`'s. When nothing
-        changes it is the ledger in force itself (not a copy)."""
-        return self._validate_diff(decision)[0]
-
-    def _validate_full(self, decision: Decision) -> GpuLedger:
-        """The reference for :meth:`_validate_diff`: every job of the decision compared with
-        the allocation in force, on a copy of the ledger (the validation before the diff)."""
-        cur = self._in_force
-        led = cur.copy()
-        for jid, jd in cur.decision.items():
-            if decision.get(jid) != jd:
-                led.remove(jid)
-        for jid, jd in decision.items():
-            if not isinstance(jd, JobDecision):
-                raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
-            if jid not in led.decision:
-                led.add(jid, jd)
-        return led
-
-    def _leaving(self, decision: Decision) -> list[int]:
-        """The jobs in force (in the order in force) that ``decision`` leaves out or changes."""
-        removed = []
-        for jid, jd in self._in_force.decision.items():
-            x = decision.get(jid)
-            if x is not jd and x != jd:
-                removed.append(jid)
-        return removed
-
-    def _validate_diff(self, decision: Decision) -> tuple[GpuLedger, list[int], list[int]]:
-        """:meth:`_validate_incremental`, and what changed: the ids of the jobs in force that
-        leave or change (in the order of the allocation in force) and of the jobs to add (in
-        the decision's order). Jobs whose JobDecision equals the one in force (the same object,
-        usually) cost a lookup: no ledger update, no check."""
-        cur = self._in_force
-        cd = cur.decision
-        removed = self._leaving(decision)
-        added = []
-        led = None
-        rem = set(removed)
-        for jid, jd in decision.items():
-            if not isinstance(jd, JobDecision):
-                raise InfeasibleDecision(f"decision for job {jid} must be a JobDecision, got {type(jd).__name__}")
-            if jid not in cd or jid in rem:
-                if led is None:
-                    led = cur.copy()
-                    for x in removed:
-                        led.remove(x)
-                led.add(jid, jd)
-                added.append(jid)
-        if led is None:
-            if not removed:
-                return cur, removed, added
-            led = cur.copy()
-            for x in removed:
-                led.remove(x)
-        return led, removed, added
-
     def _adopt(self, ledger: GpuLedger) -> tuple[GpuLedger, list[int], list[int]] | None:
-        """What :meth:`_validate_diff` returns for ``ledger.decision``, with ``ledger`` itself as
-        the new ledger, when its job order is the one validation would give; None otherwise."""
-        cd = self._in_force.decision
-        dec = ledger.decision
-        removed = self._leaving(dec)
-        rem = set(removed)
-        kept = [jid for jid in cd if jid not in rem and jid in dec]
-        added = []
-        for i, (jid, jd) in enumerate(dec.items()):
-            if type(jd) is not JobDecision:
-                return None
-            if i < len(kept):
-                if jid != kept[i]:
-                    return None
-            else:
-                added.append(jid)
-        if any(jid in cd and jid not in rem for jid in added):
-            return None  # a job re-added with its JobDecision unchanged: validation keeps its place
-        # the tally of GPUs by worker count grows a slot the first time a GPU reaches a new count;
-        # the builder may have passed through a count validation never reaches (a job added before
-        # another left its GPU): drop those empty slots, as validation's tally would not have them
-        wc, n0 = ledger._wc, len(self._in_force._wc)
-        while len(wc) > n0 and wc[-1] == 0:
-            wc.pop()
-        return ledger, removed, added
-
-    def _flush(self, comp: Component) -> None:
-        """Add a dissolving component's per-GPU busy seconds to the dissolved total (Python
-        floats: the same additions as ``flushed[comp.gpus] += comp.busy_vector()``)."""
-        bf = self._busy_flushed
-        for g, v in zip(comp.gpu_list, comp.busy_list()):
-            bf[g] += v
-
-    def _apply(self, decision: Decision) -> None:
-        self._rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s,
-                                            running_ids=list(self._in_force.decision)))
-
-    def _dissolve(self, comp: Component) -> Component:
-        """Take a live component out: its step state and its jobs' counters go back to the
-        objects, and its per-GPU busy seconds are added to the dissolved total."""
-        del self._components[comp.key]
-        if len(comp.members) > 1:
-            del self._shared[comp.key]
-        elif comp.group is not None:
-            self._shared.pop(comp.group_key, None)
-        from_arrays = self._current != "objects"
-        self._cset.remove(comp, write_back=from_arrays)
-        gpus = comp.gpu_list
-        self._flush(comp)
-        rj = self._rjobs
-        for m in comp.members:
-            rj.remove(m.slot, write_back=from_arrays)
-            m.slot = -1
-        gc = self._gpu_comp
-        for g in gpus:
-            if gc.get(g) is comp:
-                del gc[g]
-                self._n_live_gpus -= 1
-        self._order = self._gathered = self._comps_list = None
-        return comp
-
-    def _dissolve_group(self, comp: Component) -> tuple:
-        """Dissolve ``comp`` and, under the free pace, the components of the jobs it shares GPUs
-        with (formed together: their times depend on each other); returns them."""
-        group = (comp,) if comp.group is None else comp.group
-        for c in group:
-            if c.slot >= 0:
-                self._dissolve(c)
-        return group
-
-    def _form(self, key: tuple, comp: Component) -> None:
-        """Put a new component in: a slot in the component set, a row per job, its GPUs."""
-        comp.key = key
-        comp.seq = self._formed  # (a dict appends: increasing seq is the components' order)
-        self._formed += 1
-        self._components[key] = comp
-        if len(comp.members) > 1:
-            self._shared[key] = tuple([m.job_id for m in comp.members])
-        slot = self._cset.add(comp)
-        jobs = self.state.jobs
-        rj = self._rjobs
-        comp_of = self._comp_of
-        for m in comp.members:
-            rj.add(jobs[m.job_id], m, slot)
-            comp_of[m.job_id] = comp
-        comp.rows = [m.slot for m in comp.members]
-        gc = self._gpu_comp
-        for g in comp.gpu_list:
-            if g not in gc:
-                self._n_live_gpus += 1
-            gc[g] = comp
-        self._need_finish.append(comp)
-        self._order = self._gathered = self._comps_list = None
-        if self._reference:
-            self._cset.materialize()
-            self._rjobs.materialize()
-
-    def _rebuild(self, changed: set[int], at_s: float | None = None) -> None:
-        """Recompute the co-location components touched by ``changed`` jobs, formed at ``at_s``
-        (s; default the state's time, the round's start). (A live component holds a slot in the
-        component set: ``comp.slot >= 0``.)"""
-        if not changed:
-            return
-        st = self.state
-        jobs = st.jobs
-        comp_of = self._comp_of
-        RUNNING = JobStatus.RUNNING
-        # components that lose or gain members are dissolved; their surviving jobs are regrouped
-        dirty = set(changed)
-        for jid in changed:
-            comp = comp_of.get(jid)
-            if comp is not None and comp.slot >= 0:
-                for c in self._dissolve_group(comp):
-                    dirty.update(m.job_id for m in c.members)
-        # GPUs of dirty running jobs may touch clean components: dissolve those too
-        gpu_owner = self._gpu_comp
-        frontier = [j for j in dirty if jobs[j].status is RUNNING]
-        while frontier:
-            jid = frontier.pop()
-            for g in jobs[jid].placement:
-                comp = gpu_owner.get(g)
-                if comp is not None and comp.slot >= 0:
-                    for c in self._dissolve_group(comp):
-                        for m in c.members:
-                            if m.job_id not in dirty:
-                                dirty.add(m.job_id)
-                                frontier.append(m.job_id)
-        for jid in dirty:
-            comp_of.pop(jid, None)
-        running = [j for j in dirty if jobs[j].status is RUNNING]
-        if not running:
-            return
-        groups = [running] if len(running) == 1 else connected_groups({jid: jobs[jid].placement for jid in running})
-        costs = self.costs
-        formed_s = st.time_s if at_s is None else at_s
-        free = self.config.pace == "free"
-        for jids in groups:
-            members = []
-            key = []
-            ready = st.time_s
-            for jid in jids:
-                j = jobs[jid]
-                pl = j.placement
-                members.append(Member(jid, costs.profile(j, j.level, j.pattern, pl), pl, j.iteration,
-                                      costs.isolated_iteration_s(j)))
-                key.append((jid, pl, j.level, j.pattern.value))
-                if j.restart_until_s > ready:
-                    ready = j.restart_until_s
-            if free and len(members) > 1:
-                self._form_free_group(tuple(key), members, formed_s)
-            else:
-                self._form(tuple(key), Component(members, ready, None if self._reference else self._tables,
-                                                 self.config.lockstep_s, formed_s, self._sharing))
-
-    def _form_free_group(self, key: tuple, members: list[Member], formed_s: float) -> None:
-        """Under the free pace, a component per job of a group that shares GPUs, each stepping
-        with the times it takes beside the others (eqs. F1-F4, :mod:`jigsaw_env.free_running`)."""
-        fr = self._free_running(members)
-        per_gpu: dict[int, int] = {}
-        for m in members:
-            for g in set(m.gpus):
-                per_gpu[g] = per_gpu.get(g, 0) + 1
-        jobs = self.state.jobs
-        cache = None if self._reference else self._tables
-        comps = []
-        for m, prof, rate, entry in zip(members, fr.profiles, fr.busy_rate, key):
-            ready = max(self.state.time_s, jobs[m.job_id].restart_until_s)
-            comp = Component([Member(m.job_id, prof, m.gpus, m.iteration0, m.iso_s)], ready, cache, 0.0, formed_s, None)
-            comp.alloc_gpus = sum(1.0 / per_gpu[g] for g in comp.gpu_list)
-            comp.set_busy_rate(rate)
-            comps.append((entry, comp))
-        group = tuple(c for _, c in comps)
-        for entry, comp in comps:
-            comp.group, comp.group_key = group, key
-            self._form((entry,), comp)
-        self._shared[key] = tuple([m.job_id for m in members])
-
-    def _free_running(self, members: list[Member]):
-        """:func:`free_running` of ``members``, kept with the step tables: the result depends on
-        the members' profiles and on which of the group's GPUs (their types and nodes) each uses,
-        not on where the group sits or on the jobs' phases."""
-        sharing = self._sharing
-        gpus = sorted({g for m in members for g in m.gpus})
-        col = {g: i for i, g in enumerate(gpus)}
-        key = (sharing.mode, tuple((id(m.profile), tuple(col[g] for g in m.gpus)) for m in members),
-               tuple(sharing.gpu_type_of(g) for g in gpus), sharing.node_signature(gpus))
-        cache = None if self._reference else self.costs.free_running
-        hit = None if cache is None else cache.get(key)
-        if hit is not None and all(p is m.profile for p, m in zip(hit[0], members)):
-            return hit[1]
-        fr = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing)
-        if cache is not None:
-            if len(cache) > 50_000:
-                cache.clear()
-            cache[key] = (tuple(m.profile for m in members), fr)
-        return fr
+        """:func:`~jigsaw_env.sim_validation.adopt_ledger` against the allocation in force."""
+        return adopt_ledger(self._in_force, ledger)
 
     # ------------------------------------------------------------------ time
-    def _finish_time(self, comp: Component, now: float) -> tuple[float, list[int]]:
-        """Earliest absolute time a member finishes, and who finishes then. Cached on the
-        component: advancing it does not move that time, and any change rebuilds the component."""
-        if comp.finish is not None:
-            return comp.finish
-        st = self.state
-        best, who = float("inf"), []
-        for i, m in enumerate(comp.members):
-            j = st.jobs[m.job_id]
-            # steps already taken in this component have been credited to j.progress
-            steps = math.ceil(j.remaining / m.profile.eta - 1e-9)  # as int(np.ceil(...))
-            # steps == 0: an earlier advance already completed the last step (Component.steps_within
-            # counts a step that ends within its relative tolerance after the round end): finish now
-            t = now + comp.time_to_steps(steps, now) if steps > 0 else now
-            if t < best - 1e-9:
-                best, who = t, [m.job_id]
-            elif abs(t - best) <= 1e-9:
-                who.append(m.job_id)
-        comp.finish = (best, who)
-        return best, who
-
-    def _member_row(self, jid: int) -> int:
-        """The running-job row of job ``jid`` (a member of a live component)."""
-        for m in self._comp_of[jid].members:
-            if m.job_id == jid:
-                return m.slot
-        raise KeyError(jid)
-
-    def _next_completion(self, now: float, t_end: float) -> tuple[float, list[int]]:
-        """The next completion before ``t_end`` (or ``t_end``) and the jobs finishing then: the
-        earliest cached finish time across components, ties within 1e-9 s. Only components whose
-        finish is near or before ``t_end`` can matter; they are scanned in the components' order,
-        exactly as a scan over all of them would go."""
-        cset = self._cset
-        for comp in self._need_finish:
-            if comp.slot >= 0:
-                cset.fin[comp.slot] = self._finish_time(comp, now)[0]
-        self._need_finish.clear()
-        t_next, who_all = t_end, []
-        comps = self._live_comps()
-        if not comps:
-            return t_next, who_all
-        if len(comps) < self.VECTOR_MIN_FINISH and not self._reference:
-            lim = t_end + 2e-9
-            for comp in comps:  # the same scan one by one (fewer numpy calls)
-                t_fin, who = comp.finish
-                if t_fin <= lim:
-                    if t_fin < t_next - 1e-9:
-                        t_next, who_all = t_fin, list(who)
-                    elif abs(t_fin - t_next) <= 1e-9:
-                        who_all.extend(who)
-            return t_next, who_all
-        # every slot's cached finish (a free slot's is +inf): the few components near or before
-        # t_end, put back in the components' order
-        near = np.flatnonzero(cset.fin <= t_end + 2e-9).tolist()
-        near = list(map(cset.comps.__getitem__, near))
-        if len(near) > 1:
-            near.sort(key=_SEQ)
-        for comp in near:
-            t_fin, who = comp.finish
-            if t_fin < t_next - 1e-9:
-                t_next, who_all = t_fin, list(who)
-            elif abs(t_fin - t_next) <= 1e-9:
-                who_all.extend(who)
-        return t_next, who_all
-
-    def _live_order(self) -> tuple:
-        """Index arrays over the live components in their dict order (cached until one forms or
-        dissolves): component slots, the components, job rows, each row's position among the
-        components, the GPUs each component is charged for (``Component.alloc_gpus``) and its
-        formation time (s)."""
-        if self._order is None:
-            comps = self._live_comps()
-            slots = np.array([c.slot for c in comps], dtype=np.int64)
-            rows: list[int] = []
-            ext = rows.extend
-            for c in comps:
-                ext(c.rows)
-            pos = np.repeat(np.arange(len(comps)), [len(c.rows) for c in comps])
-            self._order = (slots, comps, np.array(rows, dtype=np.int64), pos,
-                           np.array([c.alloc_gpus for c in comps], dtype=np.float64),
-                           np.array([c.formed_s for c in comps], dtype=np.float64))
-        return self._order
-
-    def _live_comps(self) -> list:
-        """The live components in their dict order (cached until one forms or dissolves)."""
-        if self._comps_list is None:
-            self._comps_list = list(self._components.values())
-        return self._comps_list
-
     # below this many live components the scalar path is faster than numpy's per-call overhead
     VECTOR_MIN_COMPONENTS = 12
     VECTOR_MIN_FINISH = 48  # the same for the scan for the next completion
-
-    def _use_arrays(self) -> None:
-        """Make the arrays current (load what the scalar path advanced since)."""
-        cset, rj = self._cset, self._rjobs
-        cset.materialize()
-        rj.materialize()
-        if self._current == "objects":
-            for comp in self._components.values():
-                cset.load(comp)
-            rj.load()
-        self._current = "arrays"
-
-    def _use_objects(self) -> None:
-        """Make the objects current (write back what the vectorised path advanced since)."""
-        if self._current == "arrays":
-            self._rjobs.write_back()
-            self._cset.sync()
-        self._current = "objects"
-
-    def _end_round(self) -> None:
-        """At the round's end the objects are current, for whoever reads the state next."""
-        if self._current == "arrays":
-            self._rjobs.write_back()
-            self._cset.sync()
-            self._current = "both"
-
-    def _advance_components(self, t: float, base_s: float, acc: dict, some: list | None = None) -> None:
-        """Advance live components to time ``t`` (s) and credit their jobs: every live one, or
-        only those of ``some``. Each component is advanced from its own clock: its formation
-        time, or ``base_s`` (when every live component was last advanced together: the round's
-        start, or the end of the measured window) if that is later. Components are independent
-        between a round's decisions (a completion changes only its own component, rebuilt then),
-        so the round advances only the finishing ones at a completion and all of them at its end.
-
-        Each job gains ``steps x eta`` full-backprop-equivalent iterations capped at what it still
-        needs, ``steps`` raw iterations, the component's run seconds, and ``dt x GPUs``
-        GPU-seconds held. Sums go into ``acc`` (busy, useful and allocated GPU-seconds) in the
-        components' order, one by one, as a scalar loop would add them."""
-        comps = self._live_comps()
-        if not comps:
-            return
-        if len(comps) < self.VECTOR_MIN_COMPONENTS:
-            self._use_objects()
-            self._advance_scalar(comps if some is None else some, t, base_s, acc)
-            return
-        self._use_arrays()
-        if some is not None:
-            self._advance_from_arrays(some, t, base_s, acc)
-            return
-        slots, comps, rows, pos, ngpu, formed = self._live_order()
-        if self._gathered is None:
-            self._gathered = self._cset.gather(slots)
-        now = np.maximum(formed, base_s)
-        dt = t - now
-        steps, run, busy = self._cset.advance(self._gathered, now, dt)
-        rj = self._rjobs
-        msteps = steps[pos]
-        gain = msteps * rj.eta[rows]
-        progress = rj.progress[rows]
-        rem = rj.iterations[rows] - progress
-        gain = np.where(gain > rem, np.where(rem > 0.0, rem, 0.0), gain)
-        rj.progress[rows] = progress + gain
-        rj.iteration[rows] += msteps
-        mrun = run[pos]
-        rj.run_s[rows] += mrun
-        ng = rj.ngpus[rows]
-        rj.attained[rows] += dt[pos] * ng
-        useful_sum = sum((gain * rj.iso[rows] * ng).tolist())
-        if self.config.log_rounds:
-            self._log_jobs(acc["jobs"], comps, steps, mrun, msteps, gain)
-        acc["busy"] += sum(busy.tolist())
-        acc["useful"] += useful_sum
-        acc["alloc"] += sum((dt * ngpu).tolist())
-
-    def _advance_from_arrays(self, comps: list, t: float, base_s: float, acc: dict) -> None:
-        """:meth:`_advance_scalar` for a few components while the arrays are current (a
-        completion's components): their slots and job rows are copied to the objects, advanced
-        there, and copied back; a few scalar reads and writes instead of the vectorised path's
-        per-call cost, with the same arithmetic (tests/sim/test_perf.py holds the two paths equal)."""
-        cset, rj = self._cset, self._rjobs
-        rows = [r for c in comps for r in c.rows]
-        rj.write_back(rows)
-        for c in comps:
-            c.k, c.partial = int(cset.k[c.slot]), float(cset.partial[c.slot])
-        self._advance_scalar(comps, t, base_s, acc)
-        for c in comps:
-            cset.load(c)
-        rj.load(rows)
-
-    def _advance_scalar(self, comps: list, t: float, base_s: float, acc: dict) -> None:
-        """:meth:`_advance_components` one component and one job at a time, on the objects (the
-        same formulas and summation order; faster for a few components)."""
-        jobs = self.state.jobs
-        log = self.config.log_rounds
-        per_job = acc["jobs"]
-        busy_sum = useful_sum = alloc_sum = 0.0
-        for comp in comps:
-            now = comp.formed_s if comp.formed_s > base_s else base_s
-            dt = t - now
-            steps, run_s, busy, bytes_ = comp.advance_totals(now, dt)
-            busy_sum += busy
-            alloc_sum += dt * comp.alloc_gpus
-            for m, by in zip(comp.members, bytes_):
-                j = jobs[m.job_id]
-                rem = j.iterations - j.progress
-                gain = steps * m.profile.eta
-                if gain > rem:
-                    gain = rem if rem > 0.0 else 0.0
-                j.progress += gain
-                j.iteration += steps
-                j.run_s += run_s
-                j.attained_gpu_s += dt * j.num_gpus
-                useful_sum += gain * m.iso_s * j.num_gpus
-                if log:
-                    _add_to_round_log(per_job, m.job_id, run_s, steps, gain, by)
-        acc["busy"] += busy_sum
-        acc["useful"] += useful_sum
-        acc["alloc"] += alloc_sum
-
-    def _log_jobs(self, per_job: dict, comps: list, steps: np.ndarray, mrun: np.ndarray, msteps: np.ndarray,
-                  gain: np.ndarray) -> None:
-        """Add this advance to the round log's per-job sums: run seconds, steps, progress gained,
-        bytes on the wire (the component's per-member cumulative bytes over the steps taken)."""
-        i = 0
-        ks = self._cset.k
-        for comp, dk in zip(comps, steps.tolist()):
-            k1 = int(ks[comp.slot])
-            k0 = k1 - dk
-            H = comp.H
-            q0, r0 = divmod(k0, H)
-            q1, r1 = divmod(k1, H)
-            for m, cb in zip(comp.members, comp._cum_bytes_l):
-                by = (q1 - q0) * cb[-1] + cb[r1] - cb[r0]
-                _add_to_round_log(per_job, m.job_id, float(mrun[i]), int(msteps[i]), float(gain[i]), by)
-                i += 1
 
     def _snap_window(self, t: float) -> None:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
@@ -1094,44 +553,26 @@ class Simulator:
         allocation in force (or its ledger adopted, or the allocation in force kept for None).
         The job lists are None where nothing is applied job by job. Raises InfeasibleDecision
         before anything changes."""
-        ref = self._reference
         adopted = None
-        if (ledger is not None and not ref and decision is not None and ledger.decision is decision
+        if (ledger is not None and decision is not None and ledger.decision is decision
                 and ledger._origin is self._round_token):
             adopted = self._adopt(ledger)
         self._round_token = object()  # ledgers handed out before this step are of an earlier round
         if adopted is not None:
             ledger, removed, added = adopted
             return decision, ledger, removed, added
-        if decision is None and not ref:
+        if decision is None:
             # the allocation in force: nothing to validate or apply. The ledger itself stands for
             # the decision (jobs finishing in the round leave it; the round log keeps their entries)
             return None, self._in_force, None, None
-        if decision is None:
-            decision = Decision(self._in_force.decision)
-            return decision, self._validate_full(decision), None, None
-        if not isinstance(decision, dict):
-            raise InfeasibleDecision(f"a decision must be a dict job_id -> JobDecision, got {type(decision).__name__}")
-        try:
-            decision = Decision({int(k): v for k, v in decision.items()})
-        except (TypeError, ValueError):
-            raise InfeasibleDecision(f"decision keys must be integer job ids, got {list(decision)[:5]}") from None
-        if ref:
-            return decision, self._validate_full(decision), None, None
-        ledger, removed, added = self._validate_diff(decision)  # raises before anything changes
+        decision = as_decision(decision)
+        ledger, removed, added = validate_diff(self._in_force, decision)  # raises before anything changes
         return decision, ledger, removed, added
 
     def _apply_changes(self, decision, removed, added) -> None:
         """The jobs' bookkeeping (starts, stops, moves, level changes), the components they touch
         and the count of jobs per SPB level."""
-        st = self.state
-        if self._reference:
-            self._rebuild(apply_job_bookkeeping(st, decision, self.config.restart_s,
-                                                running_ids=list(self._in_force.decision)))
-            self._levels = [0] * 8
-            for jd in decision.values():
-                self._levels[min(jd.level, 7)] += 1
-        elif decision is not None and (removed or added):
+        if decision is not None and (removed or added):
             # only the jobs that leave or change are visited: apply_job_bookkeeping does nothing
             # to a running job whose JobDecision equals the one in force
             old = self._in_force.decision
@@ -1141,14 +582,12 @@ class Simulator:
             for jid in added:
                 levels[min(decision[jid].level, 7)] += 1
             sub = Decision({jid: decision[jid] for jid in added})
-            self._rebuild(apply_job_bookkeeping(st, sub, self.config.restart_s, running_ids=removed))
+            rebuild(self, apply_job_bookkeeping(self.state, sub, self.config.restart_s, running_ids=removed))
 
     def _gpu_counts(self, ledger: GpuLedger) -> tuple[int, int]:
         """(GPUs allocated, GPUs shared by two or more workers) in ``ledger``."""
         G = ledger.num_gpus
         n_free = ledger.num_with_workers(0)
-        if self._reference:
-            return G - ledger._wl.count(0), int(np.count_nonzero(ledger.workers > 1))
         return G - n_free, G - n_free - ledger.num_with_workers(1)
 
     def _round_end_s(self, t0: float) -> float:
@@ -1159,7 +598,7 @@ class Simulator:
             if cfg.round_s is not None:
                 t_end = t0 + cfg.round_s
             else:
-                self._end_round()  # the step counters of the objects are read
+                end_round(self)  # the step counters of the objects are read
                 t_end = t0 + min(c.time_to_next_step(t0) for c in self._components.values())
         else:
             nxt = self.next_arrival_s()
@@ -1181,19 +620,19 @@ class Simulator:
         base_s = now  # every live component has been advanced to max(base_s, its formation time)
         advances = now < t_end - 1e-12  # a round of (nearly) no time advances nothing
         while now < t_end - 1e-12:
-            t_next, who_all = self._next_completion(now, t_end)
+            t_next, who_all = next_completion(self, now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
                 t_next, who_all = self.window_end_s, []
             rnd.job_seconds += n_active * max(0.0, t_next - now)
             now = t_next
             if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
                 # the measured window ends: its useful work counts every component up to now
-                self._advance_components(now, base_s, acc)
+                advance_components(self, now, base_s, acc)
                 base_s = now
             elif who_all:
                 # only the components of the finishing jobs: the others are untouched until the
                 # round ends (or the window does)
-                self._advance_components(now, base_s, acc, self._components_of(who_all))
+                advance_components(self, now, base_s, acc, components_of(self, who_all))
             if who_all:
                 self._complete(who_all, now, ledger, rnd)
                 n_active -= len(who_all)
@@ -1202,19 +641,8 @@ class Simulator:
                 t_end = now  # episode over: the last round ends at the last completion
                 break
         if advances:  # the rest of the round, up to its last event (its end, or within 1e-12 s of it)
-            self._advance_components(now, base_s, acc)
+            advance_components(self, now, base_s, acc)
         return t_end
-
-    def _components_of(self, job_ids: list[int]) -> list:
-        """The live components of ``job_ids``, with the free pace's siblings (formed together)."""
-        comp_of = self._comp_of
-        some = []
-        for jid in job_ids:
-            comp = comp_of[jid]
-            for c in ((comp,) if comp.group is None else comp.group):
-                if c not in some:
-                    some.append(c)
-        return some
 
     def _complete(self, job_ids: list[int], now: float, ledger: GpuLedger, rnd: "_Round") -> None:
         """Jobs ``job_ids`` finish at ``now``: done, out of the ledger (their entries kept for the
@@ -1223,7 +651,7 @@ class Simulator:
         rj = self._rjobs
         for jid in job_ids:
             j = st.jobs[jid]
-            rj.progress[self._member_row(jid)] = j.iterations  # written back when it dissolves
+            rj.progress[member_row(self, jid)] = j.iterations  # written back when it dissolves
             j.progress = j.iterations
             j.status = JobStatus.DONE
             j.finish_s = now
@@ -1235,7 +663,7 @@ class Simulator:
                 ledger.remove(jid)
             rnd.finished.append(jid)
             self.num_finished += 1
-        self._rebuild(set(job_ids), now)
+        rebuild(self, set(job_ids), now)
 
     def _close_round(self, rnd: "_Round", t_end: float) -> None:
         """The round ends at ``t_end``: finished jobs leave the active list, arrivals during the
@@ -1243,7 +671,7 @@ class Simulator:
         and logs are written and the round counter moves on."""
         st = self.state
         if not self._defer_round_end:
-            self._end_round()
+            end_round(self)
         if rnd.finished:  # once per round, not per completion
             # the jobs that finished are exactly the ones to drop (only _complete marks a job DONE);
             # list.remove scans in C, where a filter over the (possibly thousands of) active jobs
@@ -1266,7 +694,7 @@ class Simulator:
         self._busy_total += acc["busy"]
         self._alloc_total += acc["alloc"]
         if self.config.log_rounds:
-            self._log_jobs_of_round(rnd, t_end)
+            log_jobs_of_round(self, rnd, t_end)
         self._cluster_rows.append((st.round, rnd.t0, t_end, rnd.active_at_start, rnd.active_at_start - rnd.n_dec,
                                    rnd.n_dec, rnd.n_alloc_gpus, rnd.n_shared_gpus, acc["busy"], acc["alloc"],
                                    rnd.job_seconds, acc["useful"], len(rnd.finished), *rnd.levels))
@@ -1275,29 +703,6 @@ class Simulator:
         if cfg.max_time_s is not None and not self.done and st.time_s >= self.first_arrival_s + cfg.max_time_s - 1e-9:
             self.truncated = True
         self._snap_window(st.time_s)
-
-    def _log_jobs_of_round(self, rnd: "_Round", t_end: float) -> None:
-        """One round-log row per job that ran in the round (its JobDecision, or the one it had
-        when it finished)."""
-        st = self.state
-        rows = self._round_rows
-        gstr = self._gpu_str
-        for jid, (run_s, steps, gain, by) in rnd.acc["jobs"].items():
-            jd = rnd.dec_of.get(jid)
-            if jd is None:
-                jd = rnd.left.get(jid)
-            if jd is not None:
-                gpus = jd.gpus
-                gs = gstr.get(gpus)
-                if gs is None:
-                    if len(gstr) > 100_000:
-                        gstr.clear()
-                    gs = gstr[gpus] = " ".join(map(str, gpus))
-                rows.append((st.round, rnd.t0, t_end, jid, gs, jd.level, jd.pattern.value,
-                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
-            else:
-                rows.append((st.round, rnd.t0, t_end, jid, "", 0, "",
-                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
 
     def _snap_window_acc(self, now: float, acc: dict) -> None:
         if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
@@ -1338,13 +743,13 @@ class Simulator:
                         pos = self._pending_pos
                         # nobody reads the job objects before the next policy call: they are brought
                         # up to date then (the arrays stay the truth in between; the same numbers)
-                        self._defer_round_end = not self._reference
+                        self._defer_round_end = True
                         try:
                             r = self.step(None)
                         finally:
                             self._defer_round_end = False
                     else:
-                        self._end_round()  # the policy reads the job objects
+                        end_round(self)  # the policy reads the job objects
                         st.in_force = self._in_force  # for the policy's call only (ClusterState.in_force)
                         try:
                             d = policy(st)
@@ -1368,41 +773,28 @@ class Simulator:
                     if bar is not None and r.finished:
                         bar.update(len(r.finished))
             finally:
-                self._end_round()
+                end_round(self)
         if bar is not None:
             bar.close()
         return self.metrics()
 
     # ------------------------------------------------------------------ logs & metrics
     def jobs_frame(self) -> pd.DataFrame:
-        rows = []
-        for j in sorted(self.state.jobs.values(), key=lambda j: j.job_id):
-            iso = j.iterations * self.costs.isolated_iteration_s(j)
-            rows.append((j.job_id, j.arrival_s, j.first_start_s, j.finish_s, j.finish_s - j.arrival_s,
-                         j.first_start_s - j.arrival_s, j.num_gpus, j.model, j.batch_size, j.iterations,
-                         j.progress, j.iteration, iso, j.attained_gpu_s, j.run_s, j.preemptions, j.migrations,
-                         j.level_changes, j.status.value))
-        return pd.DataFrame(rows, columns=JOB_COLUMNS)
+        """One row per job (``sim_logs.JOB_COLUMNS``), by job id; times in seconds."""
+        return sim_logs.jobs_frame(self)
 
     def rounds_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self._round_rows, columns=ROUND_COLUMNS)
+        """The round log: one row per job that ran in a round (``sim_logs.ROUND_COLUMNS``)."""
+        return sim_logs.rounds_frame(self)
 
     def cluster_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self._cluster_rows, columns=CLUSTER_COLUMNS)
+        """One row per round (``sim_logs.CLUSTER_COLUMNS``)."""
+        return sim_logs.cluster_frame(self)
 
     def metrics(self) -> dict:
-        from .metrics import compute_metrics
-        return compute_metrics(self.jobs_frame(), self.cluster_frame(), self.cluster.num_gpus,
-                               backlogged=self.config.backlogged, window=(self.first_arrival_s, self.window_end_s),
-                               useful_at_window_end=self.useful_at_window_end,
-                               wall_s=_time.perf_counter() - self._wall0)
+        """The episode's metrics (:func:`jigsaw_env.metrics.compute_metrics`)."""
+        return sim_logs.metrics(self)
 
     def write_logs(self, out_dir) -> None:
-        from pathlib import Path
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        jf = self.jobs_frame()
-        jf[["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "num_gpus", "model", "batch_size", "iterations",
-            "queue_s", "isolated_s", "preemptions", "migrations", "level_changes", "status"]].to_csv(out / "jobs.csv", index=False)
-        self.rounds_frame().to_csv(out / "rounds.csv", index=False)
-        self.cluster_frame().to_csv(out / "cluster.csv", index=False)
+        """jobs.csv, rounds.csv and cluster.csv of the episode so far in ``out_dir``."""
+        sim_logs.write_logs(self, out_dir)

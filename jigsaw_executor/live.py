@@ -9,8 +9,8 @@ jobs are ``JobState``s with the CPU cost tables' batch sizes), so any heuristic
 
 1. admit arrived jobs; call the scheduler on the state; validate the decision
    (``jigsaw_env.placement.validate_decision``: the simulator's own check);
-2. update the state's bookkeeping exactly as ``Simulator._apply`` does (status, preemptions,
-   migrations, level changes, first start, restart);
+2. update the state's bookkeeping exactly as the simulator does (``state.apply_job_bookkeeping``:
+   status, preemptions, migrations, level changes, first start, restart);
 3. pause the running jobs the decision leaves out or moves (checkpoint to disk), publish the
    round's versioned decision records (level, pattern, co-location component, the iteration at
    which the job's work is done), and start or resume incarnations on the named slots;

@@ -174,7 +174,7 @@ def segments_of(decision: dict, pace: str) -> list[list[int]]:
 
 
 def steps_to_finish(job: JobState, eta: float) -> int:
-    """The simulator's count (Simulator._finish_time): iterations left at this eta."""
+    """The simulator's count (jigsaw_env.sim_advance.finish_time): iterations left at this eta."""
     return max(0, int(math.ceil(job.remaining / eta - 1e-9)))
 
 

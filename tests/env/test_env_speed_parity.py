@@ -26,6 +26,7 @@ from jigsaw_env.pairing import search_pairing
 from jigsaw_env.encoder import CLUSTER_FEATURES, JOB_FEATURES, ObservationEncoder
 from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
 from jigsaw_env.placement import PLACEMENT_OPTIONS
+from jigsaw_env.sim_validation import validate_diff
 from jigsaw_env.simulator import Simulator
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import JobDecision, JobStatus
@@ -481,7 +482,7 @@ def test_the_builders_ledger_is_taken_over_only_when_validation_would_build_the_
         if a == env.codec.advance:
             sim = env.sim
             got = sim._adopt(b.ledger)
-            led, removed, added = sim._validate_diff(b.ledger.decision)
+            led, removed, added = validate_diff(sim._in_force, b.ledger.decision)
             if got is None:
                 fallback += 1
                 # the order differs: some job came back with the JobDecision in force

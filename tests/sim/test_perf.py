@@ -11,6 +11,7 @@ from agents import make_scheduler
 from agents.base import Scheduler
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.placement import GpuLedger, validate_decision
+from jigsaw_env.sim_validation import validate_diff
 from jigsaw_env.simulator import SimConfig, Simulator
 from traces import load_trace
 
@@ -63,7 +64,7 @@ def test_incremental_validation_equals_full_validation(synth):
     while not sim.done and n < 300:
         d = sched.schedule(sim.state)
         full = validate_decision(sim.state, d)
-        inc = sim._validate_incremental(d)
+        inc = validate_diff(sim._in_force, d)[0]
         np.testing.assert_allclose(inc.mem, full.mem, rtol=1e-12, atol=1.0)
         np.testing.assert_array_equal(inc.workers, full.workers)
         assert inc.mem.tolist() == inc._ml and inc.workers.tolist() == inc._wl

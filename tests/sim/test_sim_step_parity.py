@@ -6,8 +6,9 @@ changes, rebuilds only the co-location components that a change touches, fills t
 job arrays lazily, and (in ``run``) brings the job objects up to date only before the policy reads
 them. Here random decision sequences (starts, stops, moves, level and pattern changes, co-located
 pairs, equal decisions made of new objects, ``None``, rejected decisions) drive two simulators at
-once: the incremental one and one with ``_reference = True`` (the whole decision validated and
-applied every round, every count recomputed, fresh component tables, arrays filled eagerly). After
+once: the incremental one and tests/reference/simulator.py's ReferenceSimulator (the whole decision
+validated and applied every round, every count recomputed, fresh component tables, arrays filled
+eagerly). After
 every round both must agree exactly: the round result, every job's counters, times and status, the
 components' step counters, the ledger in force and the per-GPU busy seconds. The incremental one is
 also checked against structures recomputed from scratch from the job states: its components are
@@ -30,6 +31,7 @@ from jigsaw_env.placement import GpuLedger, InfeasibleDecision, connected_groups
 from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import Decision, JobDecision, JobStatus
+from reference.simulator import ReferenceSimulator
 from traces import load_trace
 
 
@@ -191,9 +193,7 @@ def pair(gpus: int, jobs: int, seed: int, round_s, load: float = 2.0, **kw) -> t
     tr = load_trace(f"synthetic:jobs={jobs},load={load},seed={seed}", cluster_gpus=gpus).jobs
     cluster = ClusterSpec.from_gpus(gpus, gpus_per_node=4)
     cfg = SimConfig(round_s=round_s, **kw)
-    inc, ref = Simulator(cluster, tr, cfg), Simulator(cluster, tr, cfg)
-    ref._reference = True
-    return inc, ref
+    return Simulator(cluster, tr, cfg), ReferenceSimulator(cluster, tr, cfg)
 
 
 # ---------------------------------------------------------------- tests
@@ -275,16 +275,16 @@ def test_run_with_quiet_rounds_equals_the_reference(agent, round_s):
         tr = tr.assign(iterations=(tr["iterations"] // 10).clip(lower=1), duration_s=tr["duration_s"] / 10)
     sims = []
     for reference in (False, True):
-        sim = Simulator(ClusterSpec.from_gpus(16), tr, SimConfig(round_s=round_s))
-        sim._reference = reference
+        sim = (ReferenceSimulator if reference else Simulator)(ClusterSpec.from_gpus(16), tr, SimConfig(round_s=round_s))
         if not reference:  # the vectorised round: the arrays are the truth between policy calls
             sim.VECTOR_MIN_COMPONENTS = 1
         calls = []
         sched = make_scheduler(agent)
         orig = sched.schedule
 
-        def schedule(state, orig=orig, calls=calls, sim=sim):
-            check_from_scratch(sim) if not sim._reference else None
+        def schedule(state, orig=orig, calls=calls, sim=sim, reference=reference):
+            if not reference:
+                check_from_scratch(sim)
             calls.append(job_fields(sim))  # what the policy sees: current job objects
             return orig(state)
 
