@@ -161,14 +161,13 @@ def test_same_seed_same_policy_and_eval_curve(tables, tmp_path, n_envs):
         assert hashes[2] != hashes[0] and curves[2] != curves[0]  # the seed matters
 
 
+@pytest.mark.timeout(120)  # a hang guard, not a speed target
 def test_max_wall_s_stops_learning_and_saves(tables, tmp_path):
     """--max-wall-s ends learning long before --timesteps; the model and config are saved as at a
     normal end, and the config says why it stopped."""
     run = tmp_path / "run"
-    t0 = time.perf_counter()
     assert main(["train", *tiny(tables, run, "--timesteps", "10000000", "--max-wall-s", "2", "--n-envs", "1",
                                 "--vec", "dummy", "--eval-freq", "1000000", "--checkpoint-freq", "1000000")]) == 0
-    assert time.perf_counter() - t0 < 60
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["stopped_at_wall_limit"] is True and cfg["max_wall_s"] == 2.0
     assert 0 < cfg["trained_timesteps"] < 10_000_000

@@ -215,12 +215,12 @@ def test_workers_import_the_drivers_source_tree_or_their_own_install(monkeypatch
     assert code_runtime_env() == {}
 
 
+@pytest.mark.timeout(30)  # a hang guard, not a speed target
 def test_unreachable_address_is_one_line_within_a_bounded_wait(tmp_path, capsys):
-    t0 = time.perf_counter()
     rc = main([*EVAL, "--agents", "fifo", "--seeds", "1", "--out", str(tmp_path / "o"), "--ray", "127.0.0.1:1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "127.0.0.1:1" in err[0]
-    assert time.perf_counter() - t0 < 30 and not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_node_removed_mid_sweep_has_its_runs_rerun(cluster, gate, tables_dir, tmp_path, capsys):

@@ -190,19 +190,18 @@ def test_job_larger_than_the_slots_is_refused_before_it_starts(tmp_path):
 
 
 
+@pytest.mark.timeout(300)  # a hang guard, not a speed target
 def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
     """A worker that fails at iteration 30 in every incarnation (``repeat``): the job is restarted
     from its checkpoint once (max_restarts=1), fails again, and the run fails with the count and the
     worker's own error."""
     pool, hub = ray_pieces
     jobs = [LiveJob(0, "tiny_mlp", 2, 400, seed=0), LiveJob(1, "tiny_mlp", 1, 200, arrival_s=0.0, seed=1)]
-    t0 = time.time()
     with pytest.raises(JobFailed) as e:
         deploy("fifo", jobs, slots=SLOTS, out=tmp_path / "out", round_s=1.0, pool=pool, hub=hub, pin=False,
                max_workers_per_gpu=MWPG, allow_oversubscribe=True, fail_at={0: (1, 30, "raise", True)},
                timeout_s=20.0, replay=False, max_restarts=1)
     # a guard against waiting for ever, not a speed target: it took 66 s once on 2 busy cores
-    assert time.time() - t0 < 150
     assert e.value.job_id == 0 and e.value.rank == 1
     assert "failed 2 times, more than max_restarts=1: giving up" in str(e.value)
     assert "RuntimeError: injected failure on rank 1 at iteration 30" in str(e.value)

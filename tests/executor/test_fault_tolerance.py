@@ -238,6 +238,7 @@ def test_a_killed_colocated_job_restarts_and_its_partner_goes_on(ray_pieces, tmp
     assert sorted(set(per_job[1])) == list(range(200))    # job 1 re-ran 50..69 after its restart
 
 
+@pytest.mark.timeout(180)  # a hang guard, not a speed target
 def test_retries_exhausted_fail_the_run_clearly(ray_pieces, tmp_path):
     """A worker that dies at iteration 5 in every incarnation: one restart (max_restarts=1), then a
     JobFailed naming the job, the count and the cause."""
@@ -248,11 +249,10 @@ def test_retries_exhausted_fail_the_run_clearly(ray_pieces, tmp_path):
     def slot0(state):
         return Decision({0: JobDecision((0,), 0, Pattern.ROTATING)} if 0 in state.active_ids else {})
 
-    t0 = time.time()
     with pytest.raises(JobFailed) as ei:
         _run(tmp_path, pool, hub, jobs=[one], sched=slot0, fail_at={0: (0, 5, "kill", True)}, max_restarts=1)
     msg = str(ei.value)
-    assert ei.value.job_id == 0 and time.time() - t0 < 90
+    assert ei.value.job_id == 0
     assert msg.startswith("job 0 (tiny_mlp) failed 2 times, more than max_restarts=1: giving up.")
     assert "died without a Python error" in msg
     assert not pool.owned_by(0)  # nothing left holding a host
