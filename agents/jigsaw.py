@@ -41,6 +41,46 @@ _JOB_ID = operator.attrgetter("job_id")
 _ROTATING = Pattern.ROTATING  # (an enum member read from its class costs a descriptor call)
 
 
+class _SoloEntry:
+    """Rule 2's configuration (level, pattern) for a job alone on its decision's GPUs, kept for
+    the decision and job objects and the running state (``keeps``: it runs on those GPUs now,
+    so hysteresis applies) it was found for."""
+    __slots__ = ("decision", "job", "keeps", "config")
+
+    def __init__(self, decision, job, keeps: bool, config: tuple):
+        self.decision, self.job, self.keeps, self.config = decision, job, keeps, config
+
+
+class _StayEntry:
+    """What staying put means for a running job: its decision in force, whether its spread
+    passes rule 4 and whether rule 2 keeps that configuration, for the placement object, job,
+    level and pattern it was found for."""
+    __slots__ = ("placement", "job", "level", "pattern", "decision", "spread_ok", "keeps_config")
+
+    def __init__(self, placement, job, level: int, pattern, decision, spread_ok: bool, keeps_config: bool):
+        self.placement, self.job, self.level, self.pattern = placement, job, level, pattern
+        self.decision, self.spread_ok, self.keeps_config = decision, spread_ok, keeps_config
+
+
+class _HostEntry:
+    """A host's useful work alone on its GPUs at its best configuration (``alone``, GPU-
+    equivalents), those GPUs, and its pairing bounds by guest width (``bounds``), kept for the
+    very JobState and GPU tuple they were made for."""
+    __slots__ = ("alone", "gpus", "bounds", "host")
+
+    def __init__(self, alone: float, gpus: tuple, bounds: dict, host):
+        self.alone, self.gpus, self.bounds, self.host = alone, gpus, bounds, host
+
+
+class _KeepEntry:
+    """A running pair's plan, kept for the host and guest objects and ``inputs`` (both GPU
+    tuples, both configurations, their phase difference) it was found for."""
+    __slots__ = ("host", "guest", "inputs", "plan")
+
+    def __init__(self, host, guest, inputs: tuple, plan):
+        self.host, self.guest, self.inputs, self.plan = host, guest, inputs, plan
+
+
 @register_scheduler("jigsaw")
 class Jigsaw(Scheduler):
     """SPB-aware scheduling: 2D-LAS order, consolidated exclusive placement, SPB-aware fitting of
@@ -115,17 +155,17 @@ class Jigsaw(Scheduler):
     def _solo_config(self, state: ClusterState, solo: dict, jd: JobDecision, job: JobState) -> tuple[int, Pattern]:
         """Rule 2 for ``job`` alone on ``jd``'s GPUs: ``best_solo``'s (level, pattern), keeping
         ``jd``'s under hysteresis when the job runs on those GPUs now. ``solo`` (the ``solo``
-        :meth:`_job_memo`) keeps ``(JobDecision, JobState, keeps, config)`` per job: the value
+        :meth:`_job_memo`) keeps a :class:`_SoloEntry` per job: the value
         depends on nothing else (the job's model and size, the GPUs, the level and pattern, the
         cost model), so an entry answers only for the very decision and job objects and the
         running state it was made for; a running job that keeps its ``job_decision`` object costs
         a lookup."""
         keeps = job.status is JobStatus.RUNNING and jd.gpus == job.placement
         e = solo.get(job.job_id)
-        if e is not None and e[0] is jd and e[1] is job and e[2] is keeps:
-            return e[3]
+        if e is not None and e.decision is jd and e.job is job and e.keeps is keeps:
+            return e.config
         cfg, _ = best_solo(state, job, jd.gpus, (jd.level, jd.pattern) if keeps else None, self.hysteresis)
-        solo[job.job_id] = (jd, job, keeps, cfg)
+        solo[job.job_id] = _SoloEntry(jd, job, keeps, cfg)
         return cfg
 
     def _solo_levels(self, state: ClusterState, ledger: GpuLedger, paired: set[int],
@@ -143,9 +183,9 @@ class Jigsaw(Scheduler):
                 continue
             job = jobs[jid]
             e = solo.get(jid)  # _solo_config's memo, looked up inline (most jobs hit it)
-            if (e is not None and e[0] is jd and e[1] is job
-                    and e[2] is (job.status is RUNNING and jd.gpus == job.placement)):
-                cfg = e[3]
+            if (e is not None and e.decision is jd and e.job is job
+                    and e.keeps is (job.status is RUNNING and jd.gpus == job.placement)):
+                cfg = e.config
             else:
                 cfg = self._solo_config(state, solo, jd, job)
             if cfg[0] != jd.level or cfg[1] is not jd.pattern:
@@ -332,15 +372,15 @@ class Jigsaw(Scheduler):
         stay_memo = self._job_memo(state, "stay")
         pl = j.placement
         e = stay_memo.get(j.job_id)
-        if e is not None and e[0] is pl and e[1] is j and e[2] == j.level and e[3] is j.pattern:
-            return e[4], e[5], e[6]
+        if e is not None and e.placement is pl and e.job is j and e.level == j.level and e.pattern is j.pattern:
+            return e.decision, e.spread_ok, e.keeps_config
         cur = job_decision(j.placement, j.level, j.pattern)
         ok = self._spread_ok(state, j, cur.gpus)
         same = False
         if ok:
             cfg = self._solo_config(state, self._job_memo(state, "solo"), cur, j)
             same = cfg[0] == cur.level and cfg[1] is cur.pattern
-        stay_memo[j.job_id] = (pl, j, j.level, j.pattern, cur, ok, same)
+        stay_memo[j.job_id] = _StayEntry(pl, j, j.level, j.pattern, cur, ok, same)
         return cur, ok, same
 
     def _move_pays(self, state, j: JobState, cur: JobDecision, jd: JobDecision) -> bool:
@@ -404,8 +444,8 @@ class Jigsaw(Scheduler):
         jd = job_decision(tuple(gpus), 0, _ROTATING)
         return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
-    def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> tuple:
-        """``(alone, gpus, bounds, host)`` of a host in this round's fitting: its useful work
+    def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> _HostEntry:
+        """The :class:`_HostEntry` of a host in this round's fitting: its useful work
         alone on its GPUs at its best configuration, those GPUs (its decision's) and its
         :func:`pairing_bound` memos by guest width (filled by :meth:`_find_host` from
         :meth:`_bounds_of`). All three are functions of the host's kind and GPUs, so they are
@@ -414,14 +454,14 @@ class Jigsaw(Scheduler):
         kept with it, asks once. (A pairing re-chooses only a host's configuration.)"""
         gpus = ledger.decision[host.job_id].gpus
         v = self._hosts.get(host.job_id)
-        if v is None or v[1] is not gpus or v[3] is not host:
+        if v is None or v.gpus is not gpus or v.host is not host:
             _, rate = best_solo(state, host, gpus, None, 0.0)
-            v = self._hosts[host.job_id] = (host.num_gpus * rate, gpus, {}, host)
+            v = self._hosts[host.job_id] = _HostEntry(host.num_gpus * rate, gpus, {}, host)
         return v
 
     def _host_alone(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> float:
         """The host's useful work alone on its GPUs at its best configuration (:meth:`_host_info`)."""
-        return self._host_info(state, ledger, host)[0]
+        return self._host_info(state, ledger, host).alone
 
     def _keep_pair(self, state, ledger, host, guest) -> PairPlan | None:
         """A running pair stays where it is if it still beats the host alone by ``keep_margin``;
@@ -438,8 +478,8 @@ class Jigsaw(Scheduler):
         inputs = (hgpus, guest.placement, host.level, host.pattern, guest.level, guest.pattern, rel)
         memo = self._job_memo(state, "keep")
         e = memo.get(guest.job_id)
-        if e is not None and e[0] is host and e[1] is guest and e[2] == inputs:
-            plan = e[3]
+        if e is not None and e.host is host and e.guest is guest and e.inputs == inputs:
+            plan = e.plan
         else:
             order = [tuple(hgpus.index(g) for g in guest.placement)]
             plan = best_pairing(state, host, hgpus, guest, orders=order)
@@ -448,7 +488,7 @@ class Jigsaw(Scheduler):
                                    [(guest.level, guest.pattern)], order)
                 if cur is not None and plan.value <= cur.value * (1.0 + self.hysteresis):
                     plan = cur
-            memo[guest.job_id] = (host, guest, inputs, plan)
+            memo[guest.job_id] = _KeepEntry(host, guest, inputs, plan)
         if plan is None:
             return None
         alone = self._host_alone(state, ledger, host)
@@ -479,9 +519,9 @@ class Jigsaw(Scheduler):
                 break
             # _host_info's memo, looked up inline (most hosts hit it)
             v = hosts_memo.get(hid)
-            if v is None or v[1] is not dec[hid].gpus or v[3] is not host:
+            if v is None or v.gpus is not dec[hid].gpus or v.host is not host:
                 v = self._host_info(state, ledger, host)
-            alone, hgpus, by_width, _ = v
+            alone, hgpus, by_width = v.alone, v.gpus, v.bounds
             if self.prune:
                 bounds = by_width.get(width)
                 if bounds is None:
