@@ -1,4 +1,4 @@
-"""The heuristics' fast paths against plain from-scratch references (issue: scheduler speed).
+"""The heuristics' fast paths against plain from-scratch references (tests/reference/heuristics.py).
 
 Every structure that makes ``tiresias`` / ``jigsaw`` faster must give exactly what the plain
 computation gives: the LAS order and quiet time, the pairs in force, the pairing search (phase-free
@@ -6,7 +6,6 @@ candidates prepared once, per-phase step means gathered in one array) and the ca
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import random
 import re
@@ -16,10 +15,9 @@ import pytest
 from hypothesis import given, settings, strategies as hst
 
 from agents import make_scheduler
-from agents.common import (LASQueues, _lcm, best_pairing, best_solo, consolidated_gpus, current_pairs,
-                           guest_orders, host_layout, job_decision, order_signatures,
-                           placement_sig, profile_summary, spb_configs)
-from agents.jigsaw import Jigsaw, nodes_spanned, pairing_bound
+from agents.common import (LASQueues, best_pairing, best_solo, consolidated_gpus, current_pairs, guest_orders,
+                           host_layout, job_decision, order_signatures, placement_sig, spb_configs)
+from agents.jigsaw import Jigsaw, pairing_bound
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.simulator import SimConfig, Simulator
@@ -27,8 +25,11 @@ from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobDecision, JobState, JobStatus, trusted_decision
 from traces import load_trace
 
+from reference.heuristics import MaskJigsaw, plain_observe, plain_order, plain_pairs, plain_quiet, plain_search
+
 MODELS = ["resnet18", "resnet50", "vgg16", "lstm_lm", "bert_base", "transformer_small"]
 BATCH = {"resnet18": 64, "resnet50": 32, "vgg16": 32, "lstm_lm": 20, "bert_base": 8, "transformer_small": 64}
+
 
 
 def _state(cluster: ClusterSpec, jobs: list[JobState], t: float = 0.0) -> ClusterState:
@@ -41,41 +42,6 @@ def _state(cluster: ClusterSpec, jobs: list[JobState], t: float = 0.0) -> Cluste
 # ------------------------------------------------------------------------------------------------
 # LAS: order, observe, quiet_until against the plain per-job definitions
 # ------------------------------------------------------------------------------------------------
-def _plain_order(las: LASQueues, jobs):
-    return sorted(jobs, key=lambda j: (bisect.bisect_right(las.thresholds, j.attained_gpu_s - las._base.get(j.job_id, 0.0)),
-                                       j.arrival_s, j.job_id))
-
-
-def _plain_quiet(las: LASQueues, state) -> float:
-    t, th = float("inf"), las.thresholds
-    for j in state.active():
-        if j.status is JobStatus.RUNNING:
-            s = las.service(j)
-            k = bisect.bisect_right(th, s)
-            if k < len(th):
-                t = min(t, state.time_s + (th[k] - s) / j.num_gpus)
-        elif las.starve_factor is not None and j.job_id in las._wait_since:
-            t = min(t, las._wait_since[j.job_id] + las.starve_factor * las._last_run[j.job_id])
-    return t
-
-
-def _plain_observe(las: LASQueues, state) -> None:
-    now = state.time_s
-    for j in state.active():
-        jid = j.job_id
-        if j.status is JobStatus.RUNNING:
-            las._run_since.setdefault(jid, now)
-            las._wait_since.pop(jid, None)
-            continue
-        start = las._run_since.pop(jid, None)
-        if start is not None:
-            las._last_run[jid] = max(now - start, 1e-9)
-            las._wait_since[jid] = now
-        if las.starve_factor is not None and jid in las._wait_since:
-            if now - las._wait_since[jid] >= las.starve_factor * las._last_run[jid]:
-                las._base[jid] = j.attained_gpu_s
-                las._wait_since[jid] = now
-                las.promotions += 1
 
 
 @pytest.mark.parametrize("thresholds", [(3600.0,), (100.0, 1000.0, 5000.0)])
@@ -105,48 +71,19 @@ def test_las_order_observe_and_quiet_equal_the_plain_definitions(thresholds, see
         if step % 7 == 3:  # jobs leave and arrive
             st.active_ids = [x for x in st.active_ids if rng.random() < 0.9]
         fast.observe(st)
-        _plain_observe(plain, st)
+        plain_observe(plain, st)
         for name in ("_run_since", "_last_run", "_wait_since", "_base", "promotions"):
             assert getattr(fast, name) == getattr(plain, name), name
         act = st.active()
-        assert [j.job_id for j in fast.order(act)] == [j.job_id for j in _plain_order(plain, act)]
-        assert [j.job_id for j in fast.order(iter(act))] == [j.job_id for j in _plain_order(plain, act)]
-        assert fast.quiet_until(st) == _plain_quiet(plain, st)
+        assert [j.job_id for j in fast.order(act)] == [j.job_id for j in plain_order(plain, act)]
+        assert [j.job_id for j in fast.order(iter(act))] == [j.job_id for j in plain_order(plain, act)]
+        assert fast.quiet_until(st) == plain_quiet(plain, st)
     assert plain.promotions > 0
 
 
 # ------------------------------------------------------------------------------------------------
 # pairs in force
 # ------------------------------------------------------------------------------------------------
-def _plain_pairs(state, host_memory=None):
-    owners: dict[int, list[int]] = {}
-    for j in state.running():
-        for g in j.placement:
-            owners.setdefault(g, []).append(j.job_id)
-    partners: dict[int, set[int]] = {}
-    for jids in owners.values():
-        if len(jids) > 1:
-            for a in jids:
-                partners.setdefault(a, set()).update(x for x in jids if x != a)
-    out: dict[int, int] = {}
-    for a, ps in partners.items():
-        if len(ps) != 1:
-            continue
-        b = next(iter(ps))
-        if len(partners.get(b, ())) != 1 or a in out or b in out:
-            continue
-        ja, jb = state.jobs[a], state.jobs[b]
-        if host_memory and host_memory.get(a) == b and set(ja.placement) <= set(jb.placement):
-            out[a] = b
-        elif host_memory and host_memory.get(b) == a and set(jb.placement) <= set(ja.placement):
-            out[b] = a
-        else:
-            sa, sb = set(ja.placement), set(jb.placement)
-            if sa <= sb and (len(sa) < len(sb) or (ja.first_start_s, a) > (jb.first_start_s, b)):
-                out[a] = b
-            elif sb <= sa:
-                out[b] = a
-    return out
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -162,68 +99,13 @@ def test_current_pairs_equals_the_plain_map_of_every_gpu(seed):
                              first_start_s=float(rng.randrange(3))))
     st = _state(cluster, jobs)
     memory = {rng.randrange(30): rng.randrange(30) for _ in range(5)}
-    assert current_pairs(st) == _plain_pairs(st)
-    assert list(current_pairs(st, memory).items()) == list(_plain_pairs(st, memory).items())
+    assert current_pairs(st) == plain_pairs(st)
+    assert list(current_pairs(st, memory).items()) == list(plain_pairs(st, memory).items())
 
 
 # ------------------------------------------------------------------------------------------------
 # the pairing search
 # ------------------------------------------------------------------------------------------------
-def _plain_search(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest):
-    """The search as first written: every candidate's loads built worker by worker."""
-    costs = state.costs
-    wa, wb = len(host_gpus), guest.num_gpus
-    iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
-    cols = np.asarray(orders, dtype=np.int64)
-    groups: dict[tuple, list[int]] = {}
-    for i, o in enumerate(orders):
-        groups.setdefault(placement_sig(state, [host_gpus[c] for c in o]), []).append(i)
-    cands = []
-    for hc in host_cfgs:
-        ph = costs.profile(host, hc[0], hc[1], host_gpus)
-        th, mh, ch = profile_summary(costs, ph)
-        for gc in guest_cfgs:
-            for idx in groups.values():
-                pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
-                tg, mg, cg = profile_summary(costs, pg)
-                lb = max((th + tg) / wa, mh, mg) + max(ch, cg)
-                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
-                cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
-    cands.sort(key=lambda c: (c[0], c[1]))
-    best = None
-    for neg_ub, rank, hc, gc, idx, ph, pg in cands:
-        if best is not None and -neg_ub < best[3] - 1e-12:
-            break
-        sub = cols[idx]
-        n = len(idx)
-        sa = np.arange(n)
-        mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-        for w in range(wb):
-            mem[sa, sub[:, w]] += pg.peak_bytes[w]
-        ok = np.all(mem <= capacity[None, :], axis=1)
-        if not ok.any():
-            continue
-        H = _lcm(ph.period, pg.period)
-        ks = np.arange(H)
-        pha = (i_host + ks) % ph.period
-        phb = (i_guest + ks) % pg.period
-        la = ph.compute_s[pha]
-        lb = pg.compute_s[phb]
-        loads = np.broadcast_to(la, (n, H, wa)).copy()
-        for w in range(wb):
-            loads[sa, :, sub[:, w]] += lb[:, w][None, :]
-        comm = np.maximum(ph.comm_s[pha], pg.comm_s[phb])
-        step = (loads.max(axis=2) + comm[None, :]).mean(axis=1)
-        step = np.where(ok, step, np.inf)
-        k = int(np.argmin(step))
-        if not np.isfinite(step[k]):
-            continue
-        s = float(step[k])
-        xh, xg = ph.eta * iso_h / s, pg.eta * iso_g / s
-        value = wa * xh + wb * xg
-        if best is None or value > best[3] + 1e-12 or (abs(value - best[3]) <= 1e-12 and rank < best[7]):
-            best = (hc, gc, idx[k], value, xh, xg, s, rank)
-    return None if best is None else best[:7]
 
 
 @pytest.mark.parametrize("mixed", [False, True])
@@ -257,7 +139,7 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         gpus = tuple(rng.sample(range(G), wa)) if rng.random() < 0.5 else tuple(range(wa))
         st = _state(cluster, [host, guest])
         cap = np.array([cluster.memory_of(g) for g in gpus], dtype=np.float64)
-        want = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest), guest_orders(wa, wb),
+        want = plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest), guest_orders(wa, wb),
                              cap, 0, (guest.iteration - host.iteration) % 12 if wa > 1 else 0)
         got = best_pairing(st, host, gpus, guest)
         if want is None:
@@ -285,7 +167,7 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         # at once (_search_pairing_phases), each as the plain search of its own phase
         for d in range(12) if wa > 1 else ():
             guest.iteration = host.iteration + d
-            want_d = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
+            want_d = plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
                                    guest_orders(wa, wb), cap, 0, d)
             got_d = best_pairing(st, host, gpus, guest)
             if want_d is None:
@@ -298,7 +180,7 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         order = [guest_orders(wa, wb)[0]]
         for ih in (0, 3):
             a = common._search_pairing(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
-            b = _plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
+            b = plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             assert repr(a) == repr(b)
         checked += 1
     assert checked > 20 and joint[0] > 10
@@ -341,7 +223,7 @@ def test_pairings_shared_across_host_gpus_that_read_the_same_equal_their_own_sea
         layouts.add(common.host_layout(st, gpus)[0])
         cap = np.array([cluster.memory_of(g) for g in gpus], dtype=np.float64)
         for guest in guests:
-            want = _plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
+            want = plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
                                  guest_orders(4, guest.num_gpus), cap, 0, (guest.iteration - host.iteration) % 12)
             got = best_pairing(st, host, gpus, guest)
             asked += 1
@@ -470,115 +352,6 @@ def test_consolidated_from_counts_equals_the_mask_rule(gpn):
             assert consolidated_from_counts(counts, free_on, n) == consolidated_gpus(free, gpn, n), (free, n)
 
 
-def _mask_consolidated(state, ledger, job, free):
-    gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
-    if gpus is None:
-        return None
-    jd = JobDecision(tuple(gpus), 0)
-    return jd if ledger.fits(job.job_id, jd) else None
-
-
-class _MaskJigsaw(Jigsaw):
-    """Jigsaw with the exclusive pass of commit 8337649 (kept verbatim but for the docstring and
-    the ``settled`` argument, which it leaves empty: rule 2 then visits every job)."""
-
-    def _exclusive(self, state, chosen, rest, pairs, rank, settled=None) -> tuple[GpuLedger, list[JobState]]:
-        """A plain reference for the exclusive pass: free GPUs found from numpy masks of every GPU
-        instead of per-node counts."""
-        cl = state.cluster
-        ledger = GpuLedger(state)
-        # GPUs held by chosen running jobs not yet placed (a list of bools, turned into an array
-        # only when a job needs placing)
-        reserved = [False] * cl.num_gpus
-        for j in chosen:
-            if j.status is JobStatus.RUNNING and j.placement:
-                for g in j.placement:
-                    reserved[g] = True
-        deferred: list[JobState] = []
-        for j in chosen:
-            own = j.status is JobStatus.RUNNING and bool(j.placement)
-            if own:
-                for g in j.placement:  # its own reservation no longer blocks anyone
-                    reserved[g] = False
-                wl = ledger._wl
-                still_free = not any(wl[g] for g in j.placement)
-                # a running job's own configuration on GPUs nobody else holds yet always fits: the
-                # simulator validated it in force with at least these workers on them (so the
-                # ledger's check is skipped here and below; it would return True)
-                cur = job_decision(j.placement, j.level, j.pattern) if still_free else None
-                if cur is not None and self._spread_ok(state, j, cur.gpus):
-                    ledger.add(j.job_id, cur, checked=True)
-                    continue
-            free = (ledger.workers == 0) & ~np.array(reserved, dtype=bool)
-            jd = _mask_consolidated(state, ledger, j, free)
-            if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
-                # displace lower-priority running jobs if that gives a good placement
-                alt = _mask_consolidated(state, ledger, j, ledger.workers == 0)
-                if alt is not None and self._spread_ok(state, j, alt.gpus):
-                    jd = alt
-            if own and cur is not None:
-                # a running job on too many nodes: move only if it pays for the restart
-                if jd is not None and nodes_spanned(state, jd.gpus) < nodes_spanned(state, cur.gpus):
-                    _, x_old = best_solo(state, j, cur.gpus, None, 0.0)
-                    _, x_new = best_solo(state, j, jd.gpus, None, 0.0)
-                    if (x_new - x_old) * self.horizon_s <= x_new * self.restart_s:
-                        jd = None
-                else:
-                    jd = None
-                if jd is None:  # cur: its GPUs are still free (nothing was added since), so it fits
-                    ledger.add(j.job_id, cur, checked=True)
-                    continue
-            if jd is None or not self._spread_ok(state, j, jd.gpus):
-                deferred.append(j)
-                continue
-            ledger.add(j.job_id, jd, checked=True)
-        # backfill free GPUs with lower-priority jobs that fit them well
-        left = []
-        nfree = int((ledger.workers == 0).sum())
-        # a job that cannot take consolidated free GPUs: with the ledger unchanged, neither can
-        # another job of the same model, batch size and width (the outcome depends on nothing else)
-        no_fit: set[tuple] = set()
-        # consolidated free GPUs per width, on the ledger as it is (they depend on nothing else)
-        cons: dict[int, list[int] | None] = {}
-        for j in rest:
-            if j.num_gpus <= nfree:
-                jd = None
-                wl = ledger._wl
-                stays = j.status is JobStatus.RUNNING and j.placement and not any(wl[g] for g in j.placement)
-                if stays:  # stays where it is: no restart (its own configuration on free GPUs fits)
-                    jd = job_decision(j.placement, j.level, j.pattern)
-                kind = (j.model, j.batch_size, j.num_gpus)
-                if jd is None and kind not in no_fit:
-                    n = j.num_gpus
-                    gpus = cons[n] if n in cons else cons.setdefault(
-                        n, consolidated_gpus(ledger.workers == 0, cl.gpus_per_node, n))
-                    if gpus is not None:
-                        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
-                        if not ledger.fits(j.job_id, jd):
-                            jd = None
-                    if jd is None or not self._spread_ok(state, j, jd.gpus):
-                        no_fit.add(kind)
-                if jd is not None and self._spread_ok(state, j, jd.gpus):
-                    ledger.add(j.job_id, jd, checked=True)
-                    nfree -= j.num_gpus
-                    no_fit.clear()
-                    cons.clear()
-                    continue
-            left.append(j)
-        if deferred:  # both lists are in priority order already
-            left = deferred + left
-            left.sort(key=lambda j: rank[j.job_id])
-        return ledger, left
-
-    @staticmethod
-    def _consolidated(state, ledger: GpuLedger, job: JobState, free: np.ndarray) -> JobDecision | None:
-        gpus = consolidated_gpus(free, state.cluster.gpus_per_node, job.num_gpus)
-        if gpus is None:
-            return None
-        jd = JobDecision(tuple(gpus), 0)
-        return jd if ledger.fits(job.job_id, jd) else None
-
-
 def _decision_log(sched, jobs, gpus: int) -> list[list]:
     """Every decision ``sched`` returns over a whole replay of ``jobs`` on ``gpus`` GPUs."""
     log = []
@@ -595,7 +368,7 @@ def _decision_log(sched, jobs, gpus: int) -> list[list]:
 @pytest.mark.parametrize("gpus,load,seed", [(16, 2.0, 3), (32, 3.0, 7), (64, 2.5, 1)])
 def test_jigsaw_exclusive_pass_with_node_counts_decides_as_with_masks(gpus, load, seed):
     jobs = load_trace(f"synthetic:jobs=90,load={load},seed={seed}", cluster_gpus=gpus).jobs
-    logs = [_decision_log(cls(), jobs, gpus) for cls in (Jigsaw, _MaskJigsaw)]
+    logs = [_decision_log(cls(), jobs, gpus) for cls in (Jigsaw, MaskJigsaw)]
     assert len(logs[0]) > 100 and logs[0] == logs[1]
     # and the decisions change from round to round (jobs are placed anew, not only kept)
     assert any(len(a) != len(b) or a != b for a, b in zip(logs[0], logs[0][1:]))
@@ -625,7 +398,7 @@ def test_jigsaw_exclusive_pass_on_random_states_equals_the_mask_pass(seed):
     rng.shuffle(order)
     rank = {j.job_id: i for i, j in enumerate(order)}
     out = []
-    for cls in (Jigsaw, _MaskJigsaw):
+    for cls in (Jigsaw, MaskJigsaw):
         chosen, rest = select_by_budget(order, cluster.num_gpus)
         ledger, left = cls()._exclusive(st, chosen, rest, {}, rank)
         out.append((list(ledger.decision.items()), [j.job_id for j in left]))
