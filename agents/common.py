@@ -89,7 +89,7 @@ def place_exclusive(state: ClusterState, chosen: Sequence[JobState], keep_config
     """Add ``chosen`` to ``ledger`` on exclusive GPUs (see :func:`exclusive_by_priority`)."""
     led = ledger if ledger is not None else GpuLedger(state)
     new = []
-    wl = led._wl  # the ledger's per-GPU worker counts (a list mirror of ``led.workers``)
+    wl = led.workers_per_gpu  # the ledger's per-GPU worker counts (a list mirror of ``led.workers``)
     RUNNING = JobStatus.RUNNING
     for j in chosen:
         if j.status is RUNNING and j.placement and not any(wl[g] for g in j.placement):

@@ -225,7 +225,7 @@ class RoundBuilder:
         hjd = self.ledger.decision[hid]
         hg = hjd.gpus
         ph = costs.peak_list(st.jobs[hid], hjd.level, hjd.pattern, hg)
-        cl = self.ledger._cl
+        cl = self.ledger.capacity_per_gpu
         for o in guest_orders(len(hg), job.num_gpus):
             gpus = tuple([hg[c] for c in o])
             pg = costs.peak_list(job, level, pattern, gpus)
@@ -326,7 +326,7 @@ class RoundBuilder:
         elif jid in led.decision:
             # take the job out of the ledger itself (not a copy, as candidate() does: the same
             # arithmetic), and put the exact bytes and order back if the action is infeasible
-            snap = led._snapshot(jid)
+            snap = led.snapshot(jid)
             if option == "keep":
                 jd = JobDecision(snap[0].gpus, level, pattern)  # candidate()'s keep, with the job's GPUs read first
             led.remove(jid)
@@ -336,7 +336,7 @@ class RoundBuilder:
             else:
                 jd = led.place(job, option, level, pattern)
             if jd is None:
-                led._restore(jid, snap)
+                led.restore(jid, snap)
         else:
             jd = None if option == "keep" else led.place(job, option, level, pattern)
         if jd is None:
@@ -425,8 +425,8 @@ class RoundBuilder:
         c = self.codec
         st = self.state
         base = self.ledger
-        wl = base._wl
-        n_free = base._wc[0]
+        wl = base.workers_per_gpu
+        n_free = base.gpus_by_worker_count[0]
         dec = base.decision
         acted = self.acted
         jobs = st.jobs
@@ -501,12 +501,12 @@ class RoundBuilder:
         ``om``: a holder of the sorted open memory, made here if needed and kept for the call;
         ``hm``: the hosts as they are (the job, sharing a GPU, is none of them)."""
         base = self.ledger
-        wl, ml = base._wl, base._ml
+        wl, ml = base.workers_per_gpu, base.bytes_per_gpu
         cap_w = self.state.max_workers_per_gpu
         gpus = jd.gpus
         m_new, opened = [], []
         n_emptied = 0
-        for g, p in zip(gpus, base._peak_list(job, jd)):
+        for g, p in zip(gpus, base.peak_list(job, jd)):
             w = wl[g] - 1
             if w == 0:
                 m_new.append(0.0)
@@ -602,7 +602,7 @@ class RoundBuilder:
         """Per combo: do the job's workers fit its own GPUs, holding ``m_new`` bytes without it
         (``m + peak <= capacity`` on every GPU, in GPU order)? The callers keep the rows, by the
         job's model, size, GPUs and those bytes (:class:`_JobInfo`): it depends on nothing else."""
-        cl = self.ledger._cl
+        cl = self.ledger.capacity_per_gpu
         caps = [cl[g] for g in gpus]
         add, le = operator.add, operator.le
         return bytes([all(map(le, map(add, m_new, r), caps)) for r in self.state.costs.peak_rows(job, self.codec.combos)])
@@ -668,7 +668,7 @@ class _HostMins:
     def __init__(self, ledger: GpuLedger):
         self.ledger = ledger
         self.items = ledger.host_decisions()
-        self.ml = ledger._ml
+        self.ml = ledger.bytes_per_gpu
         self.by_n: dict[int, tuple[float, int, float]] = {}
         self._ids: dict[int, int] | None = None
 
@@ -679,7 +679,7 @@ class _HostMins:
         ids = self._ids
         if ids is None:
             ids = self._ids = {}
-            wl = self.ledger._wl
+            wl = self.ledger.workers_per_gpu
             for k, kd in self.ledger.decision.items():
                 for x in kd.gpus:
                     if wl[x] == 2:

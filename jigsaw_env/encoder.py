@@ -350,7 +350,7 @@ class ObservationEncoder:
         G = state.cluster.num_gpus
         n_free = ledger.num_with_workers(0)
         n_one = ledger.num_with_workers(1)
-        wl = ledger._wl if n_free + n_one < G else None  # workers per GPU, when any GPU is shared
+        wl = ledger.workers_per_gpu if n_free + n_one < G else None  # workers per GPU, when any GPU is shared
         o = 2
         for jid in win:  # features 2, 3 and 26 are 0.0 in the block
             jd = in_dec.get(jid)
@@ -379,7 +379,7 @@ class ObservationEncoder:
                 # cap0 x GPUs is exact too (capacities are whole bytes): one rounding, the correctly
                 # rounded mean. Python's sum of the list mirror up to 256 GPUs (faster there than
                 # numpy's call), numpy's above
-                total = sum(ledger._ml) if G <= 256 else float(np.add.reduce(ledger.mem))
+                total = sum(ledger.bytes_per_gpu) if G <= 256 else float(np.add.reduce(ledger.mem))
                 mem_use = total / (self._cap0 * (G - n_free))
             else:
                 occ = ledger.workers > 0

@@ -9,7 +9,7 @@ cimport cython
 
 # GpuLedger is also typed where its scalar loops run: its per-GPU lists are lists (a ledger made
 # from Python holds lists there: copies share _cl, the others are its own), and check/add/
-# add_alone/remove/_peak_list are cpdef methods (still overridable by a Python subclass) whose
+# add_alone/remove/peak_list are cpdef methods (still overridable by a Python subclass) whose
 # GPU indices are C integers; memory stays Python floats, added in the same order.
 cdef class GpuLedger:
     cdef dict __dict__
@@ -19,7 +19,7 @@ cdef class GpuLedger:
     cdef public dict _pk
 
     @cython.locals(e=tuple)
-    cpdef list _peak_list(self, job, jd)
+    cpdef list peak_list(self, job, jd)
 
     @cython.locals(gpus=tuple, n=cython.Py_ssize_t, workers=list, mem=list, capacity=list, g=cython.Py_ssize_t,
                    cap_w=cython.Py_ssize_t)

@@ -75,13 +75,13 @@ class GpuLedger:
 
     # the simulator round whose in_force_ledger() handed this ledger out (Simulator.step may take
     # such a ledger back); None for every other ledger, copies included
-    _origin: object = None
+    origin: object = None
 
     def __init__(self, state: ClusterState, decision: Decision | None = None, checked: bool = False,
                  peak_memo: dict | None = None):
         """``decision``: start from it; ``checked=True`` trusts it (e.g. the allocation in force,
         which the simulator validated when it was applied) and skips the feasibility checks.
-        ``peak_memo``: a dict kept by the caller across ledgers for :meth:`_peak_list`'s memo
+        ``peak_memo``: a dict kept by the caller across ledgers for :meth:`peak_list`'s memo
         (its entries answer only for the job and decision objects they were made for)."""
         self.state = state
         cl = state.cluster
@@ -91,7 +91,7 @@ class GpuLedger:
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
-        # memo of _peak_list (by job id) and _packed's need (by tuple), shared with copies
+        # memo of peak_list (by job id) and _packed's need (by tuple), shared with copies
         self._pk: dict = {} if peak_memo is None else peak_memo
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
@@ -124,7 +124,7 @@ class GpuLedger:
 
     #: what a copy or a pickle keeps (every attribute but the views; tests/sim/test_accel.py checks
     #: that a ledger has no other): listed, since the compiled build keeps them out of __dict__
-    _STATE = ("state", "capacity", "decision", "_ml", "_wl", "_cl", "_wc", "_pk", "_mem", "_workers", "_origin")
+    _STATE = ("state", "capacity", "decision", "_ml", "_wl", "_cl", "_wc", "_pk", "_mem", "_workers", "origin")
 
     def __getstate__(self) -> dict:
         # a deep copy or a pickle copies the views apart from the arrays they view: drop them,
@@ -182,7 +182,7 @@ class GpuLedger:
     def peaks(self, job: JobState, jd: JobDecision) -> np.ndarray:
         return self.state.costs.profile(job, jd.level, jd.pattern, jd.gpus).peak_bytes
 
-    def _peak_list(self, job: JobState, jd: JobDecision) -> list[float]:
+    def peak_list(self, job: JobState, jd: JobDecision) -> list[float]:
         """The worker peaks as Python floats (the scalar fast path below; same values). Kept per
         job for the JobDecision object last asked about (a check, then its add, then its remove
         ask about the same one), in a memo the ledger's copies share: an entry holds the job and
@@ -225,7 +225,7 @@ class GpuLedger:
         for g in gpus:
             if workers[g] + 1 > cap_w:
                 return f"job {job_id}: a GPU would hold more than {cap_w} workers"
-        for g, p in zip(gpus, self._peak_list(job, jd)):
+        for g, p in zip(gpus, self.peak_list(job, jd)):
             need = mem[g] + p
             if need > capacity[g]:
                 return (f"job {job_id}: GPU {g} memory exceeded "
@@ -244,7 +244,7 @@ class GpuLedger:
         job = self.state.jobs[job_id]
         wl, ml, wc = self._wl, self._ml, self._wc
         mem, workers = self._mem, self._workers
-        for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+        for g, p in zip(jd.gpus, self.peak_list(job, jd)):
             m = ml[g] + p
             ml[g] = m
             w = wl[g] + 1
@@ -270,7 +270,7 @@ class GpuLedger:
             raise ValueError(f"job {job_id}: add_alone needs GPUs without workers, "
                              f"{[g for g in gpus if wl[g]]} hold some")
         mem, workers = self._mem, self._workers
-        for g, p in zip(gpus, self._peak_list(self.state.jobs[job_id], jd)):
+        for g, p in zip(gpus, self.peak_list(self.state.jobs[job_id], jd)):
             ml[g] = p
             wl[g] = 1
             if mem is not None:
@@ -287,7 +287,7 @@ class GpuLedger:
         job = self.state.jobs[job_id]
         wl, ml, wc = self._wl, self._ml, self._wc
         mem, workers = self._mem, self._workers
-        for g, p in zip(jd.gpus, self._peak_list(job, jd)):
+        for g, p in zip(jd.gpus, self.peak_list(job, jd)):
             w = wl[g] - 1
             wl[g] = w
             wc[w + 1] -= 1
@@ -298,17 +298,37 @@ class GpuLedger:
                 mem[g] = m
                 workers[g] = w
 
+    @property
+    def workers_per_gpu(self) -> list[int]:
+        """Workers on each GPU, by GPU id (the ledger's own list: read, do not change it)."""
+        return self._wl
+
+    @property
+    def bytes_per_gpu(self) -> list[float]:
+        """Bytes each GPU holds at its processes' peaks, by GPU id (the ledger's own list)."""
+        return self._ml
+
+    @property
+    def capacity_per_gpu(self) -> list[float]:
+        """Each GPU's memory in bytes, by GPU id (the ledger's own list)."""
+        return self._cl
+
+    @property
+    def gpus_by_worker_count(self) -> list[int]:
+        """How many GPUs hold 0, 1, 2, ... workers (the ledger's own histogram)."""
+        return self._wc
+
     def num_with_workers(self, w: int) -> int:
         """How many GPUs hold exactly ``w`` workers (``_wl.count(w)``, kept as the ledger changes)."""
         return self._wc[w] if 0 <= w < len(self._wc) else self._wl.count(w)
 
-    def _snapshot(self, job_id: int) -> tuple:
-        """What :meth:`_restore` needs to undo a remove of ``job_id`` exactly: its decision, its
+    def snapshot(self, job_id: int) -> tuple:
+        """What :meth:`restore` needs to undo a remove of ``job_id`` exactly: its decision, its
         position in the decision's order, and its GPUs' memory and worker counts."""
         jd = self.decision[job_id]
         return jd, list(self.decision), [(g, self._ml[g], self._wl[g]) for g in jd.gpus]
 
-    def _restore(self, job_id: int, snap: tuple) -> None:
+    def restore(self, job_id: int, snap: tuple) -> None:
         """Undo a remove of ``job_id`` (and nothing else since): the same bytes (not the
         arithmetic of an add, which may round differently), counts and decision order."""
         jd, order, gpus = snap
@@ -412,7 +432,7 @@ class GpuLedger:
     def _need(self, job: JobState, level: int, pattern: Pattern) -> float:
         """The job's largest worker peak (bytes) at this level/pattern: conservative per GPU, any
         worker may land on any chosen GPU (read from the same cached profile as a list; kept in
-        the copies' shared memo under a tuple key, apart from _peak_list's job ids)."""
+        the copies' shared memo under a tuple key, apart from peak_list's job ids)."""
         st = self.state
         n = job.num_gpus
         key = ("need", job.model, job.batch_size, n, level, pattern)

@@ -140,7 +140,7 @@ def adopt_ledger(in_force: GpuLedger, ledger: GpuLedger) -> tuple[GpuLedger, lis
     # the tally of GPUs by worker count grows a slot the first time a GPU reaches a new count;
     # the builder may have passed through a count validation never reaches (a job added before
     # another left its GPU): drop those empty slots, as validation's tally would not have them
-    wc, n0 = ledger._wc, len(in_force._wc)
+    wc, n0 = ledger.gpus_by_worker_count, len(in_force.gpus_by_worker_count)
     while len(wc) > n0 and wc[-1] == 0:
         wc.pop()
     return ledger, removed, added

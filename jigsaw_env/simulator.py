@@ -458,7 +458,7 @@ class Simulator:
         """A copy of the ledger of the allocation in force (what ``step(None)`` would keep). Marked
         with this round, so that :meth:`step` may take it back as the next decision's ledger."""
         led = self._in_force.copy()
-        led._origin = self._round_token
+        led.origin = self._round_token
         return led
 
     @property
@@ -555,7 +555,7 @@ class Simulator:
         before anything changes."""
         adopted = None
         if (ledger is not None and decision is not None and ledger.decision is decision
-                and ledger._origin is self._round_token):
+                and ledger.origin is self._round_token):
             adopted = self._adopt(ledger)
         self._round_token = object()  # ledgers handed out before this step are of an earlier round
         if adopted is not None:

@@ -620,7 +620,7 @@ def test_jigsaw_kept_pair_memo_answers_only_for_the_same_pair_state():
 
 
 def test_ledgers_sharing_a_peak_memo_equal_fresh_ledgers(monkeypatch):
-    # GpuLedger(peak_memo=) keeps _peak_list's memo across ledgers (Jigsaw keeps one across calls):
+    # GpuLedger(peak_memo=) keeps peak_list's memo across ledgers (Jigsaw keeps one across calls):
     # an entry answers only for the job and JobDecision objects it was made for, so another
     # decision of the same job, or a new episode's job object, gets its own peaks
     cluster = ClusterSpec.from_gpus(16)
@@ -675,9 +675,9 @@ def test_ledger_arrays_follow_every_update_once_read_and_are_made_only_when_read
             elif what == "remove":
                 led.remove(jid)
             else:  # a remove undone
-                snap = led._snapshot(jid)
+                snap = led.snapshot(jid)
                 led.remove(jid)
-                led._restore(jid, snap)
+                led.restore(jid, snap)
             if i in read_at:
                 assert led.mem.tolist() == led._ml and led.workers.tolist() == led._wl, (read_at, copy_at, i)
         assert (led._mem is None) == (not read_at)  # arrays exist only once read

@@ -200,7 +200,7 @@ _ = led.mem  # the views exist
 c = copy.deepcopy(led)
 p = pickle.loads(pickle.dumps(led))
 out["ledger"] = [c._views_ro is None, list(c.mem) == list(led.mem), c.decision == led.decision,
-                 p._wl == led._wl, p._ml == led._ml, list(p.workers) == list(led.workers), c._origin is None]
+                 p._wl == led._wl, p._ml == led._ml, list(p.workers) == list(led.workers), c.origin is None]
 # every attribute a ledger has is kept by its copies (GpuLedger._STATE), in either mode
 own = set(vars(led)) | {n for n in GpuLedger._STATE if hasattr(led, n)}
 out["ledger_extra"] = sorted(own - set(GpuLedger._STATE) - {"_views_ro"})
