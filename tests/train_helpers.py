@@ -18,14 +18,21 @@ def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> 
     return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
 
 
-@pytest.fixture(scope="module")
-def tables_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tables")
-    _toy("rlA", 4, 5.0, 0.5, 0.05).save(d / "rlA-bs8-v100.json")
-    _toy("rlB", 6, 6.0, 1.0, 0.08).save(d / "rlB-bs8-v100.json")
-    yield str(d)
-    for m in TOY_MODELS:
-        unregister_table(m, 8, "v100")
+def toy_tables_fixture(small: str, large: str):
+    """A module-scoped fixture: a folder with two toy tables (``small``: 4 groups, ``large``: 6
+    groups; batch 8, v100) written as files, for --tables; their registrations are dropped after."""
+    @pytest.fixture(scope="module")
+    def tables_dir(tmp_path_factory):
+        d = tmp_path_factory.mktemp("tables")
+        _toy(small, 4, 5.0, 0.5, 0.05).save(d / f"{small}-bs8-v100.json")
+        _toy(large, 6, 6.0, 1.0, 0.08).save(d / f"{large}-bs8-v100.json")
+        yield str(d)
+        for m in (small, large):
+            unregister_table(m, 8, "v100")
+    return tables_dir
+
+
+tables_dir = toy_tables_fixture(*TOY_MODELS)
 
 
 def tiny_args(tables: str, run_dir, *extra: str) -> list[str]:

@@ -15,25 +15,10 @@ import pandas as pd
 import pytest
 
 from jigsaw_env.cli import main
-from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table
+from train_helpers import toy_tables_fixture
 
-GiB = 1 << 30
 TRACE = "synthetic:models=evA+evB"
-
-
-def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
-    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
-    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
-
-
-@pytest.fixture(scope="module")
-def tables_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tables")
-    _toy("evA", 4, 5.0, 0.5, 0.05).save(d / "evA-bs8-v100.json")
-    _toy("evB", 6, 6.0, 1.0, 0.08).save(d / "evB-bs8-v100.json")
-    yield str(d)
-    for m in ("evA", "evB"):
-        unregister_table(m, 8, "v100")
+tables_dir = toy_tables_fixture("evA", "evB")
 
 
 @pytest.fixture(scope="module")

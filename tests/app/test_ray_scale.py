@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from jigsaw_env.cli import main
-from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table
+from train_helpers import toy_tables_fixture
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("sb3_contrib")
@@ -34,23 +34,8 @@ pytest.importorskip("sb3_contrib")
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-GiB = 1 << 30
 TRACE = "synthetic:models=rsA+rsB"
-
-
-def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
-    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
-    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
-
-
-@pytest.fixture(scope="module")
-def tables_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tables")
-    _toy("rsA", 4, 5.0, 0.5, 0.05).save(d / "rsA-bs8-v100.json")
-    _toy("rsB", 6, 6.0, 1.0, 0.08).save(d / "rsB-bs8-v100.json")
-    yield str(d)
-    for m in ("rsA", "rsB"):
-        unregister_table(m, 8, "v100")
+tables_dir = toy_tables_fixture("rsA", "rsB")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Plain from-scratch versions of the heuristics' fast paths, which tests/agents/test_scheduler_speed.py
 holds them to: 2D-LAS's order, quiet time and observation per job, the pairs in force, the
-pairing search without prepared candidates, and Jigsaw's exclusive pass as it was before its
-placement tables (``MaskJigsaw``, commit 8337649). References: slow, written for clarity, never
+pairing search without prepared candidates, and Jigsaw's exclusive pass written over boolean GPU
+masks instead of placement tables (``MaskJigsaw``, the code of commit 8337649). References: slow, written for clarity, never
 used by the package.
 """
 from __future__ import annotations
