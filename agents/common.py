@@ -31,7 +31,7 @@ from jigsaw_env.actions import level_pattern_combos
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
 # the pairing search and its per-CostModel caches live in the core (the env's pair-with-host
 # options choose a guest's GPUs with it); re-exported here, where the heuristics read them
-from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairPlan, _cache, _caches_of,  # noqa: F401
+from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairingHit, PairPlan, _cache, _caches_of,  # noqa: F401
                                 _lcm, _search_pairing, _search_pairing_phases, _sharing_tag, guest_orders,
                                 host_layout, pair_step_lower_bound, phase_mod, placement_sig, profile_summary,
                                 search_pairing, _signature)
@@ -226,10 +226,7 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
     default = host_cfgs is None and guest_cfgs is None and orders is None and capacity is None
     if default:
         hit = default_pairing(state, host, host_gpus, guest)
-        if hit is None:
-            return None
-        hc, gc, oi, value, xh, xg, step = hit
-        return PairPlan(hc, gc, tuple([host_gpus[i] for i in guest_orders(wa, wb)[oi]]), value, xh, xg, step)
+        return None if hit is None else hit.plan(host_gpus, guest_orders(wa, wb))
     if host_cfgs is None:
         host_cfgs = spb_configs(state, host)
     if guest_cfgs is None:
@@ -276,12 +273,12 @@ def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> 
     return v
 
 
-def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, ...], guest: JobState) -> tuple | None:
+def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, ...], guest: JobState
+                    ) -> PairingHit | None:
     """:func:`best_pairing`'s default search (every configuration of both jobs, every order of
-    :func:`guest_orders`) as the raw tuple it caches: ``(host cfg, guest cfg, index of the
-    guest's order in guest_orders(len(host_gpus), guest.num_gpus), value, x_host, x_guest, mean
-    step s)``, or None when no candidate fits in memory. ``host_gpus``: a tuple of ints (a
-    JobDecision's).
+    :func:`guest_orders`) as the :class:`PairingHit` it caches (its ``order_index`` into
+    ``guest_orders(len(host_gpus), guest.num_gpus)``), or None when no candidate fits in memory.
+    ``host_gpus``: a tuple of ints (a JobDecision's).
 
     The search is fixed by the models, what it reads in the host's GPUs (:func:`pairing_layout`)
     and the phase difference: one lookup of a short key. A caller that only compares values

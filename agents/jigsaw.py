@@ -508,7 +508,7 @@ class Jigsaw(Scheduler):
         scale = discount if paused and 0.0 <= discount <= 1.0 else 1.0
         kind = (guest.model, guest.batch_size)
         width = guest.num_gpus
-        found = None  # (host, its GPUs, default_pairing's result, the guest's GPUs) of the best
+        found = None  # (host, its GPUs, default_pairing's PairingHit) of the best
         hosts_memo, dec = self._hosts, ledger.decision
         for host in hosts_by_priority:
             hid = host.job_id
@@ -543,21 +543,19 @@ class Jigsaw(Scheduler):
             # over the horizon the pair works horizon - restart seconds, the host alone horizon
             restarts = paused
             if running:
-                ggpus = tuple([hgpus[i] for i in guest_orders(len(hgpus), width)[hit[2]]])
+                ggpus = tuple([hgpus[i] for i in guest_orders(len(hgpus), width)[hit.order_index]])
                 restarts = guest.placement != ggpus
-            value = hit[3]
+            value = hit.value
             work = value * (1.0 - self.restart_s / self.horizon_s) if restarts else value
             if work < alone * (1.0 + self.margin) - 1e-9:
                 continue
             gain = work - alone
             if gain > best_gain + 1e-12:
-                best_gain, found = gain, (host, hgpus, hit, ggpus)
+                best_gain, found = gain, (host, hgpus, hit)
         if found is None:
             return best
-        host, hgpus, (hc, gc, oi, value, xh, xg, step), ggpus = found
-        if ggpus is None:
-            ggpus = tuple([hgpus[i] for i in guest_orders(len(hgpus), width)[oi]])
-        return host.job_id, PairPlan(hc, gc, ggpus, value, xh, xg, step)
+        host, hgpus, hit = found
+        return host.job_id, hit.plan(hgpus, guest_orders(len(hgpus), width))
 
     @staticmethod
     def _apply_pair(state, ledger: GpuLedger, host: JobState, guest: JobState, plan: PairPlan) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import operator
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .state import ClusterState, JobState, JobStatus
@@ -161,15 +162,15 @@ class LASQueues:
         run_since, wait_since, last_run = self._run_since, self._wait_since, self._last_run
         sf = self.starve_factor
         ch = self._changes
-        if ch is None or ch[0] is not state or ch[1] > now:
+        if ch is None or ch.state is not state or ch.time_s > now:
             live = set(state.active_ids)
             prev = {x for x in run_since if x in live}
             heap = ([(ws + sf * last_run[x], x, ws) for x, ws in wait_since.items() if x in live]
                     if sf is not None else [])
             heapq.heapify(heap)
-            ch = self._changes = [state, now, prev, heap]
-        _, _, prev, heap = ch
-        ch[1] = now
+            ch = self._changes = _Changes(state, now, prev, heap)
+        prev, heap = ch.running, ch.heap
+        ch.time_s = now
         cur = set(state.running_ref)  # running now
         for jid in cur - prev:  # started (or resumed) since the last call
             if jid not in run_since:
@@ -187,7 +188,7 @@ class LASQueues:
                 wait_since[jid] = now
                 if sf is not None:
                     heapq.heappush(heap, (now + sf * last_run[jid], jid, now))
-        ch[2] = cur
+        ch.running = cur
         if sf is None:
             return
         limit = now + 1e-9 * (1.0 + abs(now))
@@ -309,18 +310,18 @@ class LASQueues:
         bget = self._base.get
         bisect_right = bisect.bisect_right
         kept = self._kept
-        if kept is None or kept[0] is not state or kept[1] > state.time_s:
+        if kept is None or kept.state is not state or kept.time_s > state.time_s:
             queues: list[list[int]] = [[] for _ in range(len(th) + 1)]
             qof: dict[int, int] = {}
             for jid in state.active_ids:  # in arrival order: each queue comes out sorted
                 q = self.queue_of(jobs[jid])
                 queues[q].append(jid)
                 qof[jid] = q
-            self._kept = [state, state.time_s, queues, qof, set(state.active_ids)]
+            self._kept = _Queues(state, state.time_s, queues, qof, set(state.active_ids))
             self._promoted = set()
         else:
-            _, _, queues, qof, known = kept
-            kept[1] = state.time_s
+            queues, qof, known = kept.queues, kept.queue_of, kept.known
+            kept.time_s = state.time_s
             cur = set(state.active_ids)
             key = pos.__getitem__
 
@@ -347,7 +348,7 @@ class LASQueues:
                         drop(jid, old)
                     bisect.insort(queues[q], jid, key=key)
                     qof[jid] = q
-            kept[4] = cur
+            kept.known = cur
         out: list[JobState] = []
         get = jobs.__getitem__
         for lst in queues:
@@ -356,6 +357,31 @@ class LASQueues:
 
 
 _ARRIVAL_KEY = operator.attrgetter("arrival_s", "job_id")
+
+
+@dataclass(slots=True)
+class _Queues:
+    """:meth:`LASQueues.order_active`'s queues, kept for one state object: the job ids of each
+    queue in arrival order, each job's queue, and the active jobs they were built from, as of
+    ``time_s`` (seconds)."""
+
+    state: ClusterState
+    time_s: float
+    queues: list[list[int]]
+    queue_of: dict[int, int]
+    known: set[int]
+
+
+@dataclass(slots=True)
+class _Changes:
+    """:meth:`LASQueues._observe_changes`'s memory of one state object: the jobs running at the
+    last call (at ``time_s``, seconds) and the heap of waiting jobs by the earliest time their
+    starvation test can pass, ``(wait since + starve_factor x last run, job id, wait since)``."""
+
+    state: ClusterState
+    time_s: float
+    running: set[int]
+    heap: list[tuple[float, int, float]]
 
 
 def _pairs(d: dict) -> list[list]:

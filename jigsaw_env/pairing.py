@@ -18,7 +18,7 @@ import math
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -124,6 +124,25 @@ class PairPlan:
     step_s: float  # mean lockstep step over the hyper-period
 
 
+class PairingHit(NamedTuple):
+    """What the pairing search finds and caches: a :class:`PairPlan` with the guest's worker order
+    as its index in the searched orders (``order_index``), so that one cached search serves every
+    host with the same layout (the caller maps the order onto its own GPUs)."""
+
+    host_cfg: Config
+    guest_cfg: Config
+    order_index: int
+    value: float
+    x_host: float
+    x_guest: float
+    step_s: float
+
+    def plan(self, host_gpus: Sequence[int], orders: Sequence[tuple[int, ...]]) -> PairPlan:
+        """The :class:`PairPlan` on ``host_gpus``, the guest's workers on ``orders[order_index]``."""
+        return PairPlan(self.host_cfg, self.guest_cfg, tuple([host_gpus[i] for i in orders[self.order_index]]),
+                        self.value, self.x_host, self.x_guest, self.step_s)
+
+
 @lru_cache(maxsize=1024)
 def guest_orders(wa: int, wb: int, max_orders: int = 32) -> tuple[tuple[int, ...], ...]:
     """Candidate worker orders of a ``wb``-worker guest over a ``wa``-worker host, as host worker
@@ -223,7 +242,7 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
         if (best is None or value > best[3] + 1e-12
                 or (abs(value - best[3]) <= 1e-12 and rank < best[7])):
             best = (hc, gc, idx[k], value, xh, xg, s, rank)
-    return None if best is None else best[:7]
+    return None if best is None else PairingHit(*best[:7])
 
 
 def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
@@ -303,7 +322,7 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
             b = best[i]
             if b is None or value > b[3] + 1e-12 or (abs(value - b[3]) <= 1e-12 and rank < b[7]):
                 best[i] = (hc, gc, idx[k], value, xh, xg, s, rank)
-    return [None if b is None else b[:7] for b in best]
+    return [None if b is None else PairingHit(*b[:7]) for b in best]
 
 
 _ARANGE: dict[int, np.ndarray] = {}
@@ -429,15 +448,8 @@ def search_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int]
     cache = _cache(state.costs, _sharing_tag(state, "pair"))
     hit = cache.get(key, False)
     if hit is not False:
-        if hit is None:
-            return None
-        hc, gc, oi, value, xh, xg, step = hit
-        return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
-    plan = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel,
+        return None if hit is None else hit.plan(host_gpus, orders)
+    found = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel,
                            key[:6] + key[7:])
-    if plan is None:
-        cache[key] = None
-        return None
-    hc, gc, oi, value, xh, xg, step = plan
-    cache[key] = plan
-    return PairPlan(hc, gc, tuple(host_gpus[i] for i in orders[oi]), value, xh, xg, step)
+    cache[key] = found
+    return None if found is None else found.plan(host_gpus, orders)
