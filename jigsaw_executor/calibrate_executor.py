@@ -9,12 +9,14 @@ over the simulator's intra-node link. This module measures both, so that the sim
 1. **Base tables**: each model's plain-loop CPU table, measured now (``jigsaw calibrate --device
    cpu``, the same measurement as the shipped CPU tables, with 10 warm-up and 200 timed runs)
    unless ``base_tables`` gives them.
-2. **Executor runs**: ``repeats`` separate live runs (one Ray session, ``fifo``, one round per job,
-   no SPB: level 0). In each, every model trains ``iterations`` iterations alone on one slot (two
-   one-slot jobs run at the same time, one per slot, as in a busy live cluster) and, for the link,
-   on 2 slots. A job's iteration time in one run is its mean stepping time per iteration (what the
-   replay compares: ``stepping_s / iterations``); the calibrated value is the **median over the
-   repeats** (one run on a shared machine is noisy).
+2. **Executor runs**: ``repeats`` separate live runs (one Ray session, one round per job, no SPB:
+   level 0). In each, every model trains ``iterations`` iterations alone on one slot and, for the
+   link, on 2 slots. With 2 slots each model runs once on each slot, side by side with another
+   model on the other slot (slot 0 takes the models in order, slot 1 the same sequence shifted by
+   one: a busy live cluster, and the slots of a shared machine are not alike, while the
+   simulator's are). A job's iteration time in one run is its mean stepping time per iteration
+   (what the replay compares: ``stepping_s / iterations``); the calibrated value is the **median
+   over the repeats and slots** (one run on a shared machine is noisy).
 3. **Overhead (eq. X1)**: ``executor_overhead_s = max(0, T1 - plain compute_s(0))``, ``T1`` the
    median one-slot level-0 iteration. Written into the base table (every other number unchanged),
    except when the plain loop measured slower than ``T1`` (a disturbed measurement: the executor
@@ -79,7 +81,21 @@ class PinnedGroups(Scheduler):
         return dec
 
 
-def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:
+def _layout(n_models: int, link: bool) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The :class:`PinnedGroups` of a level-0 run: with ``link``, slot 0 runs the models in order
+    and slot 1 the same sequence shifted by one, side by side (each model once on each slot, the
+    other slot busy, as in a live cluster: the simulator's slots are alike, so a model's one-slot
+    time is the median over both), then each two-slot job; without, the models one by one on slot 0."""
+    if not link:
+        return [((ONE_SLOT_ID + i,), (0,)) for i in range(n_models)]
+    groups = []
+    for i in range(n_models):
+        groups.append(((ONE_SLOT_ID + i,), (0,)))
+        groups.append(((ONE_SLOT_ID + SLOT_STRIDE + (i + 1) % n_models,), (1,)))
+    return groups + [((TWO_SLOT_ID + i,), (0, 1)) for i in range(n_models)]
+
+
+def _run(jobs, out: Path, slots: int, pool, hub, groups=None, max_workers_per_gpu: int = 2) -> dict:
     from jigsaw_env.spb import SPBConfig
 
     from .live import LiveConfig, LiveExecutor
@@ -93,7 +109,7 @@ def _run(jobs, out: Path, slots: int, pool, hub, groups=None) -> dict:
         spec = {"kind": "custom", "name": PinnedGroups.name, "groups": [[list(j), list(g)] for j, g in groups]}
     # one round per job (a round ends when its jobs are done), no checkpoint inside the run; the
     # pairs step in lockstep, whose barrier they measure (eq. X3)
-    cfg = LiveConfig(slots=slots, round_s=1e6, max_workers_per_gpu=1 if groups is None else 2, timeout_s=60,
+    cfg = LiveConfig(slots=slots, round_s=1e6, max_workers_per_gpu=max_workers_per_gpu, timeout_s=60,
                      checkpoint_every=0, evaluate=False, pace="lockstep")
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, recorder=rec)
     try:
@@ -150,13 +166,26 @@ def _plain_tables(models: list[str], batch_sizes: dict[str, int], base_tables: d
     return base
 
 
+#: job ids of the calibration runs: model i alone on slot s is ONE_SLOT_ID + i + SLOT_STRIDE x s,
+#: on both slots TWO_SLOT_ID + i; the co-located pairs are 300 + 2k and 301 + 2k
+ONE_SLOT_ID, SLOT_STRIDE, TWO_SLOT_ID = 100, 50, 200
+
+
+def one_slot_ids(i: int, slots: int) -> list[int]:
+    """The job ids of model ``i``'s one-slot runs, one per slot."""
+    return [ONE_SLOT_ID + i + SLOT_STRIDE * s for s in range(slots)]
+
+
 def _calibration_jobs(models: list[str], batch_sizes: dict[str, int], iterations: int, link: bool, lockstep: bool):
-    """(one-slot jobs 100+i, two-slot jobs 200+i, co-located pairs 300+2k and 301+2k)."""
+    """(one-slot jobs: each model once per slot with ``link``, else once; two-slot jobs; co-located
+    pairs), ids as :data:`ONE_SLOT_ID` says."""
     from .live import LiveJob
 
-    one = [LiveJob(100 + i, m, 1, iterations, seed=i, batch_size=batch_sizes[m]) for i, m in enumerate(models)]
-    two = [LiveJob(200 + i, m, 2, iterations, seed=i, batch_size=batch_sizes[m]) for i, m in enumerate(models)] \
-        if link else []
+    slots = 2 if link else 1
+    one = [LiveJob(jid, m, 1, iterations, seed=i, batch_size=batch_sizes[m])
+           for i, m in enumerate(models) for jid in one_slot_ids(i, slots)]
+    two = [LiveJob(TWO_SLOT_ID + i, m, 2, iterations, seed=i, batch_size=batch_sizes[m])
+           for i, m in enumerate(models)] if link else []
     pairs = _pairs(models) if lockstep else []
     duo = [(LiveJob(300 + 2 * k, a, 1, iterations, seed=k, batch_size=batch_sizes[a]),
             LiveJob(301 + 2 * k, b, 1, iterations, seed=k + 50, batch_size=batch_sizes[b])) for k, (a, b) in enumerate(pairs)]
@@ -187,15 +216,17 @@ def _measure(one, two, duo, *, repeats: int, iterations: int, link: bool, slots:
     scratch = Path(tempfile.mkdtemp(prefix="jigsaw-cal-"))
     try:
         for r in range(repeats):
-            log(f"executor run {r + 1}/{repeats}: {len(one)} one-slot and {len(two)} two-slot level-0 jobs, "
-                f"{iterations} iterations each")
-            s = _run(one + two, scratch / f"run{r}", slots, pool, hub)
+            log(f"executor run {r + 1}/{repeats}: {len(one)} one-slot (each model on each slot) and {len(two)} "
+                f"two-slot level-0 jobs, {iterations} iterations each")
+            s = _run(one + two, scratch / f"run{r}", slots, pool, hub, _layout(len(one) // (2 if link else 1), link),
+                     max_workers_per_gpu=1)
             runs.append({str(j["job_id"]): j["mean_iter_s"] for j in s["jobs"].values()})
             if duo:
                 log(f"executor run {r + 1}/{repeats}: {len(duo)} co-located level-0 pairs in lockstep, "
                     f"{iterations} iterations each")
                 groups = [((x.job_id, y.job_id), (k % slots,)) for k, (x, y) in enumerate(duo)]
-                s = _run([j for xy in duo for j in xy], scratch / f"pairs{r}", slots, pool, hub, groups)
+                s = _run([j for xy in duo for j in xy], scratch / f"pairs{r}", slots, pool, hub, groups,
+                         max_workers_per_gpu=2)
                 runs[-1].update({str(j["job_id"]): j["mean_iter_s"] for j in s["jobs"].values()})
     finally:
         if own_pool:
@@ -207,11 +238,12 @@ def _measure(one, two, duo, *, repeats: int, iterations: int, link: bool, slots:
     return runs
 
 
-def _median(runs: list[dict], jid: int) -> tuple[float, list[float]]:
-    """The median over the runs of job ``jid``'s mean iteration time, and the runs' values."""
-    xs = [r[str(jid)] for r in runs if r.get(str(jid)) is not None]
+def _median(runs: list[dict], *jids: int) -> tuple[float, list[float]]:
+    """The median over the runs (and the given jobs: a model's runs on each slot) of the mean
+    iteration time, and the values (run by run, the jobs in the given order)."""
+    xs = [r[str(j)] for r in runs for j in jids if r.get(str(j)) is not None]
     if not xs:
-        raise RuntimeError(f"calibration job {jid} ran no iteration")
+        raise RuntimeError(f"calibration job {jids[0]} ran no iteration")
     return float(statistics.median(xs)), xs
 
 
@@ -219,14 +251,14 @@ def _overhead_table(m: str, i: int, base: CostTable, batch_size: int, runs: list
                     pv: _Provenance, log: Callable[[str], None]) -> tuple[dict, tuple | None, Path]:
     """Model ``m``'s table with its executor overhead (eq. X1), written to ``out``: (its record in
     the summary, its link point (messages, bytes, comm_s) or None, the file)."""
-    t1, xs1 = _median(runs, 100 + i)
+    t1, xs1 = _median(runs, *one_slot_ids(i, 2 if link else 1))
     plain = base.plain_compute_s(0)
     x = max(0.0, t1 - plain)
     rec = {"batch_size": batch_size, "one_slot_iter_s": t1, "one_slot_iter_s_runs": xs1,
            "plain_compute_s0": plain, "raw_overhead_s": t1 - plain, "executor_overhead_s": x}
     point = None
     if link:
-        t2, xs2 = _median(runs, 200 + i)
+        t2, xs2 = _median(runs, TWO_SLOT_ID + i)
         g = [grp.param_bytes for grp in base.groups if grp.param_bytes > 0]
         rec.update(two_slot_iter_s=t2, two_slot_iter_s_runs=xs2, comm_s=t2 - t1, messages=2 * len(g),
                    gradient_bytes=sum(g))
@@ -258,7 +290,8 @@ def _overhead_table(m: str, i: int, base: CostTable, batch_size: int, runs: list
                     executor_overhead_s=x)
     path = out / table_filename(m, t.batch_size, "cpu")
     new.save(path)
-    log(f"{m}: executor level-0 iteration {t1 * 1e3:.3f} ms (runs {', '.join(f'{v * 1e3:.3f}' for v in xs1)}), "
+    log(f"{m}: executor level-0 iteration {t1 * 1e3:.3f} ms (runs{' x slots' if link else ''} "
+        f"{', '.join(f'{v * 1e3:.3f}' for v in xs1)}), "
         f"plain loop {plain * 1e3:.3f} ms -> executor_overhead_s = {x * 1e3:.3f} ms"
         + (f", table scaled by {scale:.3f}" if scale != 1.0 else "") + f" -> {path}")
     return rec, point, path

@@ -394,6 +394,15 @@ def _sim_finished(sim, failed: set[int]) -> bool:
     return sim.done or all(j.status is JobStatus.DONE or j.job_id in failed for j in sim.state.jobs.values())
 
 
+def _done_live(rec: dict, sim_running) -> set[int]:
+    """The jobs the live run had finished when the logged round started (its ``state``). An idle
+    round (no state: every job that had arrived was done live) counts every job the simulator
+    still runs (``sim_running``) as done live."""
+    if rec.get("state") is None:
+        return {j.job_id for j in sim_running}
+    return {int(j["job_id"]) for j in rec["state"]["jobs"] if j["status"] == JobStatus.DONE.value}
+
+
 def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[str]) -> dict[tuple[int, int], dict]:
     """Step the simulator through the logged rounds, each as long as the live one, with the logged
     decision; the live outcomes by (round, job)."""
@@ -418,8 +427,10 @@ def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[
             elif j is not None and j.status is JobStatus.DONE:
                 notes.append(f"round {rec['round']}: job {jid} already done in the simulator; left out")
         # a job the simulator still runs but that finished live keeps its last placement if it fits
+        # (a job the live run preempted this round is paused here too, as it was live)
+        done_live = _done_live(rec, st.running())
         for j in st.running():
-            if j.job_id not in dec and j.job_id not in failed and rec["outcome"].get(str(j.job_id)) is None:
+            if j.job_id not in dec and j.job_id in done_live and j.job_id not in failed:
                 from jigsaw_env.placement import GpuLedger
 
                 led = GpuLedger(st, dec)

@@ -31,11 +31,19 @@ the policy resumes it later); if no
 running job has changed its SPB level by round 7, one running job alone on its slots switches
 level (0 <-> 2). Each forced change is recorded in the decision log (``forced``) next to the
 policy's own decision, and the replay re-applies the same rule.
+
+The demo runs with this machine's calibration (:mod:`jigsaw_executor.demo_calibration`: the tiny
+models' CPU tables, the executor overhead, the loopback link; measured by the first demo, a few
+minutes, then cached), so its replay compares the live run with a simulator that knows this
+machine. ``--recalibrate`` measures again, ``--no-calibrate`` uses the shipped tables, ``--tables
+DIR`` a calibration of your own; with ``--address`` (a cluster's machines) the demo does not
+calibrate.
 """
 from __future__ import annotations
 
-import argparse
+import errno
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -168,6 +176,10 @@ def register(subparsers) -> None:
     p.add_argument("--tables", default=None, help="folder of extra cost tables (*.json), e.g. recalibrated cpu ones or "
                                                   "`jigsaw calibrate --executor` output (its link.json is used unless "
                                                   "--link-alpha-us/--link-gbps are given)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="with --demo: measure this machine's demo calibration again instead of using the cached one")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="with --demo: use the shipped CPU tables, not this machine's calibration (docs/deploy.md)")
     p.add_argument("--pace", choices=PACES, default=DEFAULT_PACE,
                    help="how jobs sharing a slot step: 'free' (each at its own pace) or 'lockstep' (a barrier "
                         "before every step); the replay simulates the same pace")
@@ -309,30 +321,65 @@ def _read_jobs(path: str):
     return out
 
 
+def _use_tables(args, folder: str | Path) -> float:
+    """Register the cost tables of ``folder``; take its ``link.json`` unless ``--link-alpha-us`` /
+    ``--link-gbps`` are given; returns the lockstep barrier of its ``lockstep.json`` (0 without)."""
+    from jigsaw_env.cost_table import register_tables_dir
+    from jigsaw_env.network import LINK_FILE, load_link
+
+    from .lockstep import LOCKSTEP_FILE, lockstep_in_tables
+
+    register_tables_dir(folder)
+    link_file = Path(folder) / LINK_FILE
+    if link_file.is_file() and args.link_alpha_us is None and args.link_gbps is None:
+        # the link `jigsaw calibrate --executor` fitted next to its tables (docs/deploy.md section 5)
+        link = load_link(link_file)
+        args.link_alpha_us, args.link_gbps = link.alpha_s * 1e6, link.bandwidth_Bps / 1e9
+        if not args.json:
+            print(f"link from {link_file}: alpha {args.link_alpha_us:.1f} us, {args.link_gbps:.3g} GB/s")
+    found = lockstep_in_tables(folder)  # the barrier `jigsaw calibrate --executor` measured (eq. X3)
+    if found is None:
+        return 0.0
+    if not args.json:
+        print(f"lockstep barrier from {Path(folder) / LOCKSTEP_FILE}: {found * 1e3:.3f} ms per co-located step "
+              "(used by the end-of-run replay)")
+    return found
+
+
+#: the file of a run folder that names the tables a calibrated demo ran with (``--resume`` reads it)
+RUN_TABLES_FILE = "tables.json"
+
+
+def _check_calibration_flags(args) -> None:
+    if args.resume and (args.recalibrate or args.no_calibrate):
+        raise ValueError("--resume uses the tables the run started with: --recalibrate / --no-calibrate do not apply")
+    if (args.recalibrate or args.no_calibrate) and not args.demo:
+        raise ValueError("--recalibrate and --no-calibrate apply to --demo only (give --tables DIR for other runs)")
+    if args.recalibrate and args.no_calibrate:
+        raise ValueError("give --recalibrate or --no-calibrate, not both")
+    if args.tables and (args.recalibrate or args.no_calibrate):
+        raise ValueError("--tables DIR replaces the demo's calibration: --recalibrate / --no-calibrate do not apply")
+
+
+def _calibrated_demo_tables(args, slots: int) -> Path:
+    """The demo's tables for this machine (:mod:`jigsaw_executor.demo_calibration`), after the
+    policy and the slots are checked (a bad argument costs no measurement)."""
+    from .demo_calibration import demo_calibration
+
+    _scheduler_for(args.policy, True, args.thresholds, SPBConfig())
+    if args.address is None:
+        from .cluster_ray import check_slots
+
+        check_slots(slots, args.allow_oversubscribe)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else _echo
+    folder, _ = demo_calibration(slots, lockstep=args.pace == "lockstep", recalibrate=args.recalibrate, log=log)
+    return folder
+
+
 def run(args) -> int:
     from .cluster_ray import check_slots, default_slots
 
-    lockstep_s = 0.0
-    if args.tables:
-        from jigsaw_env.cost_table import register_tables_dir
-        from jigsaw_env.network import LINK_FILE, load_link
-
-        register_tables_dir(args.tables)
-        link_file = Path(args.tables) / LINK_FILE
-        if link_file.is_file() and args.link_alpha_us is None and args.link_gbps is None:
-            # the link `jigsaw calibrate --executor` fitted next to its tables (docs/deploy.md section 5)
-            link = load_link(link_file)
-            args.link_alpha_us, args.link_gbps = link.alpha_s * 1e6, link.bandwidth_Bps / 1e9
-            if not args.json:
-                print(f"link from {link_file}: alpha {args.link_alpha_us:.1f} us, {args.link_gbps:.3g} GB/s")
-        from .lockstep import LOCKSTEP_FILE, lockstep_in_tables
-
-        found = lockstep_in_tables(args.tables)  # the barrier `jigsaw calibrate --executor` measured (eq. X3)
-        if found is not None:
-            lockstep_s = found
-            if not args.json:
-                print(f"lockstep barrier from {Path(args.tables) / LOCKSTEP_FILE}: {lockstep_s * 1e3:.3f} ms per "
-                      "co-located step (used by the end-of-run replay)")
+    _check_calibration_flags(args)
     if args.resume:
         return _resume(args)
     if args.policy is None:
@@ -340,10 +387,20 @@ def run(args) -> int:
     if not args.demo and not args.jobs:
         raise ValueError("give --demo or --jobs FILE")
     slots = args.slots if args.slots is not None else default_slots()
+    out = Path(args.out or f"runs/deploy-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(out))
+    tables = args.tables
+    if tables is None and args.demo and not args.no_calibrate:
+        if args.address is None:
+            tables = _calibrated_demo_tables(args, slots)
+        elif not args.json:  # the calibration measures this machine, not the cluster's
+            print("--address: the demo runs with the shipped CPU tables (give --tables DIR from `jigsaw calibrate "
+                  "--device cpu --executor` run on the cluster's machines)")
+    lockstep_s = _use_tables(args, tables) if tables else 0.0
     if args.address is None:
         check_slots(slots, args.allow_oversubscribe)
     jobs = demo_jobs(slots, args.demo_scale) if args.demo else _read_jobs(args.jobs)
-    out = Path(args.out or f"runs/deploy-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, replay = deploy(args.policy, jobs, slots=slots, out=out, demo=args.demo, round_s=args.round_s,
                              steps_per_round=args.steps_per_round, max_workers_per_gpu=args.max_workers_per_gpu,
                              slot_memory_gib=args.slot_memory_gib, thresholds=args.thresholds,
@@ -352,7 +409,8 @@ def run(args) -> int:
                              allow_oversubscribe=args.allow_oversubscribe, replay=not args.no_replay,
                              echo=None if args.json else _echo, checkpoint_every=args.checkpoint_every,
                              max_restarts=args.max_restarts, recovery=args.recovery,
-                             lockstep_s=lockstep_s, pace=args.pace, count_loopback=args.count_loopback)
+                             lockstep_s=lockstep_s, pace=args.pace, count_loopback=args.count_loopback,
+                             tables=tables)
     if args.json:
         print(json.dumps({"summary": summary, "replay": replay}, default=str))
     else:
@@ -404,9 +462,12 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
            replay: bool = True, pool=None, hub=None, scenario=None, fail_at: dict | None = None,
            echo=None, spb: SPBConfig | None = None, checkpoint_every: int = 500, max_restarts: int = 3,
            recovery: str = "full", lockstep_s: float = 0.0, pace: str = DEFAULT_PACE,
-           count_loopback: bool = False) -> tuple[dict, dict | None]:
+           count_loopback: bool = False, tables: str | Path | None = None) -> tuple[dict, dict | None]:
     """Run ``jobs`` live under ``policy``; returns (summary, replay result as a dict or None).
-    Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts."""
+    Every check (policy layout, jobs that cannot fit) happens before Ray or any job starts.
+    ``tables``: the folder of cost tables the caller registered for this run
+    (``jigsaw_env.cost_table.register_tables_dir``; ``jigsaw deploy --tables`` or the demo's
+    calibration), recorded in ``OUT/tables.json`` for ``--resume`` and read by the replay."""
     from jigsaw_env.network import INTRA_NODE, Link
 
     from .decision_log import replay_decision_log
@@ -427,22 +488,43 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
     ex = LiveExecutor(jobs, sched, cfg, out, scheduler_spec=spec, pool=pool, hub=hub, address=address,
                       scenario=scenario, recorder=rec, fail_at=fail_at, allow_oversubscribe=allow_oversubscribe,
                       echo=echo)
+    if tables is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / RUN_TABLES_FILE).write_text(json.dumps({"tables": str(Path(tables).resolve())}) + "\n")
     try:
         summary = ex.run()
     finally:
         ex.close()
     rep = None
     if replay:
-        r = replay_decision_log(Path(out) / "decision_log.jsonl", scenario=scenario)
+        r = replay_decision_log(Path(out) / "decision_log.jsonl", scenario=scenario, tables=tables)
         rep = r.to_dict()
         (Path(out) / "replay.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
     return summary, rep
+
+
+def _run_tables(out: Path) -> str | None:
+    """The tables folder a run in ``out`` started with (``OUT/tables.json``), or None."""
+    f = out / RUN_TABLES_FILE
+    if not f.is_file():
+        return None
+    try:
+        folder = json.loads(f.read_text())["tables"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{f}: expected {{\"tables\": FOLDER}}; give --tables DIR to resume with a folder") from None
+    if not Path(folder).is_dir():
+        raise FileNotFoundError(f"{f}: the run's tables folder {folder} is gone; give --tables DIR (e.g. a new "
+                                f"`jigsaw calibrate --device cpu --executor --out DIR`)")
+    return folder
 
 
 def _resume(args) -> int:
     from .decision_log import replay_decision_log
     from .live import LiveExecutor
 
+    tables = args.tables or _run_tables(Path(args.resume))
+    if tables:
+        _use_tables(args, tables)
     ex = LiveExecutor.restore(args.resume, address=args.address)
     try:
         summary = ex.run()
@@ -450,7 +532,8 @@ def _resume(args) -> int:
         ex.close()
     rep = None
     if not args.no_replay:
-        rep = replay_decision_log(Path(args.resume) / "decision_log.jsonl", scenario=ex.scenario).to_dict()
+        rep = replay_decision_log(Path(args.resume) / "decision_log.jsonl", scenario=ex.scenario,
+                                  tables=tables).to_dict()
         (Path(args.resume) / "replay.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
     if args.json:
         print(json.dumps({"summary": summary, "replay": rep}, default=str))

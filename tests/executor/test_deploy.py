@@ -38,11 +38,20 @@ def ray_pieces():
 @pytest.fixture(scope="module")
 def demo(ray_pieces, tmp_path_factory):
     """The demo at 40 % of its iterations, 1.5-second rounds (about 25 s on 2 idle cores)."""
+    import shutil
+
+    from jigsaw_env.cost_table import TABLES_DIR, table_filename
+
     pool, hub = ray_pieces
-    out = tmp_path_factory.mktemp("demo")
+    out = tmp_path_factory.mktemp("demo") / "run"  # a folder deploy makes
+    tables = tmp_path_factory.mktemp("tables")  # the shipped tiny tables, as a calibration folder
+    for m in ("tiny_cnn", "tiny_mlp", "tiny_transformer"):
+        shutil.copy(TABLES_DIR / table_filename(m, 32, "cpu"), tables)
     t0 = time.time()
     summary, replay = deploy("jigsaw", demo_jobs(SLOTS, 0.4), slots=SLOTS, out=out, demo=True, round_s=1.5,
-                             max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True)
+                             max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True,
+                             tables=tables)
+    assert json.loads((out / "tables.json").read_text()) == {"tables": str(tables.resolve())}  # for --resume
     return out, summary, replay, time.time() - t0
 
 
@@ -104,6 +113,14 @@ def test_demo_replay_gives_the_same_decisions(demo):
     assert replay["decisions_match"], replay["mismatches"][:3]
     # every round that decided something is checked; idle rounds (no job arrived yet) decide nothing
     assert replay["rounds_checked"] == len([r for r in _rounds(out) if not r.get("idle")])
+    # a job the simulator runs in a round is one the live run decided, or one it had finished
+    # (kept until the simulator finishes it too); a job preempted live is paused in the replay
+    done_live = {r["round"]: {j["job_id"] for j in r["state"]["jobs"] if j["status"] == "done"}
+                 for r in _rounds(out) if r["state"] is not None}  # an idle round has no state
+    decided = {r["round"]: {int(k) for k in r["decision"]} for r in _rounds(out)}
+    for row in replay["rounds"]:
+        if row["sim_steps"] and row["round"] in done_live:
+            assert row["job_id"] in decided[row["round"]] | done_live[row["round"]], row
     again = replay_decision_log(out / "decision_log.jsonl").to_dict()
     assert again["decisions_match"] and again["rounds_checked"] == replay["rounds_checked"]
     assert {j["job_id"] for j in again["jobs"]} == {0, 1, 2}
