@@ -37,18 +37,30 @@ _MAX_CACHE = 200_000
 _MAX_PREP = 4_000
 
 
-_LAST: list = [None, None]  # (weak reference to the CostModel looked up last, its caches)
+class _LastLookup:
+    """The CostModel :func:`_caches_of` looked up last (a weak reference) and its caches, kept at
+    hand: most lookups in a row are of the same model."""
+
+    __slots__ = ("ref", "caches")
+
+    def __init__(self) -> None:
+        self.ref = None
+        self.caches: dict | None = None
+
+
+_LAST = _LastLookup()
 
 
 def _caches_of(costs: CostModel) -> dict:
     """The per-CostModel dict of named caches (the last one looked up is kept at hand)."""
-    ref = _LAST[0]
+    last = _LAST
+    ref = last.ref
     if ref is not None and ref() is costs:
-        return _LAST[1]
+        return last.caches
     per = _CACHES.get(costs)
     if per is None:
         per = _CACHES[costs] = {}
-    _LAST[0], _LAST[1] = weakref.ref(costs), per
+    last.ref, last.caches = weakref.ref(costs), per
     return per
 
 
