@@ -151,6 +151,244 @@ def _check_positive(name: str, v, allow_none: bool = True) -> None:
         raise ValueError(f"{name} must be >= 1, got {v}")
 
 
+def _check_default_file(spec: str, kind: str, path: str) -> None:
+    """``KIND:`` with an empty path reads the data folder's default file: when it is missing, say
+    where that folder comes from (``JIGSAW_DATA``) and how to name a file instead."""
+    if kind in DEFAULT_PATHS and not spec.partition(":")[2].strip() and not Path(path).exists():
+        raise FileNotFoundError(f"trace file not found: {path} (the default {kind} trace of the data folder "
+                                f"{data_dir()}; set JIGSAW_DATA to the folder holding {DEFAULT_PATHS[kind]}, "
+                                f"or give {kind}:PATH)")
+
+
+def _check_numbers(*, cluster_gpus: int | None, max_gpus: int | None, sample: int | None,
+                   max_jobs: int | None, load_scale: float | None, seed: Any,
+                   window: tuple[float, float] | None) -> None:
+    """Check the numeric options of :func:`load_trace`: counts (GPUs, jobs) >= 1 when given, the
+    load a finite number > 0, the seed an integer >= 0, the window (seconds) with its end after
+    its start. Raises ValueError naming the argument."""
+    for name, v in (("cluster_gpus", cluster_gpus), ("max_gpus", max_gpus), ("sample", sample),
+                    ("max_jobs", max_jobs)):
+        _check_positive(name, v)
+    if load_scale is not None and not (load_scale > 0 and math.isfinite(load_scale)):
+        raise ValueError(f"load must be a finite number > 0, got {load_scale}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if window is not None:
+        lo, hi = float(window[0]), float(window[1])
+        if not hi > lo:
+            raise ValueError(f"window end must be after its start, got {window}")
+
+
+def _status_names(status: Sequence[str] | str | None) -> list[str] | None:
+    """The ``status`` filter as lower-case canonical status names (None: no filter). Raises
+    ValueError listing the unknown names and the allowed ones."""
+    names = _names(status)
+    if names is None:
+        return None
+    names = [s.lower() for s in names]
+    unknown = [s for s in names if s not in STATUSES]
+    if unknown:
+        raise ValueError(f"unknown status {unknown}; allowed: {list(STATUSES)}")
+    return names
+
+
+@dataclass
+class _Source:
+    """The loaded (or generated) jobs before the filters.
+
+    ``loaded``: the format loader's result. ``load_cluster``: the cluster size (GPUs) the offered
+    load is measured against (``cluster_gpus``; for ``synthetic``, the generator's cluster).
+    ``target_load``: the offered load to scale to (for ``synthetic``, the generator's target), or
+    None. ``path``: the file as shown in the summary and in messages ("" for ``synthetic``).
+    """
+
+    loaded: LoaderResult
+    load_cluster: int | None
+    target_load: float | None
+    path: str
+
+
+def _generate_synthetic(params_text: str, *, cluster_gpus: int | None, load_scale: float | None,
+                        sample: int | None, max_jobs: int | None, seed: int, models: Sequence[str]) -> _Source:
+    """Generate a ``synthetic[:k=v,...]`` trace. Parameters in the spec win over the options: its
+    ``gpus`` over ``cluster_gpus`` (else 64 GPUs), its ``jobs`` over ``max_jobs``/``sample``, its
+    ``seed`` over ``seed``; ``load_scale`` over its ``load`` (the two may not disagree)."""
+    params = synthetic.parse_params(params_text)
+    synthetic.check_spec_load(params, load_scale)
+    target_load = load_scale if load_scale is not None else params.get("load", synthetic.DEFAULTS["load"])
+    load_cluster = params["gpus"] if "gpus" in params else (cluster_gpus or DEFAULT_SYNTHETIC_GPUS)
+    n_jobs = params["jobs"] if "jobs" in params else (max_jobs or sample or synthetic.DEFAULTS["jobs"])
+    loaded = synthetic.generate(jobs=n_jobs, load=target_load, seed=params.get("seed", seed), gpus=load_cluster,
+                                diurnal=params.get("diurnal", False), start_hour=params.get("start_hour", 0.0),
+                                models=params.get("models", tuple(models)))
+    return _Source(loaded=loaded, load_cluster=load_cluster, target_load=target_load, path="")
+
+
+def _read_file(kind: str, path: str, *, cluster_gpus: int | None, load_scale: float | None,
+               skip_bad_rows: bool) -> _Source:
+    """Read a trace file with its format's loader. Scaling to a load needs ``cluster_gpus``."""
+    if load_scale is not None and cluster_gpus is None:
+        raise ValueError("scaling a trace to a load needs the cluster size (cluster_gpus / --gpus)")
+    loaded = LOADERS[kind](Path(path).expanduser(), skip_bad_rows=skip_bad_rows)
+    return _Source(loaded=loaded, load_cluster=cluster_gpus, target_load=load_scale, path=loaded.path)
+
+
+@dataclass
+class _JobTable:
+    """The jobs as the filters leave them.
+
+    ``jobs``: the kept rows (index 0..n-1). ``positions``: each kept job's row in the loader's
+    table (the seeded model draw is made over that table, so a job's model does not depend on
+    the filters). ``filtered``: jobs dropped so far, by reason (the loader's own counts first).
+    """
+
+    jobs: pd.DataFrame
+    positions: np.ndarray
+    filtered: dict[str, int]
+
+    @classmethod
+    def of(cls, loaded: LoaderResult) -> "_JobTable":
+        """Every job of a loader's result, with the loader's filtered counts."""
+        return cls(jobs=loaded.jobs.copy(), positions=np.arange(len(loaded.jobs)), filtered=dict(loaded.filtered))
+
+    def keep(self, mask: np.ndarray, reason: str) -> None:
+        """Keep the rows where ``mask`` is true; count the dropped ones under ``reason``."""
+        mask = np.asarray(mask, dtype=bool)
+        dropped = int((~mask).sum())
+        if dropped:
+            self.filtered[reason] = self.filtered.get(reason, 0) + dropped
+            self.jobs = self.jobs[mask].reset_index(drop=True)
+            self.positions = self.positions[mask]
+
+
+def _filter_by_fields(table: _JobTable, loaded: LoaderResult, kind: str, *, window: tuple[float, float] | None,
+                      vc: list[str] | None, status: list[str] | None) -> None:
+    """Keep the jobs arriving in ``window`` ([start, end) seconds from the trace start), of the
+    virtual clusters ``vc`` and with a final status in ``status`` (each None: no filter). Raises
+    ValueError when the format records no virtual cluster / status, or a named one is not in the
+    trace."""
+    if window is not None:
+        a = table.jobs["arrival_s"].to_numpy()
+        table.keep((a >= window[0]) & (a < window[1]), "outside_window")
+    if vc is not None:
+        if not loaded.has_vc:
+            raise ValueError(f"{kind} traces have no virtual clusters; --vc does not apply")
+        known = set(loaded.jobs["vc"].unique())
+        missing = [v for v in vc if v not in known]
+        if missing:
+            raise ValueError(f"virtual cluster(s) {missing} not in the trace; it has: {sorted(known)[:30]}")
+        table.keep(table.jobs["vc"].isin(vc).to_numpy(), "vc_not_selected")
+    if status is not None:
+        if not loaded.has_status:
+            raise ValueError(f"{kind} traces record no job status; --status does not apply")
+        table.keep(table.jobs["status"].isin(status).to_numpy(), "status_not_selected")
+
+
+def _filter_by_count(table: _JobTable, *, sample: int | None, max_jobs: int | None, seed: int) -> None:
+    """Keep a seeded random ``sample`` of that many jobs, then the first ``max_jobs`` by arrival
+    (each None, or not below the number of jobs: no filter)."""
+    if sample is not None and sample < len(table.jobs):
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x73616D706C65]))
+        keep = np.zeros(len(table.jobs), dtype=bool)
+        keep[rng.choice(len(table.jobs), size=sample, replace=False)] = True
+        table.keep(keep, "not_sampled")
+    if max_jobs is not None and max_jobs < len(table.jobs):
+        table.keep(np.arange(len(table.jobs)) < max_jobs, "beyond_max_jobs")
+
+
+def _gpu_cap(kind: str, *, max_gpus: int | None, cluster_gpus: int | None, load_cluster: int | None,
+             cap_to_cluster: bool) -> int | None:
+    """The most GPUs a job may ask for: the smaller of ``max_gpus`` and the cluster size
+    (``cluster_gpus``; for ``synthetic`` without it, the generator's cluster). The cluster size
+    does not count with ``cap_to_cluster=False``. None: no cap."""
+    cap_cluster = cluster_gpus if cluster_gpus is not None else (load_cluster if kind == "synthetic" else None)
+    if not cap_to_cluster:
+        cap_cluster = None
+    caps = [c for c in (max_gpus, cap_cluster) if c is not None]
+    return min(caps) if caps else None
+
+
+def _cap_gpus(jobs: pd.DataFrame, cap: int | None) -> int:
+    """Lower ``num_gpus`` above ``cap`` to it (in place); return how many jobs were capped."""
+    if cap is None:
+        return 0
+    over = jobs["num_gpus"].to_numpy() > cap
+    capped = int(over.sum())
+    if capped:
+        jobs.loc[over, "num_gpus"] = cap
+    return capped
+
+
+def _set_gpu_types(jobs: pd.DataFrame, gpu_type: str | None, default_gpu_type: str) -> None:
+    """``gpu_type`` for every job when given, else the format's default where a job names none
+    (in place)."""
+    if gpu_type:
+        jobs["gpu_type"] = gpu_type
+    else:
+        jobs.loc[jobs["gpu_type"] == "", "gpu_type"] = default_gpu_type
+
+
+@dataclass
+class _ModelMapping:
+    """What the model mapping did: ``mapped`` jobs given a zoo model, ``computed`` jobs given
+    iterations from their duration, and the Gavel ``stand_ins`` used (zoo model -> jobs)."""
+
+    mapped: int = 0
+    computed: int = 0
+    stand_ins: dict[str, int] = field(default_factory=dict)
+
+
+def _map_models(table: _JobTable, source: _Source, kind: str, *, seed: int, models: Sequence[str],
+                batch_size_fn: BatchSizeFn | None, throughput_fn: ThroughputFn | None) -> _ModelMapping:
+    """Give each job a zoo model (a seeded draw over the loader's table; Gavel's models map to
+    their stand-ins) and its iterations (duration_s times the throughput, iterations/s). A
+    ValueError from the mapping is raised again naming the trace."""
+    mapping = _ModelMapping()
+    if not len(table.jobs):
+        return mapping
+    choices = model_choices(len(source.loaded.jobs), seed, models)[table.positions]
+    if kind == "gavel":
+        table.jobs, mapping.stand_ins = map_stand_ins(table.jobs, data_dir(), f"{kind}:{source.path}")
+    try:
+        table.jobs, mapping.mapped = fill_models(table.jobs, choices, batch_size_fn)
+        table.jobs, mapping.computed = fill_iterations(table.jobs, throughput_fn)
+    except ValueError as e:  # name the trace: which file the job came from
+        raise ValueError(f"{kind}:{source.path}: {e}" if source.path else f"{kind}: {e}") from None
+    return mapping
+
+
+def _shift_to_zero(jobs: pd.DataFrame) -> float:
+    """Shift ``arrival_s`` so the first job arrives at 0 (in place); return the shift (seconds)."""
+    offset = float(jobs["arrival_s"].min()) if len(jobs) else 0.0
+    jobs["arrival_s"] = jobs["arrival_s"].to_numpy() - offset
+    return offset
+
+
+def _scale_to_load(jobs: pd.DataFrame, source: _Source, kind: str, *, map_models: bool,
+                   throughput_fn: ThroughputFn | None) -> dict[str, Any] | None:
+    """Scale the arrival times (in place) so the offered load against ``source.load_cluster``
+    equals ``source.target_load`` (see :func:`offered_load`); return the summary's ``load``
+    entry, or None when there is no target (or no job). Jobs without a duration_s use their
+    iterations over the throughput (iterations/s)."""
+    if source.target_load is None or not len(jobs):
+        return None
+    tfn = throughput_fn
+    if tfn is None and map_models and jobs["duration_s"].isna().any():
+        from .models import default_throughput_fn
+        tfn = default_throughput_fn()
+    d = estimated_durations(jobs, tfn)
+    if np.isnan(d).any():
+        raise ValueError(f"cannot scale to a load: {int(np.isnan(d).sum())} jobs have no duration "
+                         "(and no model/throughput to estimate one)")
+    before = offered_load(jobs, source.load_cluster, d)
+    if not np.isfinite(before) and kind != "synthetic":
+        raise ValueError("cannot scale to a load: all kept jobs arrive at the same time")
+    factor = before / source.target_load if np.isfinite(before) else 1.0  # one synthetic arrival: nothing to scale
+    jobs["arrival_s"] = jobs["arrival_s"].to_numpy() * factor
+    return {"target": float(source.target_load), "cluster_gpus": int(source.load_cluster),
+            "before_scaling": float(before), "arrival_scale": float(factor)}
+
+
 def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | None = None,
                window: tuple[float, float] | None = None, vc: list[str] | None = None,
                status: list[str] | None = None, max_gpus: int | None = None, load_scale: float | None = None,
@@ -176,156 +414,56 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     ``cap_to_cluster=False`` to leave GPU counts above ``cluster_gpus`` as they are (describe).
     """
     kind, rest = parse_spec(spec)
-    if kind in DEFAULT_PATHS and not spec.partition(":")[2].strip() and not Path(rest).exists():
-        # the default file of the data folder: say where that folder comes from
-        raise FileNotFoundError(f"trace file not found: {rest} (the default {kind} trace of the data folder "
-                                f"{data_dir()}; set JIGSAW_DATA to the folder holding {DEFAULT_PATHS[kind]}, "
-                                f"or give {kind}:PATH)")
-    for name, v in (("cluster_gpus", cluster_gpus), ("max_gpus", max_gpus), ("sample", sample),
-                    ("max_jobs", max_jobs)):
-        _check_positive(name, v)
-    if load_scale is not None and not (load_scale > 0 and math.isfinite(load_scale)):
-        raise ValueError(f"load must be a finite number > 0, got {load_scale}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    if window is not None:
-        lo, hi = float(window[0]), float(window[1])
-        if not hi > lo:
-            raise ValueError(f"window end must be after its start, got {window}")
+    _check_default_file(spec, kind, rest)
+    _check_numbers(cluster_gpus=cluster_gpus, max_gpus=max_gpus, sample=sample, max_jobs=max_jobs,
+                   load_scale=load_scale, seed=seed, window=window)
     vc = _names(vc)
-    status = _names(status)
-    if status is not None:
-        status = [s.lower() for s in status]
-        unknown = [s for s in status if s not in STATUSES]
-        if unknown:
-            raise ValueError(f"unknown status {unknown}; allowed: {list(STATUSES)}")
+    status = _status_names(status)
 
-    load_cluster = cluster_gpus
-    target_load = load_scale
     if kind == "synthetic":
-        params = synthetic.parse_params(rest)
-        synthetic.check_spec_load(params, load_scale)
-        target_load = load_scale if load_scale is not None else params.get("load", synthetic.DEFAULTS["load"])
-        load_cluster = params["gpus"] if "gpus" in params else (cluster_gpus or DEFAULT_SYNTHETIC_GPUS)
-        n_jobs = params["jobs"] if "jobs" in params else (max_jobs or sample or synthetic.DEFAULTS["jobs"])
-        res = synthetic.generate(jobs=n_jobs, load=target_load, seed=params.get("seed", seed), gpus=load_cluster,
-                                 diurnal=params.get("diurnal", False), start_hour=params.get("start_hour", 0.0),
-                                 models=params.get("models", tuple(models)))
-        path_shown = ""
+        source = _generate_synthetic(rest, cluster_gpus=cluster_gpus, load_scale=load_scale, sample=sample,
+                                     max_jobs=max_jobs, seed=seed, models=models)
     else:
-        if target_load is not None and cluster_gpus is None:
-            raise ValueError("scaling a trace to a load needs the cluster size (cluster_gpus / --gpus)")
-        res = LOADERS[kind](Path(rest).expanduser(), skip_bad_rows=skip_bad_rows)
-        path_shown = res.path
+        source = _read_file(kind, rest, cluster_gpus=cluster_gpus, load_scale=load_scale,
+                            skip_bad_rows=skip_bad_rows)
+    loaded = source.loaded
 
-    jobs = res.jobs.copy()
-    pos = np.arange(len(jobs))
-    filtered: dict[str, int] = dict(res.filtered)
+    table = _JobTable.of(loaded)
+    _filter_by_fields(table, loaded, kind, window=window, vc=vc, status=status)
+    _filter_by_count(table, sample=sample, max_jobs=max_jobs, seed=seed)
+    cap = _gpu_cap(kind, max_gpus=max_gpus, cluster_gpus=cluster_gpus, load_cluster=source.load_cluster,
+                   cap_to_cluster=cap_to_cluster)
+    capped = _cap_gpus(table.jobs, cap)
+    _set_gpu_types(table.jobs, gpu_type, loaded.default_gpu_type)
+    mapping = _ModelMapping()
+    if map_models:
+        mapping = _map_models(table, source, kind, seed=seed, models=models, batch_size_fn=batch_size_fn,
+                              throughput_fn=throughput_fn)
+    offset = _shift_to_zero(table.jobs)
+    load_info = _scale_to_load(table.jobs, source, kind, map_models=map_models, throughput_fn=throughput_fn)
 
-    def apply(mask: np.ndarray, reason: str) -> None:
-        nonlocal jobs, pos
-        mask = np.asarray(mask, dtype=bool)
-        dropped = int((~mask).sum())
-        if dropped:
-            filtered[reason] = filtered.get(reason, 0) + dropped
-            jobs = jobs[mask].reset_index(drop=True)
-            pos = pos[mask]
-
-    if window is not None:
-        a = jobs["arrival_s"].to_numpy()
-        apply((a >= window[0]) & (a < window[1]), "outside_window")
-    if vc is not None:
-        if not res.has_vc:
-            raise ValueError(f"{kind} traces have no virtual clusters; --vc does not apply")
-        known = set(res.jobs["vc"].unique())
-        missing = [v for v in vc if v not in known]
-        if missing:
-            raise ValueError(f"virtual cluster(s) {missing} not in the trace; it has: {sorted(known)[:30]}")
-        apply(jobs["vc"].isin(vc).to_numpy(), "vc_not_selected")
-    if status is not None:
-        if not res.has_status:
-            raise ValueError(f"{kind} traces record no job status; --status does not apply")
-        apply(jobs["status"].isin(status).to_numpy(), "status_not_selected")
-    if sample is not None and sample < len(jobs):
-        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x73616D706C65]))
-        keep = np.zeros(len(jobs), dtype=bool)
-        keep[rng.choice(len(jobs), size=sample, replace=False)] = True
-        apply(keep, "not_sampled")
-    if max_jobs is not None and max_jobs < len(jobs):
-        apply(np.arange(len(jobs)) < max_jobs, "beyond_max_jobs")
-
-    cap_cluster = cluster_gpus if cluster_gpus is not None else (load_cluster if kind == "synthetic" else None)
-    if not cap_to_cluster:
-        cap_cluster = None
-    caps = [c for c in (max_gpus, cap_cluster) if c is not None]
-    cap = min(caps) if caps else None
-    capped = 0
-    if cap is not None:
-        over = jobs["num_gpus"].to_numpy() > cap
-        capped = int(over.sum())
-        if capped:
-            jobs.loc[over, "num_gpus"] = cap
-
-    if gpu_type:
-        jobs["gpu_type"] = gpu_type
-    else:
-        jobs.loc[jobs["gpu_type"] == "", "gpu_type"] = res.default_gpu_type
-
-    mapped = computed = 0
-    stand_ins: dict[str, int] = {}
-    if map_models and len(jobs):
-        choices = model_choices(len(res.jobs), seed, models)[pos]
-        if kind == "gavel":
-            jobs, stand_ins = map_stand_ins(jobs, data_dir(), f"{kind}:{path_shown}")
-        try:
-            jobs, mapped = fill_models(jobs, choices, batch_size_fn)
-            jobs, computed = fill_iterations(jobs, throughput_fn)
-        except ValueError as e:  # name the trace: which file the job came from
-            raise ValueError(f"{kind}:{path_shown}: {e}" if path_shown else f"{kind}: {e}") from None
-
-    offset = float(jobs["arrival_s"].min()) if len(jobs) else 0.0
-    jobs["arrival_s"] = jobs["arrival_s"].to_numpy() - offset
-    load_info = None
-    if target_load is not None and len(jobs):
-        tfn = throughput_fn
-        if tfn is None and map_models and jobs["duration_s"].isna().any():
-            from .models import default_throughput_fn
-            tfn = default_throughput_fn()
-        d = estimated_durations(jobs, tfn)
-        if np.isnan(d).any():
-            raise ValueError(f"cannot scale to a load: {int(np.isnan(d).sum())} jobs have no duration "
-                             "(and no model/throughput to estimate one)")
-        before = offered_load(jobs, load_cluster, d)
-        if not np.isfinite(before) and kind != "synthetic":
-            raise ValueError("cannot scale to a load: all kept jobs arrive at the same time")
-        factor = before / target_load if np.isfinite(before) else 1.0  # one synthetic arrival: nothing to scale
-        jobs["arrival_s"] = jobs["arrival_s"].to_numpy() * factor
-        load_info = {"target": float(target_load), "cluster_gpus": int(load_cluster),
-                     "before_scaling": float(before), "arrival_scale": float(factor)}
-
-    origin = f"{kind}:{path_shown}" if path_shown else kind
-    jobs = validate_jobs(jobs, origin=origin)
+    jobs = validate_jobs(table.jobs, origin=f"{kind}:{source.path}" if source.path else kind)
     summary = {
         "source": spec,
         "kind": kind,
-        "path": path_shown,
-        "rows_read": res.rows_read,
-        "bad_rows_skipped": dict(res.bad_rows),
-        "bad_row_examples": list(res.bad_row_examples),
-        "jobs_read": res.jobs_read,
-        "filtered": filtered,
+        "path": source.path,
+        "rows_read": loaded.rows_read,
+        "bad_rows_skipped": dict(loaded.bad_rows),
+        "bad_row_examples": list(loaded.bad_row_examples),
+        "jobs_read": loaded.jobs_read,
+        "filtered": table.filtered,
         "kept": len(jobs),
         "gpu_cap": cap,
         "capped_gpus": capped,
-        "gpu_type": gpu_type or res.default_gpu_type,
-        "models_mapped": mapped,
-        "gavel_stand_ins": stand_ins,
-        "iterations_computed": computed,
+        "gpu_type": gpu_type or loaded.default_gpu_type,
+        "models_mapped": mapping.mapped,
+        "gavel_stand_ins": mapping.stand_ins,
+        "iterations_computed": mapping.computed,
         "load": load_info,
         "time_offset_s": offset,
-        "trace_start": res.trace_start,
+        "trace_start": loaded.trace_start,
         "seed": seed,
-        "notes": res.notes,
+        "notes": loaded.notes,
     }
     return Trace(jobs=jobs, summary=summary, source=spec)
 
