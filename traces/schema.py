@@ -163,29 +163,27 @@ def _is_source_column(name: str) -> bool:
     return any(name.startswith(p) and len(name) > len(p) for p in SOURCE_PREFIXES)
 
 
-def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -> pd.DataFrame:
-    """Check a job table against the canonical schema; return it normalized and sorted.
-
-    Normalizing means: canonical columns in canonical order with canonical dtypes, missing
-    optional columns added (``model``/``status``/``vc``/``gpu_type`` as "", ``batch_size`` as
-    <NA>, ``duration_s``/``iterations`` as NaN, ``job_id`` as 0..n-1), source-specific columns
-    after them as text, rows stably sorted by ``arrival_s`` (``sort=False``: in the table's order).
-
-    Raises ValueError naming ``origin``, the column and the first offending job.
-    """
+def _check_columns(df: pd.DataFrame, origin: str) -> None:
+    """Check a job table's columns: a DataFrame with ``arrival_s``, ``num_gpus``, a
+    ``duration_s`` or an ``iterations``, and no column that is neither canonical nor
+    source-specific. Raises ValueError naming ``origin``."""
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"{origin}: expected a pandas DataFrame, got {type(df).__name__}")
-    out = df.copy()
-    missing = [c for c in ("arrival_s", "num_gpus") if c not in out.columns]
+    missing = [c for c in ("arrival_s", "num_gpus") if c not in df.columns]
     if missing:
         raise ValueError(f"{origin}: missing required column(s) {missing}; canonical columns: "
                          f"{list(CANONICAL_COLUMNS)}")
-    if "duration_s" not in out.columns and "iterations" not in out.columns:
+    if "duration_s" not in df.columns and "iterations" not in df.columns:
         raise ValueError(f"{origin}: needs a 'duration_s' or an 'iterations' column")
-    unknown = [c for c in out.columns if c not in CANONICAL_COLUMNS and not _is_source_column(str(c))]
+    unknown = [c for c in df.columns if c not in CANONICAL_COLUMNS and not _is_source_column(str(c))]
     if unknown:
         raise ValueError(f"{origin}: unknown column(s) {unknown}; source-specific columns must start "
                          f"with one of {list(SOURCE_PREFIXES)}")
+
+
+def _add_missing_columns(out: pd.DataFrame) -> None:
+    """Add the optional canonical columns a table lacks (in place): ``job_id`` as 0..n-1,
+    ``duration_s``/``iterations`` as NaN, ``batch_size`` as <NA>, the text columns as ""."""
     n = len(out)
     if "job_id" not in out.columns:
         out["job_id"] = np.arange(n, dtype=np.int64)
@@ -198,7 +196,10 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -
         if c not in out.columns:
             out[c] = ""
 
-    # numeric columns
+
+def _parse_numbers(out: pd.DataFrame, origin: str) -> None:
+    """Turn the numeric columns into numbers (in place); a value that is not a number, or a
+    missing ``job_id``/``arrival_s``/``num_gpus``, raises ValueError naming the job."""
     for c in ("job_id", "arrival_s", "num_gpus", "duration_s", "iterations", "batch_size"):
         raw = out[c]
         num = pd.to_numeric(raw, errors="coerce")
@@ -210,6 +211,10 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -
         bad = out[c].isna().to_numpy()
         if bad.any():
             _fail(origin, c, out, bad, "missing value")
+
+
+def _check_job_ids(out: pd.DataFrame, origin: str) -> None:
+    """``job_id`` as int64 (in place): whole numbers within int64's range, no two alike."""
     jid = out["job_id"].to_numpy(dtype=np.float64)
     bad = jid != np.floor(jid)
     if bad.any():
@@ -227,6 +232,12 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -
     dup = out["job_id"].duplicated().to_numpy()
     if dup.any():
         _fail(origin, "job_id", out, dup, "duplicate job_id")
+
+
+def _check_job_sizes(out: pd.DataFrame, origin: str) -> None:
+    """Check and cast (in place) ``arrival_s`` (seconds, finite, >= 0), ``num_gpus`` (a whole
+    number >= 1), ``duration_s`` (seconds) and ``iterations`` (each > 0 or NaN, not both NaN)
+    and ``batch_size`` (a whole number >= 1, or <NA>)."""
     arr = out["arrival_s"].to_numpy(dtype=np.float64)
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
@@ -252,7 +263,10 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -
         _fail(origin, "batch_size", out, bad, "must be an integer >= 1 (or empty)")
     out["batch_size"] = pd.Series(bs, index=out.index).astype("Int64")
 
-    # text columns
+
+def _normalize_text(out: pd.DataFrame, origin: str) -> list[str]:
+    """The text columns as ``str`` with "" for missing (in place), ``status`` one of
+    :data:`STATUSES` or ""; return the source-specific columns, in the table's order."""
     for c in STRING_COLUMNS:
         out[c] = out[c].fillna("").astype(str)
     st = out["status"]
@@ -263,11 +277,31 @@ def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -
     for c in extras:
         if out[c].dtype != "str" or out[c].isna().any():
             out[c] = out[c].astype(object).where(out[c].notna(), "").astype(str)
+    return extras
+
+
+def validate_jobs(df: pd.DataFrame, origin: str = "<jobs>", sort: bool = True) -> pd.DataFrame:
+    """Check a job table against the canonical schema; return it normalized and sorted.
+
+    Normalizing means: canonical columns in canonical order with canonical dtypes, missing
+    optional columns added (``model``/``status``/``vc``/``gpu_type`` as "", ``batch_size`` as
+    <NA>, ``duration_s``/``iterations`` as NaN, ``job_id`` as 0..n-1), source-specific columns
+    after them as text, rows stably sorted by ``arrival_s`` (``sort=False``: in the table's order).
+
+    Raises ValueError naming ``origin``, the column and the first offending job.
+    """
+    _check_columns(df, origin)
+    out = df.copy()
+    _add_missing_columns(out)
+    _parse_numbers(out, origin)
+    _check_job_ids(out, origin)
+    _check_job_sizes(out, origin)
+    extras = _normalize_text(out, origin)
 
     out = out[list(CANONICAL_COLUMNS) + extras]
     if sort:
         order = np.argsort(out["arrival_s"].to_numpy(), kind="stable")
-        if not np.all(order == np.arange(n)):
+        if not np.all(order == np.arange(len(out))):
             out = out.iloc[order]
     return out.reset_index(drop=True)
 
