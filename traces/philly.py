@@ -3,6 +3,7 @@ JSON of msr-fiddle/philly-traces (``philly-json:``). Mapping rules: docs/traces.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,146 @@ def _str_or_empty(v) -> str:
     return "" if v is None else str(v)
 
 
+@dataclass
+class _JsonLog:
+    """The fields of a ``cluster_job_log`` as text, one list entry per job and per attempt.
+
+    Per job (in file order): ``line`` (the file line of its record), ``jobid``, ``status``,
+    ``vc``, ``user``, ``submitted_time``, ``gpus`` (GPUs of its first attempt) and
+    ``attempts`` (how many). Per attempt (job by job, in order): ``attempt_job`` (the job's
+    position above), ``attempt_index`` (0 for a job's first attempt), ``attempt_line``,
+    ``start_time`` and ``end_time``.
+    """
+
+    line: list[int] = field(default_factory=list)
+    jobid: list[str] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    vc: list[str] = field(default_factory=list)
+    user: list[str] = field(default_factory=list)
+    submitted_time: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    attempt_job: list[int] = field(default_factory=list)
+    attempt_index: list[int] = field(default_factory=list)
+    attempt_line: list[int] = field(default_factory=list)
+    start_time: list[str] = field(default_factory=list)
+    end_time: list[str] = field(default_factory=list)
+
+
+def _first_attempt_gpus(att: dict, line: int, bad: BadRows) -> int:
+    """GPUs of a job's first attempt: the GPUs listed for each of its machines, summed.
+    Malformed ``detail`` entries are reported to ``bad``."""
+    detail = att.get("detail", [])
+    if not isinstance(detail, list):
+        bad.add([line], "attempts[0].detail", "malformed detail (expected a list)", [detail])
+        return 0
+    gpus = 0
+    for d in detail:
+        g = d.get("gpus") if isinstance(d, dict) else None
+        if not isinstance(g, list):
+            bad.add([line], "attempts[0].detail.gpus", "malformed GPU list", [g])
+            continue
+        gpus += len(g)
+    return gpus
+
+
+def _add_json_record(log: _JsonLog, line: int, rec, bad: BadRows) -> None:
+    """Append one job record (and its attempts) to ``log``. A record that is not an object, or
+    malformed attempts, are reported to ``bad``; their fields count as missing."""
+    k = len(log.line)
+    log.line.append(line)
+    if not isinstance(rec, dict):
+        bad.add([line], "<record>", "malformed job record", [type(rec).__name__])
+        rec = {}
+    log.jobid.append(_str_or_empty(rec.get("jobid")))
+    log.status.append(_str_or_empty(rec.get("status")))
+    log.vc.append(_str_or_empty(rec.get("vc")))
+    log.user.append(_str_or_empty(rec.get("user")))
+    log.submitted_time.append(_str_or_empty(rec.get("submitted_time")))
+    attempts = rec.get("attempts", [])
+    if attempts is None:
+        attempts = []
+    if not isinstance(attempts, list):
+        bad.add([line], "attempts", "malformed attempts (expected a list)", [attempts])
+        attempts = []
+    gpus = 0
+    for i, att in enumerate(attempts):
+        if not isinstance(att, dict):
+            bad.add([line], f"attempts[{i}]", "malformed attempt (expected an object)", [att])
+            continue
+        log.attempt_job.append(k)
+        log.attempt_index.append(i)
+        log.attempt_line.append(line)
+        log.start_time.append(_str_or_empty(att.get("start_time")))
+        log.end_time.append(_str_or_empty(att.get("end_time")))
+        if i == 0:
+            gpus = _first_attempt_gpus(att, line, bad)
+    log.gpus.append(gpus)
+    log.attempts.append(len(attempts))
+
+
+@dataclass
+class _JsonTimes:
+    """The parsed times of a ``cluster_job_log`` (seconds on the epoch clock; NaN: missing):
+    ``submitted`` and canonical ``status`` per job, ``start``/``end`` per attempt."""
+
+    submitted: np.ndarray
+    status: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+def _parse_json_times(log: _JsonLog, bad: BadRows) -> _JsonTimes:
+    """Parse the submission times, statuses and attempt start/end times; bad values and an
+    attempt ending before its start are reported to ``bad``."""
+    lines = np.asarray(log.line, dtype=np.int64)
+    sub = parse_time(pd.Series(log.submitted_time, dtype=object), lines, bad, "submitted_time")
+    status = check_status(pd.Series(log.status, dtype=object), lines, bad, "status", PHILLY_JSON_STATUS)
+    a_lines = np.asarray(log.attempt_line, dtype=np.int64)
+    st = parse_time(pd.Series(log.start_time, dtype=object), a_lines, bad, "attempts.start_time", required=False)
+    en = parse_time(pd.Series(log.end_time, dtype=object), a_lines, bad, "attempts.end_time", required=False)
+    back = en < st
+    if back.any():
+        for ln, i, v in zip(a_lines[back], np.asarray(log.attempt_index)[back],
+                            np.asarray(log.end_time, dtype=object)[back]):
+            bad.add([ln], f"attempts[{i}].end_time", "end before start", [v])
+    return _JsonTimes(submitted=sub, status=status, start=st, end=en)
+
+
+@dataclass
+class _JobAttempts:
+    """Each job's attempts summed up: ``missing_start``/``missing_end`` (some attempt lacks a
+    start / end time), ``duration_s`` (seconds holding GPUs: the sum of end - start over the
+    attempts with both), ``first_start`` / ``last_end`` (the first attempt's start and the last
+    attempt's end, as the file gives them; "" when there is no attempt)."""
+
+    missing_start: np.ndarray
+    missing_end: np.ndarray
+    duration_s: np.ndarray
+    first_start: np.ndarray
+    last_end: np.ndarray
+
+
+def _sum_attempts(log: _JsonLog, times: _JsonTimes) -> _JobAttempts:
+    """Sum each job's attempts (see :class:`_JobAttempts`)."""
+    nj = len(log.line)
+    a_job = np.asarray(log.attempt_job, dtype=np.int64)
+    st, en = times.start, times.end
+    run = np.where(np.isnan(st) | np.isnan(en), 0.0, en - st)
+    first_start = np.full(nj, "", dtype=object)
+    last_end = np.full(nj, "", dtype=object)
+    if a_job.size:
+        firsts = np.asarray(log.attempt_index) == 0
+        first_start[a_job[firsts]] = np.asarray(log.start_time, dtype=object)[firsts]
+        last_pos = np.r_[a_job[1:] != a_job[:-1], True]
+        last_end[a_job[last_pos]] = np.asarray(log.end_time, dtype=object)[last_pos]
+    return _JobAttempts(
+        missing_start=np.bincount(a_job, weights=np.isnan(st), minlength=nj) > 0,
+        missing_end=np.bincount(a_job, weights=np.isnan(en), minlength=nj) > 0,
+        duration_s=np.bincount(a_job, weights=run, minlength=nj).astype(np.float64),
+        first_start=first_start, last_end=last_end)
+
+
 def load_philly_json(path: str | Path, *, skip_bad_rows: bool = False) -> LoaderResult:
     """``philly-json:PATH`` -- the raw ``cluster_job_log`` (a JSON list of jobs).
 
@@ -88,94 +229,30 @@ def load_philly_json(path: str | Path, *, skip_bad_rows: bool = False) -> Loader
     gap) as ``missing_end_time``.
     """
     bad = BadRows(str(path), skip_bad_rows)
-    text = read_text(path)
-    j_line, j_id, j_status, j_vc, j_user, j_sub, j_gpus, j_natt = [], [], [], [], [], [], [], []
-    a_job, a_idx, a_start, a_end, a_line = [], [], [], [], []
-    for line, rec in iter_json_records(path, text):
-        k = len(j_line)
-        j_line.append(line)
-        if not isinstance(rec, dict):
-            bad.add([line], "<record>", "malformed job record", [type(rec).__name__])
-            rec = {}
-        j_id.append(_str_or_empty(rec.get("jobid")))
-        j_status.append(_str_or_empty(rec.get("status")))
-        j_vc.append(_str_or_empty(rec.get("vc")))
-        j_user.append(_str_or_empty(rec.get("user")))
-        j_sub.append(_str_or_empty(rec.get("submitted_time")))
-        attempts = rec.get("attempts", [])
-        if attempts is None:
-            attempts = []
-        if not isinstance(attempts, list):
-            bad.add([line], "attempts", "malformed attempts (expected a list)", [attempts])
-            attempts = []
-        gpus = 0
-        for i, att in enumerate(attempts):
-            if not isinstance(att, dict):
-                bad.add([line], f"attempts[{i}]", "malformed attempt (expected an object)", [att])
-                continue
-            a_job.append(k)
-            a_idx.append(i)
-            a_line.append(line)
-            a_start.append(_str_or_empty(att.get("start_time")))
-            a_end.append(_str_or_empty(att.get("end_time")))
-            if i == 0:
-                detail = att.get("detail", [])
-                if not isinstance(detail, list):
-                    bad.add([line], "attempts[0].detail", "malformed detail (expected a list)", [detail])
-                    detail = []
-                for d in detail:
-                    g = d.get("gpus") if isinstance(d, dict) else None
-                    if not isinstance(g, list):
-                        bad.add([line], "attempts[0].detail.gpus", "malformed GPU list", [g])
-                        continue
-                    gpus += len(g)
-        j_gpus.append(gpus)
-        j_natt.append(len(attempts))
+    log = _JsonLog()
+    for line, rec in iter_json_records(path, read_text(path)):
+        _add_json_record(log, line, rec, bad)
+    times = _parse_json_times(log, bad)
+    keep = ~np.isin(np.asarray(log.line, dtype=np.int64), bad.resolve())
+    attempts = _sum_attempts(log, times)
+    natt = np.asarray(log.attempts, dtype=np.int64)
+    gpus = np.asarray(log.gpus, dtype=np.float64)
 
-    nj = len(j_line)
-    lines = np.asarray(j_line, dtype=np.int64)
-    sub = parse_time(pd.Series(j_sub, dtype=object), lines, bad, "submitted_time")
-    status = check_status(pd.Series(j_status, dtype=object), lines, bad, "status", PHILLY_JSON_STATUS)
-    a_job = np.asarray(a_job, dtype=np.int64)
-    a_lines = np.asarray(a_line, dtype=np.int64)
-    st = parse_time(pd.Series(a_start, dtype=object), a_lines, bad, "attempts.start_time", required=False)
-    en = parse_time(pd.Series(a_end, dtype=object), a_lines, bad, "attempts.end_time", required=False)
-    back = en < st
-    if back.any():
-        for ln, i, v in zip(a_lines[back], np.asarray(a_idx)[back], np.asarray(a_end, dtype=object)[back]):
-            bad.add([ln], f"attempts[{i}].end_time", "end before start", [v])
-    keep = ~np.isin(lines, bad.resolve())
-
-    natt = np.asarray(j_natt, dtype=np.int64)
-    no_start = np.bincount(a_job, weights=np.isnan(st), minlength=nj) > 0
-    no_end = np.bincount(a_job, weights=np.isnan(en), minlength=nj) > 0
-    run = np.where(np.isnan(st) | np.isnan(en), 0.0, en - st)
-    dur = np.bincount(a_job, weights=run, minlength=nj).astype(np.float64)
-    gpus = np.asarray(j_gpus, dtype=np.float64)
-    first_start = np.full(nj, "", dtype=object)
-    last_end = np.full(nj, "", dtype=object)
-    if a_job.size:
-        a_start_arr = np.asarray(a_start, dtype=object)
-        a_end_arr = np.asarray(a_end, dtype=object)
-        firsts = np.asarray(a_idx) == 0
-        first_start[a_job[firsts]] = a_start_arr[firsts]
-        last_pos = np.r_[a_job[1:] != a_job[:-1], True]
-        last_end[a_job[last_pos]] = a_end_arr[last_pos]
-
-    def k(a):
+    def kept(a):
         return np.asarray(a, dtype=object)[keep]
 
     drop = {
         "never_started": (natt == 0)[keep],
-        "missing_start_time": no_start[keep],
-        "missing_end_time": no_end[keep],
+        "missing_start_time": attempts.missing_start[keep],
+        "missing_end_time": attempts.missing_end[keep],
         "no_gpus": (gpus == 0)[keep],
-        "zero_duration": (dur == 0)[keep],
+        "zero_duration": (attempts.duration_s == 0)[keep],
     }
     return build_jobs(
-        "philly-json", str(path), bad, rows_read=nj, arrival=sub[keep], num_gpus=gpus[keep],
-        duration_s=dur[keep], status=status[keep], vc=k(j_vc),
-        extras={"philly_jobid": k(j_id), "philly_user": k(j_user), "philly_status": k(j_status),
-                "philly_submitted_time": k(j_sub), "philly_attempts": k([str(x) for x in j_natt]),
-                "philly_first_start": first_start[keep], "philly_last_end": last_end[keep]},
+        "philly-json", str(path), bad, rows_read=len(log.line), arrival=times.submitted[keep],
+        num_gpus=gpus[keep], duration_s=attempts.duration_s[keep], status=times.status[keep], vc=kept(log.vc),
+        extras={"philly_jobid": kept(log.jobid), "philly_user": kept(log.user),
+                "philly_status": kept(log.status), "philly_submitted_time": kept(log.submitted_time),
+                "philly_attempts": kept([str(x) for x in log.attempts]),
+                "philly_first_start": attempts.first_start[keep], "philly_last_end": attempts.last_end[keep]},
         drop=drop, clock="epoch", default_gpu_type=PHILLY_GPU_TYPE, has_status=True, has_vc=True)
