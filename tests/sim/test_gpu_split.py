@@ -140,3 +140,37 @@ def test_deriving_the_gavel_batches_reproduces_the_shipped_tables():
     for t in derive_gavel_batches(list(SWITCHED), TABLES_DIR):
         assert t.to_dict() == CostTable.load(_shipped(t.model, t.batch_size, t.device)).to_dict(), \
             (t.model, t.batch_size, t.device)
+
+
+def test_choose_gpu_split_switches_only_above_the_noise_and_where_a_measurement_exists(tmp_path):
+    cpu = _toy([(1, 2, 0), (1, 1, 1), (1, 1, 1)], 1.0)                   # saved (0, 30 %, 50 %)
+    gpu = _toy([(1, 1, 0), (1, 2, 1), (1, 2, 0)], 1.0, device="cuda")   # saved (0, 20 %, 40 %): D = 10
+    gpu.save(tmp_path / table_filename("toy", 4, "cuda"))
+    above = gpu_split.choose_gpu_split(cpu, gpu_split.SplitNoise(4.0, "g", 5.0, "c"), tmp_path)
+    assert above is not None and above.diff_pts == pytest.approx(10.0) and above.file.endswith("toy-bs4-cuda.json")
+    assert gpu_split.choose_gpu_split(cpu, gpu_split.SplitNoise(5.5, "g", 5.0, "c"), tmp_path) is None  # D < noise
+    assert gpu_split.choose_gpu_split(cpu, gpu_split.SplitNoise(0.0, "g", 0.0, "c"), tmp_path / "none") is None
+
+
+def test_with_gpu_shares_refuses_a_measurement_cut_into_other_groups():
+    cpu = _toy([(2, 2, 0), (2, 2, 1)], 1.0)
+    gpu = _toy([(1, 3, 0), (2, 1, 1), (1, 1, 1)], 2.0, device="cuda")
+    split = gpu_split.GpuSplit(gpu, "dir/toy-bs4-cuda.json", 30.0, gpu_split.SplitNoise(1.0, "g", 2.0, "c"))
+    with pytest.raises(ValueError, match="dir/toy-bs4-cuda.json: 3 groups against 2 in the cpu table"):
+        gpu_split.with_gpu_shares(cpu, split, 0.2)
+
+
+@pytest.mark.data
+def test_an_optimizer_step_that_does_not_fit_in_gavels_iteration_is_an_error():
+    """Eq. S2 at recommendation bs 512 on V100: Gavel's iteration is 1.755x shorter than at 1024,
+    so an optimizer share of 0.9 at 1024 would be 1.58 of it."""
+    from jigsaw_env.calibrate import _batch_optimizer_share
+
+    require_data("gavel/simulation_throughputs.json")
+    gpu = _toy([(1, 0, 0)], 9.0, device="cuda")
+    split = gpu_split.GpuSplit(gpu, "f", 30.0, gpu_split.SplitNoise(1.0, "g", 2.0, "c"))
+    assert split.optimizer_share == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="Recommendation bs 512 on v100: the reference batch's optimizer step"):
+        _batch_optimizer_share(split, "Recommendation", 1024, 512, "v100", None)
+    assert _batch_optimizer_share(split, "Recommendation", 1024, 2048, "v100", None) == \
+        pytest.approx(0.9 * 0.07529 / 0.1339, rel=1e-3)
