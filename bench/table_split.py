@@ -1,10 +1,11 @@
 """Compare the SPB-relevant shape of measured cost tables with the shipped ones.
 
-The shipped GPU tables (k80 / p100 / v100) are the CPU-measured per-group split of forward,
-weight-gradient and input-gradient time, scaled to Gavel's measured whole-iteration throughput
-(docs/cost_tables.md). SPB's speed-up depends only on that split: a worker starting backprop at
-group ``s`` takes ``compute_s(s) / compute_s(0)`` of a full iteration (eq. C1). A table measured
-on a real GPU (``jigsaw calibrate --device cuda``) tests whether the CPU split carries over.
+The shipped GPU tables (k80 / p100 / v100) are a measured per-group split of forward,
+weight-gradient and input-gradient time (the CPU's, or the GPU's where the two differ by more than
+the noise: docs/cost_tables.md section 3a), scaled to Gavel's measured whole-iteration throughput.
+SPB's speed-up depends only on that split: a worker starting backprop at group ``s`` takes
+``compute_s(s) / compute_s(0)`` of a full iteration (eq. C1). A table measured on a real GPU
+(``jigsaw calibrate --device cuda``) tests whether the shipped split carries over.
 
 For every pair (measured table, shipped table of the same model and batch size on ``--against``)
 this prints, per model:
@@ -28,13 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from jigsaw_env.cost_table import TABLES_DIR, CostTable, table_filename
+from jigsaw_env.gpu_split import saved_share
 from jigsaw_env.spb import SPBConfig
-
-
-def saved_share(table: CostTable) -> np.ndarray:
-    """Per start group s: 1 - compute_s(s) / compute_s(0) (no executor overhead), a fraction."""
-    c = np.array([table.plain_compute_s(s) for s in range(table.num_groups)])
-    return 1.0 - c / c[0]
 
 
 def compare(measured: CostTable, shipped: CostTable, spb: SPBConfig = SPBConfig()) -> dict:

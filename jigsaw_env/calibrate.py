@@ -152,7 +152,7 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
     size, then derive its K80/P100/V100 tables without re-measuring (Gavel-anchored models first,
     then the extrapolated ones, which use the anchored models' CPU tables). With ``derive_only``
     the CPU tables already in ``tables_dir`` are reused."""
-    from jigsaw_env import cost_table
+    from jigsaw_env import cost_table, gpu_split
     from jigsaw_env import table_builder as tb
     from jigsaw_env.zoo import MODELS
 
@@ -205,11 +205,15 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
             if n not in anchored and n not in derive and p.exists():
                 cpu_tables[n] = CostTable.load(p)
                 derive.append(n)
+    splits = gpu_splits({n: cpu_tables[n] for n in derive if n in anchored}, out_dir)
     for gpu in GPU_TYPES:
         for n in derive:
             if n in tb.GPU_RATIO_FAMILY:
                 continue
-            t = tb.anchor_table(cpu_tables[n], gpu, gavel_path=gavel_path, reference_tables=refs)
+            base = cpu_tables[n]
+            if n in splits:
+                base = gpu_split.with_gpu_shares(base, splits[n], splits[n].optimizer_share)
+            t = tb.anchor_table(base, gpu, gavel_path=gavel_path, reference_tables=refs)
             path = out_dir / table_filename(n, SHIPPED[n], gpu)
             t.save(path)
             written.append(path)
@@ -231,13 +235,47 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
     return written
 
 
+def gpu_splits(cpu_tables: dict[str, CostTable], tables_dir: Path) -> dict:
+    """model -> :class:`jigsaw_env.gpu_split.GpuSplit` for the Gavel-anchored models of
+    ``cpu_tables`` (their cpu tables at the reference batch size) whose GPU-measured split differs
+    from the cpu one by more than the noise (docs/cost_tables.md eq. S1); the noise is taken from
+    the repeated measurements and the cpu tables in ``tables_dir``."""
+    from jigsaw_env import gpu_split
+
+    if not cpu_tables:
+        return {}
+    noise = gpu_split.measured_noise(Path(tables_dir))
+    chosen = {n: gpu_split.choose_gpu_split(t, noise) for n, t in cpu_tables.items()}
+    return {n: s for n, s in chosen.items() if s is not None}
+
+
+def _batch_optimizer_share(split, job: str, ref_batch: int, batch: int, gpu: str, gavel_path) -> float:
+    """Eq. S2: the optimizer step's share at ``batch`` on ``gpu`` when its time is the reference
+    batch's (``split.optimizer_share`` of ``1 / theta(ref)``) and the iteration is ``1 / theta(batch)``."""
+    from jigsaw_env.gavel_data import gavel_alone_throughput
+
+    ref = gavel_alone_throughput(job, ref_batch, gpu, gavel_path)
+    here = gavel_alone_throughput(job, batch, gpu, gavel_path)
+    if ref is None or here is None:
+        raise ValueError(f"{job}: Gavel has no alone throughput on {gpu} at batch size "
+                         f"{ref_batch if ref is None else batch} to split the optimizer step by")
+    share = split.optimizer_share * here[1] / ref[1]
+    if share >= 1.0:
+        raise ValueError(f"{job} bs {batch} on {gpu}: the reference batch's optimizer step ({split.optimizer_share:.3g} "
+                         f"of 1/{ref[1]:.4g} s) does not fit in Gavel's iteration 1/{here[1]:.4g} s")
+    return share
+
+
 def derive_gavel_batches(models: list[str], tables_dir: Path, gavel_path: str | Path | None = None) -> list[CostTable]:
     """The K80/P100/V100 tables of every batch size Gavel measured for ``models`` (Gavel-anchored
     zoo models) other than the reference batch size, each anchored exactly to Gavel's alone
     throughput there (:func:`jigsaw_env.table_builder.anchor_table`). The times are split as the
     cpu table measured at that batch size in ``tables_dir``, or where there is none, as the
     nearest measured cpu table scaled to the batch size by eq. B1
-    (:func:`jigsaw_env.cost_table.scale_to_batch`); docs/cost_tables.md section 9."""
+    (:func:`jigsaw_env.cost_table.scale_to_batch`); docs/cost_tables.md section 9. A model whose
+    GPU-measured split is switched to (:func:`gpu_splits`) takes it at every batch size, with the
+    optimizer step's time the reference batch's (eq. S2, docs/cost_tables.md section 3a)."""
+    from jigsaw_env import gpu_split
     from jigsaw_env import table_builder as tb
     from jigsaw_env.cost_table import nearest_batch_size, scale_to_batch
     from jigsaw_env.zoo import MODELS
@@ -252,6 +290,7 @@ def derive_gavel_batches(models: list[str], tables_dir: Path, gavel_path: str | 
                 measured[b] = CostTable.load(p)
         if not measured:
             raise ValueError(f"{n}: no measured cpu table in {tables_dir} to derive its Gavel batch sizes from")
+        splits = gpu_splits({n: measured[SHIPPED[n]]}, tables_dir) if SHIPPED[n] in measured else {}
         for b in tb.gavel_batch_sizes(job, GPU_TYPES, gavel_path):
             if b == SHIPPED[n]:
                 continue
@@ -259,7 +298,11 @@ def derive_gavel_batches(models: list[str], tables_dir: Path, gavel_path: str | 
                 measured[nearest_batch_size(b, list(measured))], b, 1.0,
                 "1 (any exponent gives this table: the anchor to Gavel below rescales every time)")
             for gpu in GPU_TYPES:
-                out.append(tb.anchor_table(base, gpu, gavel_path=gavel_path))
+                here = base
+                if n in splits:
+                    share = _batch_optimizer_share(splits[n], job, SHIPPED[n], b, gpu, gavel_path)
+                    here = gpu_split.with_gpu_shares(base, splits[n], share)
+                out.append(tb.anchor_table(here, gpu, gavel_path=gavel_path))
     return out
 
 

@@ -559,6 +559,15 @@ def _derived_sources(base: CostTable, gpu: str, factor: float, fixed_text: str, 
     } | ({"batch_scaling": src["batch_scaling"]} if "batch_scaling" in src else {})
 
 
+def _split_origin(base: CostTable) -> str:
+    """Where ``base``'s per-group split comes from, for an anchored table's sources."""
+    split = base.meta.get("split_from")
+    if not split:
+        return f"the {base.device}-measured one"
+    return (f"the one measured on {split['measured_on']} ({split['file']}; docs/cost_tables.md section 3a), the "
+            f"optimizer step taking {split['optimizer_share']:.4g} of the iteration")
+
+
 def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None,
                  reference_tables: Iterable[CostTable] | None = None) -> CostTable:
     """Derive the ``gpu`` (k80/p100/v100) table of ``base`` (a measured table).
@@ -594,7 +603,7 @@ def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None
         anchor_text = (f"Gavel measured throughput: {GAVEL_FILE} [{gpu!r}][{key!r}]['null'] = {thr:.6g} "
                        f"iterations/s alone (scale factor 1); every time of the {base.device} table is scaled by "
                        f"k = (1/{thr:.6g}) / {base_t:.6g} s = {factor:.6g}, so compute_s(0) = 1/throughput = "
-                       f"{1.0 / thr:.6g} s; the per-group split is the {base.device}-measured one")
+                       f"{1.0 / thr:.6g} s; the per-group split is " + _split_origin(base))
     else:
         refs = list(reference_tables) if reference_tables is not None else default_reference_tables(base.device)
         ratios = {}

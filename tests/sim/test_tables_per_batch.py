@@ -21,6 +21,7 @@ from jigsaw_env.zoo import MODELS
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 GAVEL_MODELS = sorted(m for m in SHIPPED if MODELS[m].gavel_job)
 GPUS = ("k80", "p100", "v100")
+SWITCHED = ("lstm_lm", "recommendation")  # GPU-measured split (docs/cost_tables.md section 3a)
 
 
 def _shipped(model, bs, device) -> CostTable:
@@ -75,7 +76,10 @@ def _shares(t: CostTable) -> np.ndarray:
 
 @pytest.mark.data
 def test_gpu_split_is_the_cpu_table_measured_at_that_batch_or_eq_b1_of_the_nearest():
+    """Models whose GPU-measured split is switched to (eq. S1) are checked in test_gpu_split.py."""
     for m, b, g, _ in _gavel_entries():
+        if m in SWITCHED:
+            continue
         measured = (SHIPPED[m], *MEASURED_BATCHES.get(m, ()))
         if b in measured:
             base = _shipped(m, b, "cpu")
