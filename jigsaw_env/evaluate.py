@@ -147,6 +147,7 @@ def parse_agents(text: str) -> list[AgentSpec]:
     from agents import available_schedulers
     from agents.base import is_import_path, scheduler_class
     from agents.rl import is_run_dir
+    from agents.shipped import shipped_policy
 
     failed = _import_schedulers()
     names = available_schedulers()
@@ -156,7 +157,9 @@ def parse_agents(text: str) -> list[AgentSpec]:
     out: list[AgentSpec] = []
     labels: set[str] = set()
     for it in items:
-        if it in names or is_import_path(it):
+        if shipped_policy(it) is not None and not Path(it).exists():  # a policy shipped in the package
+            label, spec = it, AgentSpec(it, "learned", str(shipped_policy(it)), True)
+        elif it in names or is_import_path(it):
             scheduler_class(it)  # a plug-in that does not load: one line saying why
             label, spec = it, AgentSpec(it, "heuristic", it, "spb" in it or it.startswith("jigsaw"))
         elif is_run_dir(it):

@@ -452,7 +452,8 @@ def register(subparsers) -> None:
         "export", help="export a trained policy (RUN_DIR) to ONNX: normalization, masking and argmax in the graph",
         description="Export RUN_DIR's policy to one ONNX graph (obs, mask) -> action that runs with onnxruntime "
                     "and numpy alone; see docs/export.md.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run (config.json, model.zip, vecnormalize.npz)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run (config.json, model.zip, vecnormalize.npz), "
+                                                       "or a shipped policy's name (learned; default --out learned.onnx)")
     p.add_argument("--out", default=None,
                    help="the ONNX file to write (default: RUN_DIR/policy.onnx, RUN_DIR/policy-best.onnx with --best)")
     p.add_argument("--best", action="store_true", help="export best/best_model.zip instead of model.zip")
@@ -466,7 +467,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    summary = export_policy(args.run_dir, args.out, best=args.best, opset=args.opset, check=max(0, args.check))
+    from agents.shipped import shipped_policy
+
+    run_dir, out = args.run_dir, args.out
+    if shipped_policy(run_dir) is not None and not Path(run_dir).exists():  # a policy shipped in the package
+        run_dir, out = shipped_policy(run_dir), out or f"{run_dir}.onnx"  # never over the shipped file
+    summary = export_policy(run_dir, out, best=args.best, opset=args.opset, check=max(0, args.check))
     if args.bench and args.bench > 0:
         from .onnx_policy import OnnxPolicy
         summary["latency_ms"] = OnnxPolicy(summary["out"]).benchmark(args.bench)

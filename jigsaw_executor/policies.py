@@ -69,6 +69,16 @@ def load_policy(path: str | Path):
 
 
 def scheduler_spec(policy: str, kwargs: dict | None = None) -> dict:
+    """What to build for ``policy``: a shipped policy's name (``learned``: its ONNX,
+    :mod:`agents.shipped`), a policy file or RUN_DIR, or a heuristic name."""
+    from agents.shipped import SHIPPED_NAMES, shipped_onnx
+
+    if policy in SHIPPED_NAMES and not Path(policy).exists():
+        onnx = shipped_onnx(policy)
+        if onnx is None:
+            raise FileNotFoundError(f"the shipped policy {policy!r} is not installed (expected "
+                                    f"agents/policies/{policy}/policy.onnx)")
+        return {"kind": "policy", "path": str(onnx), "shipped": policy}
     if is_policy_path(policy):
         return {"kind": "policy", "path": str(Path(policy).resolve())}
     if Path(policy).is_dir():

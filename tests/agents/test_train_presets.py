@@ -20,7 +20,7 @@ def _parse(argv):
 
 def test_every_preset_is_valid_and_matches_its_readme_recipe():
     names = train_agent.preset_names()
-    assert names == ["imitation", "imitation-sizes", "philly-study", "quick", "slots", "wall-30m"]
+    assert names == ["imitation", "imitation-sizes", "learned", "philly-study", "quick", "slots", "wall-30m"]
     for name in names:
         args = _parse(["--preset", name] + (["--trace", "philly:x.csv"] if name == "philly-study" else []))
         applied = train_agent.apply_option_files(args)
@@ -34,6 +34,13 @@ def test_every_preset_is_valid_and_matches_its_readme_recipe():
     assert (args.policy, args.train_gpus, args.val_gpus, args.gamma, args.n_steps, args.dagger_rounds) == \
         ("slots", [16, 32], [16, 32], 0.9995, 1024, 4)
     assert (args.max_jobs, args.load, args.val, args.n_envs, args.max_wall_s) == (80, [1.0], 0.1, 2, 1800.0)
+    # the shipped policy's recipe: the study's options on the reference Philly trace, seed 0
+    study = vars(args)
+    args = _parse(["--preset", "learned"])
+    train_agent.apply_option_files(args)
+    assert (args.trace, args.seed, args.holdout) == ("philly", 0, 0.2)
+    assert {k: v for k, v in vars(args).items() if k not in ("trace", "seed", "preset") and not k.startswith("_")} == \
+        {k: v for k, v in study.items() if k not in ("trace", "seed", "preset") and not k.startswith("_")}
 
 
 def test_command_line_flags_override_the_config_and_the_config_the_preset(tmp_path):

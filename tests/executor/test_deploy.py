@@ -353,3 +353,20 @@ def test_address_connects_to_a_running_ray_cluster(tmp_path):
             except ProcessLookupError:
                 break
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_the_shipped_learned_policy_deploys_by_name(ray_pieces, tmp_path):
+    """`jigsaw deploy --policy learned`: the ONNX graph shipped in the package (agents.shipped)
+    drives the live cluster; every logged observation and mask gives the same action again."""
+    from agents.shipped import shipped_onnx
+    from jigsaw_executor.deploy import DemoScenario
+
+    pool, hub = ray_pieces
+    out = tmp_path / "live"
+    summary, replay = deploy("learned", demo_jobs(SLOTS, 0.15), slots=SLOTS, out=out, demo=True, round_s=1.0,
+                             max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True,
+                             scenario=DemoScenario(preempt_by_round=2, level_by_round=3))
+    assert summary["scheduler"]["path"] == str(shipped_onnx("learned"))
+    assert all(j["status"] == "done" for j in summary["jobs"].values())
+    steps = [s for r in _rounds(out) for s in r.get("steps", [])]
+    assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]

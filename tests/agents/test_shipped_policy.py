@@ -1,0 +1,89 @@
+"""The policy shipped in the package (`learned`, agents/policies/learned; agents.shipped): its files
+and metadata, its size, `jigsaw export learned` giving the same graph as the shipped ONNX,
+`jigsaw evaluate --agents learned --heldout` keeping to the split its metadata records (by the
+trace file's content), and the trace-file identity that --heldout relies on. The live deploy of it
+is in tests/executor/test_deploy.py."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agents.rl_env import file_digest, same_trace_file
+from agents.shipped import SHIPPED_NAMES, shipped_onnx, shipped_policy
+from data_helpers import require_data
+
+LEARNED = shipped_policy("learned")
+
+
+def test_learned_is_shipped_with_its_recipe_and_split():
+    assert SHIPPED_NAMES == ("learned",) and LEARNED is not None and shipped_onnx("learned") is not None
+    names = sorted(f.name for f in LEARNED.iterdir())
+    assert names == ["config.json", "model.zip", "policy.onnx", "vecnormalize.npz"]
+    assert sum(f.stat().st_size for f in LEARNED.iterdir()) <= 5_000_000
+    cfg = json.loads((LEARNED / "config.json").read_text())
+    assert cfg["preset"] == "learned" and "--preset learned" in cfg["command"]
+    assert cfg["env"]["trace"] == "philly" and cfg["sampling"]["holdout"] == 0.2
+    shipped = cfg["shipped"]
+    assert shipped["name"] == "learned" and shipped["model"] in ("best", "last")
+    assert len(shipped["trace_sha256"]) == 64 and shipped["heldout_split"] == "last 20% of the jobs"
+    # the ONNX graph is the model's (its metadata names the model file's digest)
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(LEARNED / "policy.onnx")).metadata_props}
+    assert file_digest(LEARNED / "model.zip") in json.dumps(meta)
+    assert shipped_policy("nope") is None and shipped_onnx("nope") is None
+
+
+def test_the_shipped_trace_digest_is_the_reference_philly():
+    data = require_data("philly/philly.csv")
+    cfg = json.loads((LEARNED / "config.json").read_text())
+    assert file_digest(data) == cfg["shipped"]["trace_sha256"]
+
+
+def test_same_trace_file_by_default_path_and_by_content(tmp_path):
+    data = require_data("philly/philly.csv")
+    assert same_trace_file("philly", f"philly:{data}")
+    copy = tmp_path / "philly.csv"
+    shutil.copy(data, copy)
+    assert same_trace_file("philly", f"philly:{copy}")  # the same bytes elsewhere
+    other = tmp_path / "other.csv"
+    other.write_bytes(Path(data).read_bytes()[:-10] + b"0123456789")  # same size, other bytes
+    assert not same_trace_file(f"philly:{copy}", f"philly:{other}")
+    assert not same_trace_file("synthetic", "synthetic")
+    assert not same_trace_file("philly", f"philly:{tmp_path / 'missing.csv'}")
+    assert not same_trace_file("nonsense:", "philly")
+
+
+def test_export_learned_by_name_writes_the_shipped_graph(tmp_path, monkeypatch):
+    pytest.importorskip("sb3_contrib")
+    from jigsaw_env.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    before = file_digest(LEARNED / "policy.onnx")
+    assert main(["export", "learned", "--check", "64"]) == 0
+    assert (tmp_path / "learned.onnx").is_file()  # the default --out: never over the shipped file
+    assert file_digest(LEARNED / "policy.onnx") == before
+    assert main(["export", "learned", "--out", str(tmp_path / "p.onnx"), "--check", "0"]) == 0
+    assert file_digest(tmp_path / "p.onnx") == file_digest(tmp_path / "learned.onnx")
+
+
+def test_evaluate_learned_heldout_uses_its_recorded_split(tmp_path):
+    data = require_data("philly/philly.csv")
+    from jigsaw_env.cli import main
+
+    out = tmp_path / "e"
+    assert main(["evaluate", "--agents", "jigsaw,learned", "--trace", f"philly:{data}", "--heldout", "--gpus", "16",
+                 "--max-jobs", "12", "--seeds", "1", "--out", str(out), "--no-progress"]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    cfg = json.loads((LEARNED / "config.json").read_text())
+    # the jobs before the held-out 20 % (its training and validation splits) are left out
+    n_jobs = sum(1 for _ in open(data)) - 1
+    assert meta["heldout"]["on"] and meta["heldout"]["excluded_training_jobs"] > 0.7 * n_jobs
+    assert cfg["sampling"]["eval_split"] == "last 20% of the jobs"
+    import pandas as pd
+
+    m = pd.read_csv(out / "metrics.csv")
+    assert set(m["agent"]) == {"jigsaw", "learned"} and (m["jobs_completed"] == 12).all()
