@@ -162,6 +162,7 @@ def same_trace_file(a: str, b: str) -> bool:
     """Whether two real-trace specs (``KIND:PATH``, or a kind with a default path such as
     ``philly``) name the same file or two files with the same content (a policy trained on
     Philly elsewhere, evaluated on a copy here); False for synthetic ones and bad specs."""
+    from jigsaw_env.digest import file_sha256
     from traces.api import parse_spec
 
     if is_synthetic(a) or is_synthetic(b):
@@ -171,20 +172,10 @@ def same_trace_file(a: str, b: str) -> bool:
         if pa == pb:
             return True
         return pa.is_file() and pb.is_file() and pa.stat().st_size == pb.stat().st_size \
-            and file_digest(pa) == file_digest(pb)
+            and file_sha256(pa) == file_sha256(pb)
     except (OSError, ValueError):
         return False
 
-
-def file_digest(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes (hex)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def training_job_ids(config: dict) -> frozenset[int] | None:

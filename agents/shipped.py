@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["POLICIES_DIR", "SHIPPED_NAMES", "shipped_policy", "shipped_onnx"]
+__all__ = ["POLICIES_DIR", "SHIPPED_NAMES", "is_shipped_name", "shipped_policy", "shipped_onnx"]
 
 POLICIES_DIR = Path(__file__).parent / "policies"
 SHIPPED_NAMES = ("learned",)
+
+
+def is_shipped_name(name: str) -> bool:
+    """Whether ``name`` means a shipped policy: one of :data:`SHIPPED_NAMES` with no file or folder
+    of that name here (a local path of the same name wins)."""
+    return name in SHIPPED_NAMES and not Path(name).exists()
 
 
 def shipped_policy(name: str) -> Path | None:

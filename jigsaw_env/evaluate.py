@@ -147,7 +147,7 @@ def parse_agents(text: str) -> list[AgentSpec]:
     from agents import available_schedulers
     from agents.base import is_import_path, scheduler_class
     from agents.rl import is_run_dir
-    from agents.shipped import shipped_policy
+    from agents.shipped import is_shipped_name, shipped_policy
 
     failed = _import_schedulers()
     names = available_schedulers()
@@ -157,8 +157,8 @@ def parse_agents(text: str) -> list[AgentSpec]:
     out: list[AgentSpec] = []
     labels: set[str] = set()
     for it in items:
-        if shipped_policy(it) is not None and not Path(it).exists():  # a policy shipped in the package
-            label, spec = it, AgentSpec(it, "learned", str(shipped_policy(it)), True)
+        if is_shipped_name(it) and (folder := shipped_policy(it)) is not None:  # a policy shipped in the package
+            label, spec = it, AgentSpec(it, "learned", str(folder), True)
         elif it in names or is_import_path(it):
             scheduler_class(it)  # a plug-in that does not load: one line saying why
             label, spec = it, AgentSpec(it, "heuristic", it, "spb" in it or it.startswith("jigsaw"))

@@ -322,7 +322,8 @@ def time_optimizer(model: ZooModel, optimizer: torch.optim.Optimizer, repeats: i
 # --------------------------------------------------------------------------------------------
 # measured table
 # --------------------------------------------------------------------------------------------
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s ``model name``; else :func:`platform.processor`)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -413,7 +414,7 @@ def _measured_meta(m: _Measured) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "processor": _cpu_name() if m.device == "cpu" else m.where,
+        "processor": cpu_name() if m.device == "cpu" else m.where,
         "threads": torch.get_num_threads(),
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "repeats": m.repeats,
@@ -502,7 +503,7 @@ def measure_table(model_name: str, batch_size: int, device: str = "cpu", repeats
         for i in range(model.num_groups))
 
     if device == "cpu":
-        where = f"{_cpu_name()}, {torch.get_num_threads()} thread(s)"
+        where = f"{cpu_name()}, {torch.get_num_threads()} thread(s)"
     else:
         where = torch.cuda.get_device_name(dev)
     cmd = command or f"jigsaw calibrate --model {model_name} --batch-size {batch_size} --device {device} --repeats {repeats}"

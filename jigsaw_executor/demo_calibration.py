@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import tempfile
 from pathlib import Path
@@ -60,17 +59,6 @@ def cache_root() -> Path:
     return Path(base) / "demo-calibration"
 
 
-def _cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``'s ``model name``; else :func:`platform.processor`)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _model_shapes(models: tuple[str, ...]) -> dict[str, str]:
     """Per model, a short digest of its parameters' names and shapes (a changed model is a new key)."""
     from jigsaw_env.zoo import build_model
@@ -88,13 +76,15 @@ def machine_key(slots: int, lockstep: bool, models: tuple[str, ...] = DEMO_MODEL
 
     import torch
 
+    from jigsaw_env.table_builder import cpu_name
+
     from .cluster_ray import physical_cores
 
     try:
         jigsaw_version = version("jigsaw")
     except PackageNotFoundError:  # run from a source tree that is not installed
         jigsaw_version = "source"
-    return {"format": CACHE_FORMAT, "cpu": _cpu_model(), "physical_cores": physical_cores(),
+    return {"format": CACHE_FORMAT, "cpu": cpu_name(), "physical_cores": physical_cores(),
             "slots": min(2, slots), "lockstep": bool(lockstep), "torch": torch.__version__,
             "jigsaw": jigsaw_version, "repeats": REPEATS, "iterations": ITERATIONS,
             "models": _model_shapes(models)}

@@ -467,11 +467,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from agents.shipped import shipped_policy
+    from agents.shipped import is_shipped_name, shipped_policy
 
     run_dir, out = args.run_dir, args.out
-    if shipped_policy(run_dir) is not None and not Path(run_dir).exists():  # a policy shipped in the package
-        run_dir, out = shipped_policy(run_dir), out or f"{run_dir}.onnx"  # never over the shipped file
+    if is_shipped_name(run_dir) and (folder := shipped_policy(run_dir)) is not None:  # a policy shipped in the package
+        run_dir, out = folder, out or f"{run_dir}.onnx"  # never over the shipped file
     summary = export_policy(run_dir, out, best=args.best, opset=args.opset, check=max(0, args.check))
     if args.bench and args.bench > 0:
         from .onnx_policy import OnnxPolicy

@@ -71,9 +71,9 @@ def load_policy(path: str | Path):
 def scheduler_spec(policy: str, kwargs: dict | None = None) -> dict:
     """What to build for ``policy``: a shipped policy's name (``learned``: its ONNX,
     :mod:`agents.shipped`), a policy file or RUN_DIR, or a heuristic name."""
-    from agents.shipped import SHIPPED_NAMES, shipped_onnx
+    from agents.shipped import is_shipped_name, shipped_onnx
 
-    if policy in SHIPPED_NAMES and not Path(policy).exists():
+    if is_shipped_name(policy):
         onnx = shipped_onnx(policy)
         if onnx is None:
             raise FileNotFoundError(f"the shipped policy {policy!r} is not installed (expected "

@@ -34,7 +34,7 @@ def _statistics(run_dir: Path, model: str) -> Path:
 def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> Path:
     """Write ``agents/policies/<name>/`` from ``run_dir`` (module docstring); returns the folder."""
     from agents.rl import read_run_config
-    from agents.rl_env import file_digest
+    from jigsaw_env.digest import file_sha256
     from jigsaw_executor.export import export_policy
     from traces.api import parse_spec
 
@@ -47,7 +47,7 @@ def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> 
     trace = cfg["env"]["trace"]
     trace_file = Path(parse_spec(trace)[1])
     cfg["shipped"] = {"name": name, "from_run": str(run_dir.resolve()), "model": model,
-                      "trace": trace, "trace_sha256": file_digest(trace_file),
+                      "trace": trace, "trace_sha256": file_sha256(trace_file),
                       "heldout_split": cfg["sampling"]["eval_split"], "val_split": cfg["sampling"]["val_split"]}
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=POLICIES_DIR))
     try:

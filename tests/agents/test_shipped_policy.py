@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.rl_env import file_digest, same_trace_file
+from agents.rl_env import same_trace_file
 from agents.shipped import SHIPPED_NAMES, shipped_onnx, shipped_policy
 from data_helpers import require_data
+from jigsaw_env.digest import file_sha256 as file_digest
 
 LEARNED = shipped_policy("learned")
 
