@@ -33,8 +33,8 @@ from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exporte
 # options choose a guest's GPUs with it); re-exported here, where the heuristics read them
 from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairingHit, PairPlan, _cache, _caches_of,  # noqa: F401
                                 _lcm, _search_pairing, _search_pairing_phases, _sharing_tag, guest_orders,
-                                host_layout, pair_step_lower_bound, phase_mod, placement_sig, profile_summary,
-                                search_pairing, _signature)
+                                host_layout, pair_step_lower_bound, phase_difference, phase_mod,
+                                placement_sig, profile_summary, search_pairing, syncs_share_a_link, _signature)
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus, job_decision
@@ -285,7 +285,7 @@ def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, .
     (Jigsaw's host search) reads them here and makes a :class:`PairPlan` for the one it keeps."""
     wa, wb = len(host_gpus), guest.num_gpus
     lid, cap = pairing_layout(state, host_gpus, wb)
-    rel = (guest.iteration - host.iteration) % phase_mod(state) if wa > 1 else 0
+    rel = phase_difference(state, host, guest, wa)
     key = (host.model, host.batch_size, host.num_gpus, lid, guest.model, guest.batch_size, wb, rel)
     cache = _cache(state.costs, _sharing_tag(state, "pair_default"))
     hit = cache.get(key, False)

@@ -33,8 +33,8 @@ from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobS
 
 from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
-                     job_decision, pair_step_lower_bound, pairing_layout, parse_thresholds, phase_mod,
-                     placement_sig, profile_summary, select_by_budget, spb_configs)
+                     job_decision, pair_step_lower_bound, pairing_layout, parse_thresholds, phase_difference,
+                     placement_sig, profile_summary, select_by_budget, spb_configs, syncs_share_a_link)
 
 
 _JOB_ID = operator.attrgetter("job_id")
@@ -474,7 +474,7 @@ class Jigsaw(Scheduler):
         hgpus = ledger.decision[host.job_id].gpus
         if hgpus != host.placement or not set(guest.placement) <= set(hgpus):
             return None
-        rel = (guest.iteration - host.iteration) % phase_mod(state) if len(hgpus) > 1 else 0
+        rel = phase_difference(state, host, guest, len(hgpus))
         inputs = (hgpus, guest.placement, host.level, host.pattern, guest.level, guest.pattern, rel)
         memo = self._job_memo(state, "keep")
         e = memo.get(guest.job_id)
@@ -610,7 +610,7 @@ def pairing_bound(state: ClusterState, host: JobState, hgpus: tuple[int, ...], g
             for g in reps.values():
                 pg = costs.profile(guest, gc[0], gc[1], g)
                 tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
+                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, syncs_share_a_link(state, hgpus, g))
                 ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
     return ub
 

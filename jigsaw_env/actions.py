@@ -33,7 +33,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from .encoder import HOST_SLOTS
-from .pairing import guest_orders, phase_mod, search_pairing
+from .pairing import guest_orders, phase_difference, search_pairing
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
 from .state import ClusterState, JobDecision, JobStatus, trusted_decision
@@ -210,7 +210,7 @@ class RoundBuilder:
         hjd = self.ledger.decision[hid]
         if not combo:
             return ("pair row", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd)
-        rel = (job.iteration - host.iteration) % phase_mod(self.state) if len(hjd.gpus) > 1 else 0
+        rel = phase_difference(self.state, host, job, len(hjd.gpus))
         return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, *combo)
 
     def _pair_fits(self, job, hid: int, level: int, pattern: Pattern) -> bool:

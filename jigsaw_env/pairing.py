@@ -70,6 +70,16 @@ def _sharing_tag(state: ClusterState, name: str) -> str:
     return name if state.sharing is None else name + "/" + state.sharing.mode
 
 
+def phase_difference(state: ClusterState, host: JobState, guest: JobState, width: int) -> int:
+    """The guest's SPB phase relative to its ``width``-GPU host's, modulo :func:`phase_mod`: all
+    a pairing's score reads of the two iteration counters (the mean step over a hyper-period
+    depends on the phases only through their difference: shifting both counters by k rotates the
+    step sequence, and every period divides the modulus). 0 on one GPU (the loads just add up)."""
+    if width <= 1:
+        return 0
+    return (guest.iteration - host.iteration) % phase_mod(state)
+
+
 def _cache(costs: CostModel, name: str, limit: int = _MAX_CACHE) -> dict:
     """A named cache of ``costs`` (emptied when it grows past ``limit`` entries: every entry is a
     pure function of its key, so recomputing one gives the same value)."""
@@ -224,26 +234,9 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
             break
         if arrays is None:  # first visit of this candidate: its phase-independent arrays
             arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
-        ok, inv, H, la0, zg, together, linked = arrays
-        if inv is None:  # no order of this group fits in memory
+        step = _lockstep_steps(arrays, ph, pg, i_host, i_guest)
+        if step is None:  # no order of this group fits in memory
             continue
-        ks = _arange(H)
-        if i_host == 0:
-            pha, la = ks % ph.period, la0
-        else:
-            pha = (i_host + ks) % ph.period
-            la = ph.compute_s[pha].T
-        phb = (i_guest + ks) % pg.period
-        # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
-        # (a zero column for a GPU without a guest worker): the sums the engine forms, per order;
-        # under the fitted sharing the engine's concurrent time, read from the candidate's table
-        if together is None:
-            loads = la[None, :, :] + zg[:, phb][inv]
-        else:
-            loads = together[_arange(wa)[None, :, None], pha[None, None, :], inv[:, :, None], phb[None, None, :]]
-        comm = ph.comm_s[pha] + pg.comm_s[phb] if linked else np.maximum(ph.comm_s[pha], pg.comm_s[phb])
-        step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
-        step = np.where(ok, step, np.inf)
         k = int(np.argmin(step))
         if not np.isfinite(step[k]):
             continue
@@ -257,18 +250,56 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     return None if best is None else PairingHit(*best[:7])
 
 
+def _lockstep_steps(arrays: tuple, ph, pg, i_host: int, i_guest: int) -> np.ndarray | None:
+    """Per order of a candidate (:func:`_candidate_arrays`' ``arrays``), the mean lockstep step
+    over the hyper-period with the host at phase ``i_host`` and the guest at ``i_guest`` (inf
+    where the order does not fit in memory), or None when no order fits."""
+    ok, inv, H, la0, zg, together, linked = arrays
+    if inv is None:
+        return None
+    wa = len(la0)
+    ks = _arange(H)
+    if i_host == 0:
+        pha, la = ks % ph.period, la0
+    else:
+        pha = (i_host + ks) % ph.period
+        la = ph.compute_s[pha].T
+    phb = (i_guest + ks) % pg.period
+    # loads[o, g, k]: the host's compute on its GPU g at step k plus the guest worker's on it
+    # (a zero column for a GPU without a guest worker): the sums the engine forms, per order;
+    # under the fitted sharing the engine's concurrent time, read from the candidate's table
+    if together is None:
+        loads = la[None, :, :] + zg[:, phb][inv]
+    else:
+        loads = together[_arange(wa)[None, :, None], pha[None, None, :], inv[:, :, None], phb[None, None, :]]
+    comm = ph.comm_s[pha] + pg.comm_s[phb] if linked else np.maximum(ph.comm_s[pha], pg.comm_s[phb])
+    step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
+    return np.where(ok, step, np.inf)
+
+
 def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
-                          guest_load: float, guest_slowest: float, guest_sync: float, host_width: int) -> float:
+                          guest_load: float, guest_slowest: float, guest_sync: float, host_width: int,
+                          linked: bool = False) -> float:
     """A lower bound (s) on the mean lockstep step of a host and a guest on its GPUs, from
     :func:`profile_summary`'s means: the busiest GPU computes at least either job's slowest worker
     and, time-sliced, at least the average summed load; under the fitted model two workers may
     take less than their sum, but no rate exceeds 1, so a GPU computes at least its host worker's
     load and at least half the summed load, on average over the GPUs too. The sync lasts at least
-    the longer mean sync (eq. L1 can only add to it)."""
+    the longer mean sync, and when the two syncs share a link (``linked``, :func:`syncs_share_a_link`)
+    the sum of the means: eq. L1 adds them at every step."""
     summed = (host_load + guest_load) / host_width
     fitted = state.sharing is not None and state.sharing.fitted
     mean_load = max(host_load / host_width, summed / 2.0) if fitted else summed
-    return max(mean_load, host_slowest, guest_slowest) + max(host_sync, guest_sync)
+    sync = host_sync + guest_sync if linked else max(host_sync, guest_sync)
+    return max(mean_load, host_slowest, guest_slowest) + sync
+
+
+def syncs_share_a_link(state: ClusterState, host_gpus: Sequence[int], guest_gpus: Sequence[int]) -> bool:
+    """Whether a host's sync and a guest's on a subset of its GPUs cross a common link (eq. L1):
+    they do when the guest spans nodes exactly when the host does. False without the simulator's
+    sharing model (syncs then overlap freely)."""
+    sharing = state.sharing
+    return sharing is not None and bool(sharing.links_of(host_gpus) & sharing.links_of(guest_gpus))
 
 
 def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, prep_key=None) -> tuple:
@@ -363,15 +394,17 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
     groups: dict[tuple, list[int]] = {}
     for i, o in enumerate(orders):
         groups.setdefault(placement_sig(state, tuple([host_gpus[c] for c in o])), []).append(i)
+    group_linked = [syncs_share_a_link(state, host_gpus, [host_gpus[c] for c in orders[idx[0]]])
+                    for idx in groups.values()]
     cands = []
     for hc in host_cfgs:
         ph = costs.profile(host, hc[0], hc[1], host_gpus)
         th, mh, ch = profile_summary(costs, ph)
         for gc in guest_cfgs:
-            for idx in groups.values():
+            for idx, linked in zip(groups.values(), group_linked):
                 pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
                 tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa)
+                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, linked)
                 ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
                 cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
     cands.sort(key=lambda c: (c[0], c[1]))
@@ -409,15 +442,13 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
     zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
     sharing = state.sharing
-    together, linked = None, False
-    if sharing is not None:
-        guest_gpus = [host_gpus[c] for c in sub[0]]
-        linked = bool(sharing.links_of(host_gpus) & sharing.links_of(guest_gpus))
-        if sharing.fitted:
-            peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
-            host = ph.compute_s.T[:, :, None, None]  # (wa, Ph, 1, 1)
-            together = shared_gpu_time(host, zg[None, None, :, :], ph.batch_size, pg.batch_size, peaks,
-                                       sharing.model)  # (wa, Ph, wb + 1, Pg)
+    together = None
+    linked = syncs_share_a_link(state, host_gpus, [host_gpus[c] for c in sub[0]])
+    if sharing is not None and sharing.fitted:
+        peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
+        host = ph.compute_s.T[:, :, None, None]  # (wa, Ph, 1, 1)
+        together = shared_gpu_time(host, zg[None, None, :, :], ph.batch_size, pg.batch_size, peaks,
+                                   sharing.model)  # (wa, Ph, wb + 1, Pg)
     return ok, inv, H, la0, zg, together, linked
 
 
@@ -451,17 +482,23 @@ def search_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int]
     else:
         (node_sig, types_sig, _), _ = host_layout(state, host_gpus)
         sig = (node_sig, types_sig, tuple(capacity))
-    pm = phase_mod(state)
-    # the mean over a hyper-period depends on the phases only through their difference (shifting
-    # both counters by k rotates the step sequence), and every period divides pm
-    rel = (guest.iteration - host.iteration) % pm if wa > 1 else 0  # one GPU: loads just add up
+    rel = phase_difference(state, host, guest, wa)
     key = (host.model, host.batch_size, sig, guest.model, guest.batch_size, wb, rel,
            tuple(host_cfgs), tuple(guest_cfgs), tuple(orders))
     cache = _cache(state.costs, _sharing_tag(state, "pair"))
     hit = cache.get(key, False)
     if hit is not False:
         return None if hit is None else hit.plan(host_gpus, orders)
-    found = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, rel,
-                           key[:6] + key[7:])
-    cache[key] = found
+    prep_key = key[:6] + key[7:]
+    if wa > 1 and prep_key in _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP):
+        # a second phase difference of the same candidates (free-running pairs drift through
+        # them round after round): search every difference at once and keep them all
+        every = _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
+                                       range(phase_mod(state)), prep_key)
+        for r, res in enumerate(every):
+            cache[key[:6] + (r,) + key[7:]] = res
+        found = every[rel]
+    else:
+        found = cache[key] = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
+                                             0, rel, prep_key)
     return None if found is None else found.plan(host_gpus, orders)

@@ -183,6 +183,17 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
             b = plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             # a PairingHit (a named tuple) against the reference's plain tuple: the same values
             assert repr(a if a is None else tuple(a)) == repr(b if b is None else tuple(b))
+        # explicit candidate sets at every phase difference (the second one asked searches all of
+        # them at once, as a pair that stays is asked round after round): each the plain search
+        explicit = (spb_configs(st, host), [(0, Pattern.ROTATING), (2, Pattern.STATIC)], order)
+        for d in (3, 7, 0, 11, 5) if wa > 1 else ():
+            guest.iteration = host.iteration + d
+            b = plain_search(st, host, gpus, guest, *explicit, cap, 0, d)
+            a = best_pairing(st, host, gpus, guest, *explicit)
+            assert (a is None) == (b is None)
+            if b is not None:
+                assert (a.host_cfg, a.guest_cfg, a.value, a.x_host, a.x_guest, a.step_s) == (b[0], b[1], *b[3:])
+                assert a.guest_gpus == tuple(gpus[i] for i in order[b[2]])
         checked += 1
     assert checked > 20 and joint[0] > 10
 
