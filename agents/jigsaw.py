@@ -602,15 +602,16 @@ def pairing_bound(state: ClusterState, host: JobState, hgpus: tuple[int, ...], g
         g = tuple(hgpus[c] for c in o)
         reps.setdefault(placement_sig(state, g), g)
     iso_h, iso_g = costs.isolated_iteration_s(host), costs.isolated_iteration_s(guest)
+    linked = [(g, syncs_share_a_link(state, hgpus, g)) for g in reps.values()]
     ub = -float("inf")
     for hc in spb_configs(state, host) if reps else ():
         ph = costs.profile(host, hc[0], hc[1], hgpus)
         th, mh, ch = profile_summary(costs, ph)
         for gc in spb_configs(state, guest):
-            for g in reps.values():
+            for g, shared in linked:
                 pg = costs.profile(guest, gc[0], gc[1], g)
                 tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, syncs_share_a_link(state, hgpus, g))
+                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, shared)
                 ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
     return ub
 
