@@ -39,18 +39,36 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib.util
 import json
 import math
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import time
+import zipfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat,
+                              expert_names, policy_actor)
+from agents.rl import ALGOS, POLICIES, RUN_FORMAT, _json_kind, algo_class, read_run_config, spaces_signature
+from agents.rl_env import ENV_KEYS, make_env_fn
+from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize, write_vecnormalize
+from jigsaw_env.cli import error_line
 from jigsaw_env.cli_args import int_at_least, non_negative_float, positive_float, positive_int
-from jigsaw_env.encoder import FEATURE_GROUPS
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.cost_table import CostTable, register_tables_dir, table_files
+from jigsaw_env.encoder import FEATURE_GROUPS, check_features
+from jigsaw_env.simulate_cli import add_cluster_arguments
+from jigsaw_executor.cluster_ray import connect, physical_cores, probe_address
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -119,7 +137,6 @@ def _gamma_per_hour(text: str) -> float:
 
 def _obs_features(text: str) -> list[str]:
     """--obs-features: comma-separated feature groups (``jigsaw_env.encoder.FEATURE_GROUPS``)."""
-    from jigsaw_env.encoder import check_features
     try:
         return list(check_features(text, "--obs-features"))
     except ValueError as e:
@@ -132,7 +149,6 @@ DEFAULT_VAL = 0.1
 
 def preset_dir() -> Path:
     """The folder of the shipped presets: ``presets/`` of the ``agents`` package (package data)."""
-    import importlib.util
     spec = importlib.util.find_spec("agents")
     return Path(list(spec.submodule_search_locations)[0]) / "presets"
 
@@ -149,8 +165,6 @@ _net_arch = _positive_ints("--net-arch", "layer sizes")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``jigsaw train``, by group (each a function below)."""
-    from jigsaw_env.simulate_cli import add_cluster_arguments
-
     add_cluster_arguments(p)
     _episode_arguments(p)
     _environment_arguments(p)
@@ -218,8 +232,6 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
 
 def _training_arguments(p: argparse.ArgumentParser) -> None:
     """The algorithm, its budget, sampling and hyperparameters, the policy network."""
-    from agents.rl import ALGOS, POLICIES
-
     a = p.add_argument_group("training")
     a.add_argument("--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default maskable_ppo)")
     a.add_argument("--timesteps", type=positive_int("--timesteps"), default=100_000,
@@ -269,8 +281,6 @@ def _training_arguments(p: argparse.ArgumentParser) -> None:
 
 def _warm_start_arguments(p: argparse.ArgumentParser) -> None:
     """Behaviour cloning and DAgger before RL."""
-    from jigsaw_executor.cluster_ray import physical_cores
-
     w = p.add_argument_group("imitation warm start (agents/imitation.py)")
     w.add_argument("--warm-start", default=None, metavar="HEURISTIC",
                    help="before RL, clone this heuristic's decisions (e.g. jigsaw, tiresias): play it on training "
@@ -473,10 +483,6 @@ def options_from_files(args) -> dict[str, str]:
 # ----------------------------------------------------------------------------------------------- config
 def config_from_args(args) -> dict[str, Any]:
     """The JSON config of a run (written to RUN_DIR/config.json)."""
-    from jigsaw_env.encoder import check_features
-
-    from agents.rl import RUN_FORMAT, spaces_signature
-
     loads = args.load
     env = {
         "gpus": args.gpus, "gpus_per_node": args.gpus_per_node, "gpu_type": args.gpu_type,
@@ -536,7 +542,6 @@ def config_from_args(args) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
     out = {}
     for pkg in ("jigsaw", "numpy", "pandas", "torch", "gymnasium", "stable-baselines3", "sb3-contrib"):
         try:
@@ -547,7 +552,6 @@ def _versions() -> dict[str, str]:
 
 
 def _git_commit() -> str:
-    import subprocess
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
                            text=True, timeout=10)
@@ -566,7 +570,6 @@ def _write_json(path: Path, obj: dict) -> None:
 def _env_factories(cfg: dict, split: str, n: int, seed: int, subprocess_workers: bool = False):
     """The env factories of ``n`` envs of a split; ``subprocess_workers``: for SubprocVecEnv
     workers, which then ignore SIGINT/SIGTERM (the trainer handles them, ``make_env_fn``)."""
-    from agents.rl_env import make_env_fn
     s = cfg["sampling"]
     difficulty = 0.0 if (split == "train" and s.get("curriculum")) else 1.0
     return [make_env_fn(cfg["env"], split=split, rank=i, seed=seed, holdout=s["holdout"], val=float(s.get("val") or 0.0),
@@ -603,16 +606,12 @@ def save_state(model, venv, model_path: Path, vecnorm_path: Path) -> None:
     always has its statistics beside it, and no file is ever half-written (``--resume`` after a
     SIGKILL finds the last complete checkpoint). The statistics are plain arrays
     (``vecnormalize.npz``, agents/vecnorm_file.py)."""
-    from agents.vecnorm_file import write_vecnormalize
-
     if venv is not None:
         _atomic_write(Path(vecnorm_path), lambda f: write_vecnormalize(venv, f))
     _atomic_write(Path(model_path), lambda f: model.save(f))
 
 
 def _readable(model_path: Path, vn_path: Path | None) -> bool:
-    import zipfile
-
     try:
         with zipfile.ZipFile(model_path) as z:
             if z.testzip() is not None or "policy.pth" not in z.namelist():
@@ -659,8 +658,6 @@ def _stats_beside(folder: Path, stem: str) -> Path | None:
 def _resume_venv(venv, vn_path: Path):
     """``venv`` wrapped in a VecNormalize with the statistics of ``vn_path`` (an .npz), training
     and normalizing rewards; a pickled file is refused unread (one line)."""
-    from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize
-
     if vn_path.suffix != ".npz":
         raise ValueError(legacy_refusal(vn_path))
     vn = wrap_vecnormalize(venv, read_vecnormalize(vn_path), vn_path)
@@ -730,8 +727,6 @@ def play_reference(cfg: dict, name: str, episodes: int, eval_seed: int) -> dict:
     episodes the in-training evaluation replays: the validation env made as the evaluation's, reset
     with ``eval_seed``, then reset without a seed between episodes, as SB3's DummyVecEnv does.
     Returns its mean episode return and mean JCT (s) over them."""
-    from agents.imitation import HeuristicExpert
-
     env = _env_factories(cfg, "val", 1, eval_seed)[0]()
     base = env.unwrapped
     expert = HeuristicExpert(name)
@@ -781,7 +776,6 @@ def _fmt_csv(x) -> str:
 def plot_eval_curve(run_dir: Path) -> Path | None:
     """eval.png from eval.csv: validation mean reward (+- sd) and mean JCT against timesteps, with
     reference.json's heuristics (Tiresias, Jigsaw on the same episodes) as flat lines."""
-    import pandas as pd
     csv_path = run_dir / "eval.csv"
     if not csv_path.is_file():
         return None
@@ -827,11 +821,8 @@ def train(args) -> dict:
     import torch
     torch.set_num_threads(1)
 
-    from jigsaw_env.cost_table import register_tables_dir
-
     apply_option_files(args)
     if getattr(args, "ray", None) not in (None, "local"):
-        from jigsaw_executor.cluster_ray import probe_address
         probe_address(args.ray)  # an address nobody answers: one line now, before anything is built
     if not args.run_dir:
         args.run_dir = f"runs/{args.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -888,7 +879,6 @@ def _check_new_run(args) -> None:
         raise ValueError(f"--val must be in [0, 1 - --holdout) = [0, {1.0 - args.holdout:g}), got {args.val}")
     if not 0.0 <= args.wide_share <= 1.0:
         raise ValueError(f"--wide-share must be in [0, 1], got {args.wide_share}")
-    from jigsaw_env.cluster import ClusterSpec
     if args.val_gpus and args.val <= 0:
         raise ValueError("--val-gpus needs a validation split: pass --val F with F > 0")
     for flag, sizes in (("--train-gpus", args.train_gpus), ("--val-gpus", args.val_gpus)):
@@ -900,7 +890,6 @@ def _check_new_run(args) -> None:
     if not (args.bc_width_power >= 0 and math.isfinite(args.bc_width_power)):
         raise ValueError(f"--bc-width-power must be a finite number >= 0, got {args.bc_width_power}")
     if args.warm_start:
-        from agents.imitation import expert_names
         if args.warm_start not in expert_names():
             raise ValueError(f"--warm-start: unknown heuristic {args.warm_start!r}; allowed: {list(expert_names())}")
     if args.algo in ("maskable_ppo", "ppo"):
@@ -1006,9 +995,6 @@ def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
 def _check_resumable(cfg: dict, cfg_path: Path) -> None:
     """The fields a resumed run reads from config.json (beyond read_run_config's algo, env and
     spaces), with their types; ValueError naming the file and the field otherwise."""
-    from agents.rl import _json_kind
-    from agents.rl_env import ENV_KEYS
-
     def is_int(lo):
         return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
 
@@ -1043,8 +1029,6 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
 def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None] | None]:
     """The config of the run to resume (checked, with this invocation's --timesteps and
     --max-wall-s) and the saved state it continues from; nothing is written."""
-    from agents.rl import read_run_config
-
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
         raise ValueError(f"--resume needs a run folder with config.json; {run_dir} has none")
@@ -1097,8 +1081,6 @@ def _undo_failed_start(run_dir: Path, state: tuple[bool, frozenset[str], Path], 
     in a folder that existed the entries that were not there before), so that the same --run-dir
     can be used again; if it saved one, keep everything and say so (a ValueError is re-raised
     with that note)."""
-    import shutil
-
     existed, before, top = state
     saved = _saved_models(run_dir, before)
     if saved:
@@ -1127,7 +1109,6 @@ def _undo_failed_start(run_dir: Path, state: tuple[bool, frozenset[str], Path], 
 
 
 def _one_line(e: BaseException) -> str:
-    from jigsaw_env.cli import error_line
     return error_line(e)
 
 
@@ -1158,7 +1139,6 @@ def _sb3_gamma(cfg: dict) -> float:
 def _build_model(args, cfg: dict, venv, resume_from, sb3_gamma: float, tb: str | None):
     """The model to train: loaded from ``resume_from``'s checkpoint, or new from the config's
     algorithm, policy and hyperparameters. A model file or option SB3 refuses: one line."""
-    from agents.rl import algo_class
     from agents.slot_policy import policy_for
 
     cls = algo_class(cfg["algo"])
@@ -1271,10 +1251,7 @@ def _ray_venv(cfg: dict, address: str, n_envs: int, seed: int):
     ``address`` "local" is an embedded Ray with one CPU per env (as SubprocVecEnv has one process
     per env); else the cluster there. The ``--tables`` cost tables travel with the env factories
     (the workers need no copy of the folder); ``cfg["ray"]`` records where the envs ran."""
-    from jigsaw_executor.cluster_ray import connect
-
     from agents.ray_vec_env import RayVecEnv, with_tables
-    from jigsaw_env.cost_table import CostTable, table_files
 
     owned = connect(address, num_cpus=max(1, n_envs))
     try:
@@ -1308,8 +1285,6 @@ WARM_STATE = "progress.json"
 
 def _save_demos(path: Path, demos) -> None:
     """The demonstrations as plain arrays (np.savez, no pickle), written atomically."""
-    import numpy as np
-
     def write(f):
         np.savez(f, obs=demos.obs, masks=demos.masks, actions=demos.actions, rewards=demos.rewards,
                  dones=demos.dones, widths=demos.widths, dt_s=demos.dt_s,
@@ -1318,9 +1293,6 @@ def _save_demos(path: Path, demos) -> None:
 
 
 def _load_demos(path: Path):
-    import numpy as np
-
-    from agents.imitation import Demonstrations
     with np.load(path, allow_pickle=False) as d:
         return Demonstrations(d["obs"], d["masks"], d["actions"], d["rewards"], d["dones"], d["widths"],
                               json.loads(d["episodes"].tobytes().decode()), dt_s=d["dt_s"])
@@ -1328,9 +1300,6 @@ def _load_demos(path: Path):
 
 def _load_stats_into(venv, path: Path) -> None:
     """VecNormalize statistics of ``path`` (an .npz) into the VecNormalize ``venv``, in place."""
-    import numpy as np
-
-    from agents.vecnorm_file import read_vecnormalize
     st = read_vecnormalize(path)
     venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = st.obs_mean.copy(), st.obs_var.copy(), st.obs_count
     venv.ret_rms.mean, venv.ret_rms.var, venv.ret_rms.count = np.float64(st.ret_mean), np.float64(st.ret_var), st.ret_count
@@ -1353,8 +1322,6 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     cloned policy as RUN_DIR/warm_start/ (a RUN_DIR of its own), and records in
     ``cfg["warm_start"]`` the data sizes, the expert's and each DAgger round's mean JCT on their
     training episodes, the final fit and the wall time."""
-    from agents.imitation import HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat, policy_actor
-
     ws = cfg["warm_start"]
     seed = int(cfg["seed"])
     hp = cfg["hyperparameters"]

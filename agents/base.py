@@ -7,6 +7,8 @@ level and pattern. It needs no Gymnasium wrapper, so the same class drives the s
 """
 from __future__ import annotations
 
+import importlib
+from importlib.metadata import entry_points
 from typing import Callable
 
 from jigsaw_env.placement import GpuLedger
@@ -119,7 +121,6 @@ ENTRY_POINT_GROUP = "jigsaw.schedulers"
 def _entry_points() -> dict:
     """Installed schedulers of :data:`ENTRY_POINT_GROUP`, by name (read on every call: cheap, and
     a package installed during a session is seen)."""
-    from importlib.metadata import entry_points
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
@@ -132,7 +133,6 @@ def is_import_path(name: str) -> bool:
 def _load_plugin(name: str, target: str) -> type:
     """The scheduler class ``target`` (``module.path:ClassName``) names; ValueError naming
     ``name`` and what went wrong when it cannot be imported or is not a Scheduler subclass."""
-    import importlib
     mod_name, _, attr = target.partition(":")
     try:
         obj = importlib.import_module(mod_name)

@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from jigsaw_env.actions import RoundBuilder
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import Decision, JobDecision, JobStatus
 
-from .base import Scheduler, make_scheduler
+from .base import Scheduler, available_schedulers, make_scheduler
 
 
 # ----------------------------------------------------------------------------------------- expert
@@ -295,7 +296,6 @@ def collect(make_env: Callable[[], Any], expert: HeuristicExpert, *, episodes: i
     t0 = time.perf_counter()
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=episodes, desc=f"demonstrations ({expert.name})", unit="episode")
     ep = 0
     try:
@@ -461,7 +461,6 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     t0 = time.perf_counter()
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=epochs, desc="behaviour cloning", unit="epoch")
     try:
         for epoch in range(epochs):
@@ -509,5 +508,4 @@ def _fit_stats(policy, o_t, a_t, masks: np.ndarray, g_t, value_coef: float, chun
 
 
 def expert_names() -> Sequence[str]:
-    from .base import available_schedulers
     return [n for n in available_schedulers() if n not in ("random", "learned")]

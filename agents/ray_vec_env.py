@@ -21,12 +21,18 @@ Actors ask for ``num_cpus`` each (default 1) and are spread over the cluster's n
 """
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import socket
 import threading
 from collections import deque
 from typing import Any, Callable
 
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv
+from stable_baselines3.common.vec_env.subproc_vec_env import _worker
+
+from jigsaw_env.cost_table import CostTable, register_table
 
 
 #: the messages after which an actor sends the env's action masks with its reply
@@ -38,11 +44,6 @@ class EnvActor:
     and spoken to through an in-process pipe, exactly as a SubprocVecEnv worker process is."""
 
     def __init__(self, env_fn: Callable[[], Any]):
-        import multiprocessing as mp
-        import os
-
-        from stable_baselines3.common.vec_env.subproc_vec_env import _worker
-
         self.conn, child = mp.Pipe()
         _, unused = mp.Pipe()  # the worker closes its copy of the parent's end; here there is none
         self.error: BaseException | None = None
@@ -83,8 +84,6 @@ class EnvActor:
         self.conn.close()
 
     def where(self) -> dict:
-        import socket
-
         import ray
         return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": self.pid}
 
@@ -122,8 +121,6 @@ class with_tables:  # noqa: N801 - used like a function
         self.env_fn, self.tables = env_fn, list(tables)
 
     def __call__(self):
-        from jigsaw_env.cost_table import CostTable, register_table
-
         for d in self.tables:
             register_table(CostTable.from_dict(d, origin="shipped cost table"))
         return self.env_fn()

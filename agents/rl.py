@@ -32,6 +32,8 @@ import numpy as np
 from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
 from jigsaw_env.digest import file_sha256
 from jigsaw_env.encoder import CLUSTER_FEATURES, ObservationEncoder, check_features
+from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
+from jigsaw_env.simulator import PolicyStalled
 from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, Decision
 
@@ -344,7 +346,6 @@ class LearnedAgent:
     def make_env(self, *, cluster_kwargs: dict, sim_config, observe_remaining: bool | None = None):
         """A JigsawClusterEnv with the evaluation's cluster and the exact SimConfig the heuristics
         use; the run's window K and observation options."""
-        from jigsaw_env.env import JigsawClusterEnv
         envc = self.config["env"]
         ck = dict(cluster_kwargs)
         ck["gpus"] = ck.pop("num_gpus", ck.get("gpus"))
@@ -362,8 +363,6 @@ class LearnedAgent:
 
         Like ``Simulator.run``, raises :class:`~jigsaw_env.simulator.PolicyStalled` when the policy
         runs nothing for the env's ``max_stalled_rounds`` rounds in a row while jobs wait."""
-        from jigsaw_env.simulator import PolicyStalled
-
         obs, _ = env.reset(seed=seed, options={"jobs": jobs})
         while True:
             a = self.act(obs, env.action_masks())
@@ -402,7 +401,6 @@ class LearnedScheduler(Scheduler):
         self._encoder.load_las_state_dict(d.get("las"))
 
     def schedule(self, state: ClusterState) -> Decision:
-        from jigsaw_env.env import OBS_HIGH, OBS_LOW
         if self._codec is None or self._codec.spb != state.spb:
             self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
             self._codec = ActionCodec(self.agent.window_k, state.spb)

@@ -37,13 +37,21 @@ Nothing here imports stable-baselines3 or torch: the evaluation command uses it 
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.cost_table import register_tables_dir
+from jigsaw_env.digest import file_sha256
 from jigsaw_env.env import JigsawClusterEnv
+from traces import load_trace, offered_load, parse_spec
+from traces.models import default_throughput_fn, estimated_durations
+from traces.synthetic import check_spec_load, parse_params
 
 SPLITS = ("train", "val", "eval")
 SYNTHETIC_SEED_SPLIT = 2**30
@@ -67,9 +75,6 @@ def training_synthetic_params(spec: str, loads: Sequence[float] | None = None) -
     ``--max-jobs``, and draws its generator seed from its split), and for a ``load=`` that
     differs from one of ``loads`` (``--load``; the same "conflicting loads" error as
     ``traces.load_trace``)."""
-    from traces import parse_spec
-    from traces.synthetic import check_spec_load, parse_params
-
     kind, rest = parse_spec(spec)
     if kind != "synthetic":
         raise ValueError(f"not a synthetic trace spec: {spec!r}")
@@ -108,9 +113,6 @@ def scale_to_load(df: pd.DataFrame, cluster_gpus: int, load: float, gpus_per_nod
     """Scale inter-arrival times so that sum(num_gpus x isolated duration) / (GPUs x arrival
     span) = ``load`` (the definition of ``traces.offered_load``). A window whose jobs all arrive
     at once is returned unchanged."""
-    from traces import offered_load
-    from traces.models import default_throughput_fn, estimated_durations
-
     d = estimated_durations(df, default_throughput_fn())
     before = offered_load(df, cluster_gpus, d)
     if not np.isfinite(before) or before <= 0:
@@ -162,9 +164,6 @@ def same_trace_file(a: str, b: str) -> bool:
     """Whether two real-trace specs (``KIND:PATH``, or a kind with a default path such as
     ``philly``) name the same file or two files with the same content (a policy trained on
     Philly elsewhere, evaluated on a copy here); False for synthetic ones and bad specs."""
-    from jigsaw_env.digest import file_sha256
-    from traces.api import parse_spec
-
     if is_synthetic(a) or is_synthetic(b):
         return False
     try:
@@ -217,7 +216,6 @@ class TrainingEnv(JigsawClusterEnv):
         if cluster_sizes and split == "eval":
             raise ValueError("cluster_sizes: the held-out evaluation split keeps the env's own cluster (gpus)")
         if cluster_sizes:
-            from jigsaw_env.cluster import ClusterSpec
             sizes = [int(g) for g in cluster_sizes]
             # the same call the env made for its own cluster, with another GPU count
             same = {k: kw[k] for k in ("gpus_per_node", "gpu_type", "gpu_memory_gib") if k in kw}
@@ -264,7 +262,6 @@ class TrainingEnv(JigsawClusterEnv):
     # ----- episode jobs
     def _load_split(self) -> pd.DataFrame:
         if self._split_jobs is None:
-            from traces import load_trace
             cap = max(self._clusters)  # jobs are capped per episode to its cluster (cut_splits is by position)
             full = load_trace(str(self.trace), cluster_gpus=cap, max_gpus=cap, gpu_type=self.trace_gpu_type).jobs
             n = len(full)
@@ -292,7 +289,6 @@ class TrainingEnv(JigsawClusterEnv):
         if is_synthetic(spec):
             base = {"train": 0, "eval": SYNTHETIC_SEED_SPLIT, "val": SYNTHETIC_VAL_BASE}[self.split]
             syn_seed = base + int(rng.integers(0, SYNTHETIC_SEED_SPLIT))
-            from traces import load_trace
             base_load = load if load is not None else self._spec_load if self._spec_load is not None else 1.0
             eff_load = base_load * mult
             return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
@@ -308,8 +304,6 @@ class TrainingEnv(JigsawClusterEnv):
             df["num_gpus"] = df["num_gpus"].clip(upper=self.cluster.num_gpus)
         if load is not None or mult != 1.0:
             if load is None:
-                from traces import offered_load
-                from traces.models import default_throughput_fn, estimated_durations
                 load = offered_load(df, self.cluster.num_gpus, estimated_durations(df, default_throughput_fn()))
                 if not np.isfinite(load) or load <= 0:
                     return df
@@ -330,9 +324,7 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
     saves and then closes them; a worker still ends when its pipe to the trainer closes."""
 
     def _init():
-        import os
         if ignore_signals:
-            import signal
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -342,7 +334,6 @@ def make_env_fn(env_kwargs: dict, *, split: str, rank: int, seed: int, holdout: 
         except ImportError:  # pragma: no cover
             pass
         if tables:
-            from jigsaw_env.cost_table import register_tables_dir
             register_tables_dir(tables)
         env = TrainingEnv(split=split, holdout=holdout, val=val, loads=loads, trace_gpu_type=trace_gpu_type,
                           difficulty=difficulty, wide_share=wide_share, wide_gpus=wide_gpus,

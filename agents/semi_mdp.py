@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -116,8 +117,6 @@ except ImportError:  # pragma: no cover
 def record_step_durations_callback():
     """A callback that writes each step's ``info["dt_s"]`` into the semi-MDP buffer at the
     position the step's transition is about to take (module docstring)."""
-    from stable_baselines3.common.callbacks import BaseCallback
-
     class RecordStepDurations(BaseCallback):
         def _on_step(self) -> bool:
             buf: Any = self.model.rollout_buffer

@@ -43,6 +43,7 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
+from agents.rl import POLICIES
 from jigsaw_env.encoder import CLUSTER_FEATURES, HOST_SLOTS, JOB_FEATURES
 
 #: what every slot reads besides its own block: the host slots' blocks and the cluster features
@@ -194,5 +195,4 @@ def policy_for(name: str, algo: str):
         return "MlpPolicy"
     if name == "slots":
         return MaskableSlotPolicy if algo == "maskable_ppo" else SlotActorCriticPolicy
-    from agents.rl import POLICIES
     raise ValueError(f"unknown policy {name!r}; allowed: {list(POLICIES)}")

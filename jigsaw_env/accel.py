@@ -30,11 +30,14 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import sysconfig
 import time
 import warnings
 from pathlib import Path
+
+from .cli_args import positive_int
 
 #: the modules compiled, in the order they are built
 MODULES = ("jigsaw_env.placement", "jigsaw_env.las", "jigsaw_env.engine", "jigsaw_env.state",
@@ -99,8 +102,6 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     from Cython.Build import cythonize
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
-
-    import shutil
 
     out = build_dir()
     staging = out.with_name(out.name + ".new")
@@ -244,7 +245,6 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="accel_cmd", metavar="{build,status}", parser_class=type(p))
     sub.required = True
     b = sub.add_parser("build", help="compile the hot modules (needs Cython and a C compiler)")
-    from .cli_args import positive_int
     b.add_argument("--jobs", type=positive_int("--jobs"), default=os.cpu_count() or 1, metavar="N",
                    help="parallel compiles (default: CPUs)")
     b.add_argument("--optional", action="store_true",

@@ -25,13 +25,17 @@ section 5.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
 
+from jigsaw_env import cost_table, gpu_split
 from jigsaw_env.cli_args import positive_int
-from jigsaw_env.cost_table import REFERENCE_BATCH_SIZES, TABLES_DIR, CostTable, table_filename
+from jigsaw_env.cost_table import (REFERENCE_BATCH_SIZES, TABLES_DIR, CostTable, nearest_batch_size, scale_to_batch,
+                                   table_filename, table_files)
+from jigsaw_env.gavel_data import gavel_alone_throughput
 
 # model -> batch size of its reference tables (a Gavel batch size where Gavel has the job type)
 SHIPPED: dict[str, int] = REFERENCE_BATCH_SIZES
@@ -117,8 +121,6 @@ def carry_measured_eta(table: CostTable, tables_dir: str | Path = TABLES_DIR) ->
     live executor, which uses the shipped value. ``meta["eta_source"]["carried_from"]`` names the
     table (and its digest) the values came from. Returns ``table`` itself when there is nothing
     to carry."""
-    import dataclasses
-
     if isinstance(table.meta, dict) and table.meta.get("eta"):
         return table
     d = Path(tables_dir)
@@ -152,7 +154,6 @@ def ship(models: list[str] | None = None, repeats: int | None = None, derive_onl
     size, then derive its K80/P100/V100 tables without re-measuring (Gavel-anchored models first,
     then the extrapolated ones, which use the anchored models' CPU tables). With ``derive_only``
     the CPU tables already in ``tables_dir`` are reused."""
-    from jigsaw_env import cost_table, gpu_split
     from jigsaw_env import table_builder as tb
     from jigsaw_env.zoo import MODELS
 
@@ -240,8 +241,6 @@ def gpu_splits(cpu_tables: dict[str, CostTable], tables_dir: Path) -> dict:
     ``cpu_tables`` (their cpu tables at the reference batch size) whose GPU-measured split differs
     from the cpu one by more than the noise (docs/cost_tables.md eq. S1); the noise is taken from
     the repeated measurements and the cpu tables in ``tables_dir``."""
-    from jigsaw_env import gpu_split
-
     if not cpu_tables:
         return {}
     noise = gpu_split.measured_noise(Path(tables_dir))
@@ -252,8 +251,6 @@ def gpu_splits(cpu_tables: dict[str, CostTable], tables_dir: Path) -> dict:
 def _batch_optimizer_share(split, job: str, ref_batch: int, batch: int, gpu: str, gavel_path) -> float:
     """Eq. S2: the optimizer step's share at ``batch`` on ``gpu`` when its time is the reference
     batch's (``split.optimizer_share`` of ``1 / theta(ref)``) and the iteration is ``1 / theta(batch)``."""
-    from jigsaw_env.gavel_data import gavel_alone_throughput
-
     ref = gavel_alone_throughput(job, ref_batch, gpu, gavel_path)
     here = gavel_alone_throughput(job, batch, gpu, gavel_path)
     if ref is None or here is None:
@@ -275,9 +272,7 @@ def derive_gavel_batches(models: list[str], tables_dir: Path, gavel_path: str | 
     (:func:`jigsaw_env.cost_table.scale_to_batch`); docs/cost_tables.md section 9. A model whose
     GPU-measured split is switched to (:func:`gpu_splits`) takes it at every batch size, with the
     optimizer step's time the reference batch's (eq. S2, docs/cost_tables.md section 3a)."""
-    from jigsaw_env import gpu_split
     from jigsaw_env import table_builder as tb
-    from jigsaw_env.cost_table import nearest_batch_size, scale_to_batch
     from jigsaw_env.zoo import MODELS
 
     out = []
@@ -437,8 +432,6 @@ def run_executor(args: argparse.Namespace) -> int:
         sizes[m] = bs
     base = None
     if args.base_tables:
-        from jigsaw_env.cost_table import table_files
-
         d = Path(args.base_tables)
         if not d.is_dir():
             raise FileNotFoundError(f"cost-table folder not found: {d}")

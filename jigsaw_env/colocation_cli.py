@@ -13,7 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from .interference import GPU_PEAK_TFLOPS, SHARING_MODES
+from .cluster import ClusterSpec
+from .colocation_fit import load_pairs, predict_pair, validate, write_fit
+from .cost_table import check_table_exists
+from .engine import Component, Member
+from .free_running import FreeRunner, free_running
+from .interference import FIT_FILE, GPU_PEAK_TFLOPS, SHARING_MODES, SharingModel, fitted_model
+from .spb import Pattern, SPBConfig
+from .state import CostModel, JobState
 
 
 def _parse_levels(text: str) -> tuple[int, int]:
@@ -47,14 +54,6 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     sharing model and engine: ``jobs`` run free, each at its own pace (the simulator's default
     pace, eqs. F1-F4, and how Gavel measured pairs); ``lockstep`` is the simulator's lockstep
     component of the two (one iteration each per step, eq. K2: ``--pace lockstep``)."""
-    from .cluster import ClusterSpec
-    from .cost_table import check_table_exists
-    from .engine import Component, Member
-    from .free_running import FreeRunner, free_running
-    from .interference import SharingModel
-    from .spb import Pattern, SPBConfig
-    from .state import CostModel, JobState
-
     if gpu_type not in GPU_PEAK_TFLOPS:
         raise ValueError(f"unknown GPU type {gpu_type!r}; allowed: {', '.join(sorted(GPU_PEAK_TFLOPS))}")
     for model, batch in pair:
@@ -118,9 +117,6 @@ def _plot(rows_by_split: dict, path: Path) -> None:
 
 
 def _run_check(args) -> int:
-    from .colocation_fit import load_pairs, predict_pair, validate
-    from .interference import fitted_model
-
     table = validate(args.data)
     rows = [s.as_dict() for s in table]
     if args.out:
@@ -147,9 +143,6 @@ def _run_check(args) -> int:
 
 
 def _run_fit(args) -> int:
-    from .colocation_fit import write_fit
-    from .interference import FIT_FILE, fitted_model
-
     rec = write_fit(args.data)
     fitted_model.cache_clear()
     print(json.dumps(rec, indent=2) if args.json else f"wrote {FIT_FILE} ({rec['data']['pairs']} pairs, "

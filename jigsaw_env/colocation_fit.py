@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from traces.api import data_dir
+
 from .digest import file_sha256
-from .interference import COEF_NAMES, FIT_FILE, InterferenceModel, WorkerLoad, pair_terms
+from .interference import COEF_NAMES, FIT_FILE, InterferenceModel, WorkerLoad, fitted_model, pair_terms
 
 GAVEL_FILE = "gavel/simulation_throughputs.json"
 #: Gavel job types with a zoo stand-in (jigsaw_env.zoo: each model's ``gavel_job``)
@@ -78,7 +80,6 @@ class MeasuredPair:
 def gavel_path(data: str | Path | None = None) -> Path:
     """Gavel's throughput file under ``data`` (default: the data folder, ``JIGSAW_DATA``)."""
     if data is None:
-        from traces.api import data_dir
         data = data_dir()
     return Path(data) / GAVEL_FILE
 
@@ -249,7 +250,6 @@ def split_error(model: InterferenceModel, pairs: list[MeasuredPair], split: str,
 def validate(path: str | Path | None = None, model: InterferenceModel | None = None) -> list[SplitError]:
     """The validation table: P100 (never fitted on), leave-one-model-out on V100 (refit without
     the model's pairs, tested on its V100 pairs), and the fit's own K80 and V100 pairs."""
-    from .interference import fitted_model
     pairs = load_pairs(path)
     model = model or fitted_model()
     out = [split_error(model, [p for p in pairs if p.gpu_type == VALIDATION_GPU_TYPE], "held-out GPU type", "p100")]

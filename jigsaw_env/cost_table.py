@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .jsonfile import read_json_file
+from .network import LINK_FILE
+
 TABLES_DIR = Path(__file__).parent / "tables"
 DEVICE_TYPES = ("k80", "p100", "v100", "cpu")
 _GROUP_NUMBERS = ("param_bytes", "activation_bytes", "forward_s", "backward_weight_s", "backward_input_s")
@@ -309,8 +312,6 @@ class CostTable:
 
     @classmethod
     def load(cls, path: str | Path) -> "CostTable":
-        from .jsonfile import read_json_file
-
         p = Path(path)
         if p.is_dir():
             raise IsADirectoryError(f"cost table file is a folder, expected a JSON file: {p}")
@@ -351,8 +352,6 @@ def table_files(folder: str | Path) -> list[Path]:
     """The cost-table files of a folder: every ``*.json`` except ``link.json`` (the fitted link;
     :mod:`jigsaw_env.network`) and ``lockstep.json`` (the lockstep barrier), which ``jigsaw
     calibrate --executor`` writes next to its tables."""
-    from .network import LINK_FILE
-
     return [f for f in sorted(Path(folder).glob("*.json")) if f.name not in (LINK_FILE, LOCKSTEP_FILE)]
 
 

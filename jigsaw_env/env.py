@@ -60,6 +60,10 @@ import numpy as np
 import pandas as pd
 from gymnasium import spaces
 
+from traces import load_trace, offered_load, parse_spec, synthetic
+from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
+from traces.models import default_throughput_fn, estimated_durations, fill_default_batch_sizes
+
 from .actions import ActionCodec, InvalidAction, RoundBuilder
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder, check_features
@@ -237,8 +241,6 @@ class JigsawClusterEnv(gym.Env):
         parameters and, when this class draws the episodes, that it agrees with ``load`` and an
         explicit ``max_jobs`` (the "conflicting loads" check of ``jigsaw simulate``) and that it
         loads: a synthetic trace is drawn once, a real trace is loaded (once, as reset() would)."""
-        from traces import parse_spec, synthetic
-
         kind, rest = parse_spec(spec)
         params = synthetic.parse_params(rest) if kind == "synthetic" else {}
         if type(self)._episode_jobs is not JigsawClusterEnv._episode_jobs:
@@ -255,10 +257,6 @@ class JigsawClusterEnv(gym.Env):
         only iterations lasts iterations / its isolated throughput on its ``gpu_type`` (else the
         canonical CSV's default), at the model's default batch size when it gives none. The
         first arrival stays where it is."""
-        from traces import offered_load
-        from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
-        from traces.models import default_throughput_fn, estimated_durations, fill_default_batch_sizes
-
         est = table
         need_type = (est["gpu_type"] == "").to_numpy()
         need_bs = ((est["model"] != "").to_numpy() & est["batch_size"].isna().to_numpy()
@@ -291,7 +289,6 @@ class JigsawClusterEnv(gym.Env):
             df = self._full_trace  # the checked table (rescaled when load is given)
         else:
             spec = str(self.trace)
-            from traces import load_trace
             if spec.split(":", 1)[0] == "synthetic":
                 opts = spec.split(":", 1)[1] if ":" in spec else ""
                 parts = [p for p in opts.split(",") if p]

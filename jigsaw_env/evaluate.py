@@ -31,24 +31,48 @@ the command exits with status 2 and one line naming the failed agents and the fi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import math
+import multiprocessing as mp
 import os
 import pkgutil
 import re
+import subprocess
 import sys
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
+import agents
+from agents import available_schedulers, make_scheduler
+from agents.base import is_import_path, scheduler_class
+from agents.rl import EvalSpaces, LearnedAgent, describe, is_run_dir, read_run_config
+from agents.rl_env import SYNTHETIC_SEED_SPLIT, same_trace_file, scale_to_load, training_job_ids, window_of
+from agents.shipped import is_shipped_name, shipped_policy
+from traces import add_trace_arguments, digest_of, load_trace, offered_load, parse_spec
+from traces.models import default_throughput_fn, estimated_durations
+from traces.synthetic import DEFAULTS, parse_params
+
+from .actions import level_pattern_combos
+from .cli import error_line
 from .cli_args import positive_int
+from .cluster import ClusterSpec
+from .cost_table import get_table, register_tables_dir
 from .overload import overload_warning, show_progress, warn
+from .report import paired_differences, print_summary, summarize, write_report
+from .simulate_cli import add_cluster_arguments, build_cluster_and_config, check_out_dir
+from .simulator import Simulator
+from .spb import SPBConfig, eta_for
 
 LEAD_COLUMNS = ["agent", "seed", "load", "eta", "efficiency_form"]
 EXTRA_COLUMNS = ["offered_load", "trace_digest"]
@@ -74,10 +98,6 @@ def _float_list(flag: str, lo: float = 0.0, hi: float = math.inf, hi_inclusive: 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from traces import add_trace_arguments
-
-    from .simulate_cli import add_cluster_arguments
-
     p.add_argument("--agents", required=True, metavar="A[,A...]",
                    help="comma-separated scheduler names and/or RUN_DIRs of trained agents")
     p.add_argument("--seeds", type=positive_int("--seeds"), default=3,
@@ -130,7 +150,6 @@ class AgentSpec:
 def _import_schedulers() -> list[str]:
     """Import every scheduler module of ``agents`` (so each registers itself); returns the ones
     that failed to import, as "module: error"."""
-    import agents
     failed = []
     for m in pkgutil.iter_modules(agents.__path__):
         if m.name.startswith("rl") or m.name in ("base", "common", "export"):
@@ -144,11 +163,6 @@ def _import_schedulers() -> list[str]:
 
 def parse_agents(text: str) -> list[AgentSpec]:
     """Scheduler names and RUN_DIRs -> AgentSpecs; ValueError (one line) for anything else."""
-    from agents import available_schedulers
-    from agents.base import is_import_path, scheduler_class
-    from agents.rl import is_run_dir
-    from agents.shipped import is_shipped_name, shipped_policy
-
     failed = _import_schedulers()
     names = available_schedulers()
     items = [x.strip() for x in text.split(",") if x.strip()]
@@ -186,9 +200,6 @@ def parse_agents(text: str) -> list[AgentSpec]:
 def training_splits(args, specs: list[AgentSpec]) -> dict[str, frozenset[int]]:
     """For each learned agent trained on the very trace file being evaluated: the job ids of its
     training split (``agents.rl_env.training_job_ids``)."""
-    from agents.rl import read_run_config
-    from agents.rl_env import same_trace_file, training_job_ids
-
     out: dict[str, frozenset[int]] = {}
     for s in specs:
         if s.kind != "learned":
@@ -213,8 +224,6 @@ def training_overlap(trained_on: dict[str, frozenset[int]], job_sets: list[pd.Da
 
 
 def _nominal_load(args, load: float | None) -> float | None:
-    from traces import parse_spec
-    from traces.synthetic import DEFAULTS, parse_params
     if load is not None:
         return float(load)
     kind, rest = parse_spec(args.trace or "synthetic")
@@ -227,10 +236,6 @@ def job_set(args, cluster_gpus: int, seed: int, load: float | None,
             exclude_ids: frozenset[int] | None = None) -> tuple[pd.DataFrame, dict]:
     """The jobs of one (seed, load): see the module docstring. Returns (jobs, info).
     ``exclude_ids``: job ids removed from a real trace before the window is drawn (``--heldout``)."""
-    from agents.rl_env import scale_to_load, window_of
-    from traces import load_trace, offered_load, parse_spec
-    from traces.models import default_throughput_fn, estimated_durations
-
     spec = args.trace or "synthetic"
     kind, _ = parse_spec(spec)
     common = dict(cluster_gpus=cluster_gpus, gpu_type=getattr(args, "trace_gpu_type", None),
@@ -258,7 +263,6 @@ def job_set(args, cluster_gpus: int, seed: int, load: float | None,
         raise ValueError(f"trace {spec!r} has no jobs (seed {seed}, after filters{why}); expected at least one job "
                          f"to evaluate")
     jobs = jobs.reset_index(drop=True)
-    from traces import digest_of
     try:
         off = float(offered_load(jobs, cluster_gpus, estimated_durations(jobs, default_throughput_fn())))
     except Exception:  # noqa: BLE001 -- informative only
@@ -304,23 +308,18 @@ def _init_worker(tables: str | None) -> None:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     if tables:
-        from .cost_table import register_tables_dir
         register_tables_dir(tables)
     _import_schedulers()
 
 
 def run_task(task: Task) -> dict:
     """Run one (agent, seed, load, eta); write its logs; return its metrics row."""
-    from .cluster import ClusterSpec
-    from .simulator import Simulator
-
     if task.tables and ("tables", task.tables) not in _WORKER_CACHE:
         _init_worker(task.tables)
         _WORKER_CACHE[("tables", task.tables)] = True
     t0 = time.perf_counter()
     cluster = ClusterSpec.from_gpus(**task.cluster_kwargs)
     if task.agent.kind == "heuristic":
-        from agents import make_scheduler
         if task.agent.ref not in _list_schedulers():
             _import_schedulers()
         sched = make_scheduler(task.agent.ref)
@@ -328,7 +327,6 @@ def run_task(task: Task) -> dict:
         sim = Simulator(cluster, task.jobs, task.sim_config)
         sim.run(sched)
     else:
-        from agents.rl import LearnedAgent
         agent = _WORKER_CACHE.get(("learned", task.agent.ref))
         if agent is None:
             agent = _WORKER_CACHE[("learned", task.agent.ref)] = LearnedAgent(task.agent.ref, name=task.agent.label)
@@ -356,7 +354,6 @@ def run_task(task: Task) -> dict:
 
 
 def _list_schedulers() -> list[str]:
-    from agents import available_schedulers
     return available_schedulers()
 
 
@@ -386,7 +383,6 @@ def metrics_frame(rows: list[dict], agent_order: list[str]) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------------------------- metadata
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
     out = {}
     for pkg in ("jigsaw", "numpy", "pandas", "scipy", "torch", "gymnasium", "stable-baselines3", "sb3-contrib",
                 "matplotlib"):
@@ -398,7 +394,6 @@ def _versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    import subprocess
     root = Path(__file__).resolve().parent.parent
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
@@ -414,15 +409,11 @@ def git_commit() -> str:
 
 def eta_table(jobs_sets: list[pd.DataFrame], cluster, spb) -> tuple[dict, dict]:
     """eta per model and level/pattern (min..max over the job sizes present) and its source."""
-    from .actions import level_pattern_combos
-    from .spb import eta_for
-
     values: dict[str, dict[str, list[float]]] = {}
     sources: dict[str, str] = {}
     shapes = pd.concat([j[["model", "batch_size", "num_gpus"]] for j in jobs_sets]).drop_duplicates()
     gtype = cluster.main_gpu_type
     for (model, bs), grp in shapes.groupby(["model", "batch_size"]):
-        from .cost_table import get_table
         table = get_table(str(model), int(bs), gtype, nearest=True)
         measured = table.meta.get("eta", {}) if isinstance(table.meta, dict) else {}
         per: dict[str, list[float]] = {}
@@ -444,7 +435,6 @@ def eta_table(jobs_sets: list[pd.DataFrame], cluster, spb) -> tuple[dict, dict]:
 
 
 def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
-    from .cost_table import get_table
     out = {}
     shapes = pd.concat([j[["model", "batch_size"]] for j in jobs_sets]).drop_duplicates()
     for model, bs in shapes.itertuples(index=False):
@@ -457,9 +447,6 @@ def table_digests(jobs_sets: list[pd.DataFrame], cluster) -> dict[str, str]:
 def evaluation_cluster(args) -> tuple[Any, Any, dict]:
     """(ClusterSpec, SimConfig, the cluster's keyword arguments for ``ClusterSpec.from_gpus`` in a
     worker) of an evaluation from its parsed arguments: every agent runs on these."""
-    from .simulate_cli import build_cluster_and_config
-    from .spb import SPBConfig
-
     cluster, cfg = build_cluster_and_config(args)
     cfg = replace(cfg, spb=SPBConfig(max_level=args.spb_levels, num_slots=args.spb_slots))
     cluster_kwargs = dict(num_gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
@@ -489,8 +476,6 @@ class _Plan:
 
 def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
     """Run the whole evaluation; returns (metrics frame, metadata, out dir)."""
-    from .simulate_cli import check_out_dir
-
     t_start = time.perf_counter()
     check_out_dir(args.out)
     if getattr(args, "ray", None) not in (None, "local"):
@@ -508,7 +493,7 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
         _warn_overload(plan.sets, plan.cluster.num_gpus, args)
     ray_info = None
     if getattr(args, "ray", None) is not None:
-        from .ray_sweep import rerun_note, run_on_ray
+        from .ray_sweep import rerun_note, run_on_ray  # here: ray_sweep imports this module (cycle)
         results, ray_info = run_on_ray(tasks, plan.cluster, args.ray, ray_owned, show_progress(args))
         note = rerun_note(ray_info)
         if note:
@@ -532,7 +517,6 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
                           "rows": json.loads(paired.to_json(orient="records"))}
     (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     if rows:
-        from .report import write_report
         write_report(out, df, meta, plan.specs)  # failed runs first (meta["failed_runs"])
     meta["wall_s"] = time.perf_counter() - t_start
     (out / "metadata.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
@@ -544,12 +528,6 @@ def evaluate(args) -> tuple[pd.DataFrame, dict, Path]:
 def _plan(args) -> _Plan:
     """Check the arguments, read the agents and build every job set (each checked by the
     simulator once, before any worker starts)."""
-    from agents.rl import EvalSpaces, LearnedAgent, describe
-    from agents.rl_env import SYNTHETIC_SEED_SPLIT
-
-    from .cost_table import register_tables_dir
-    from .simulator import Simulator
-
     tables = str(Path(args.tables).resolve()) if args.tables else None
     if tables:
         register_tables_dir(tables)
@@ -613,7 +591,6 @@ def _write_tables(out: Path, rows: list[dict], plan: _Plan) -> tuple[pd.DataFram
     df[list(TIMING_KEYS)].assign(wall_s=df["run_dir"].map(wall_by_run)).to_csv(out / "timings.csv", index=False)
     paired = None
     if plan.baseline is not None and rows:
-        from .report import paired_differences
         paired = paired_differences(df, plan.baseline)
         paired.to_csv(out / "paired.csv", index=False)
     return df, paired
@@ -622,8 +599,6 @@ def _write_tables(out: Path, rows: list[dict], plan: _Plan) -> tuple[pd.DataFram
 def _metadata(args, plan: _Plan, ray_info, tasks, rows, failures) -> dict:
     """metadata.json: the command, versions, agents, job sets, loads, efficiency form, eta
     source, cost tables, cluster and simulator settings, and which runs finished."""
-    import hashlib
-
     sets, cluster = plan.sets, plan.cluster
     job_frames = [j for j, _ in sets.values()]
     eta_vals, eta_src = eta_table(job_frames, cluster, plan.base_cfg.spb)
@@ -702,10 +677,6 @@ class RunsFailed(ValueError):
 def _failure(task: Task, e: BaseException, show_load: bool = False) -> RunFailure:
     """The failure of ``task``: its error as one line that names the agent and the seed (and the
     load when ``show_load``, the eta when it is swept)."""
-    import traceback
-
-    from .cli import error_line
-
     who = f"agent {task.agent.label}" + (f" ({task.agent.ref})" if task.agent.kind == "learned" else "")
     line = error_line(e)
     if line.startswith(who + ":"):  # LearnedAgent names itself the same way
@@ -731,7 +702,6 @@ def _failure(task: Task, e: BaseException, show_load: bool = False) -> RunFailur
 def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | RunFailure]:
     """Every task's metrics row, or its :class:`RunFailure` when it raised (the other tasks go
     on: one agent's failure does not throw away the others' runs)."""
-    from tqdm.auto import tqdm
     bar = tqdm(total=len(tasks), unit="run", desc="evaluating", disable=not progress, file=sys.stderr)
     rows: list[dict | RunFailure | None] = [None] * len(tasks)
     show_load = len({t.load for t in tasks}) > 1
@@ -745,7 +715,6 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
                     rows[i] = _failure(t, e, show_load)
                 bar.update(1)
         else:
-            import multiprocessing as mp
             tables = tasks[0].tables if tasks else None
             with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"),
                                      initializer=_init_worker, initargs=(tables,)) as ex:
@@ -767,7 +736,6 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
 
 
 def run(args) -> int:
-    from .report import print_summary
     try:
         df, meta, out = evaluate(args)
     except RunsFailed as e:  # the finished runs are written: show them, then the one-line error
@@ -787,7 +755,6 @@ def run(args) -> int:
 def json_summary(df: pd.DataFrame, meta: dict, out: Path) -> dict:
     """What ``--json`` prints: per agent (and load, eta) the mean and 95% CI half-width of each
     summary metric over seeds (null where undefined: one seed), and the paired differences."""
-    from .report import summarize
     summary = json.loads(summarize(df).to_json(orient="records"))
     return {"out": str(out), "efficiency_form": meta["efficiency_form"]["form"], "seeds": meta["seeds"],
             "summary": summary, "paired": meta.get("paired")}

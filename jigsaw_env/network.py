@@ -12,10 +12,13 @@ latencies instead (an alpha of exactly 0 would make tiny tensors free).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .jsonfile import read_json_file
 
 
 @dataclass(frozen=True)
@@ -166,8 +169,6 @@ def fit_executor_alpha(points: list[tuple[int, float, float]], bandwidth_Bps: fl
 
 def save_link(path: str | Path, link: Link, source: str, extra: dict | None = None) -> None:
     """Write ``link`` to ``path`` (JSON: alpha_s, bandwidth_Bps, the same in us and GB/s, source)."""
-    import json
-
     d = {"alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps, "alpha_us": link.alpha_s * 1e6,
          "gbps": link.bandwidth_Bps / 1e9, "source": source}
     d.update(extra or {})
@@ -177,8 +178,6 @@ def save_link(path: str | Path, link: Link, source: str, extra: dict | None = No
 def load_link(path: str | Path) -> Link:
     """Read a link written by :func:`save_link`. A missing file, bad JSON, or a field that is not a
     finite number (alpha_s >= 0, bandwidth_Bps > 0) raises one line naming the file and field."""
-    from .jsonfile import read_json_file
-
     p = Path(path)
     d = read_json_file(p, "link file")
     if not isinstance(d, dict):

@@ -25,12 +25,22 @@ attempts are all lost is a failed run (metadata.json ``failed_runs``), never dro
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
+
+import agents.gandiva as gandiva
+from agents.rl import LearnedAgent
+
+from . import evaluate as ev
+from .cost_table import CostTable, available_tables, get_table, register_table, unregister_table
+from .gavel_data import gavel_throughputs
 
 #: times Ray reruns a task whose worker or node was lost (Ray's ``max_retries``)
 MAX_RETRIES = 3
@@ -57,8 +67,6 @@ def build_bundle(tasks, cluster) -> dict[str, Any]:
     size, shipped or registered (``--tables``): a job whose batch size has no table of its own gets
     one scaled from them (eq. B1, ``cost_table.get_table(nearest=True)``), so a worker computes the
     same scaled tables from the same set."""
-    from .cost_table import available_tables, get_table
-
     models = {str(m) for t in tasks for m in t.jobs["model"].unique()}
     gtypes = set(cluster.gpu_types)
     tables: dict[str, dict] = {f"{m}-bs{b}-{d}": get_table(m, b, d).to_dict()
@@ -71,7 +79,6 @@ def build_bundle(tasks, cluster) -> dict[str, Any]:
     gavel = None
     if any(t.agent.kind == "heuristic" and "gandiva" in t.agent.ref for t in tasks):
         try:
-            from .gavel_data import gavel_throughputs
             gavel = gavel_throughputs()
         except (FileNotFoundError, ValueError):
             gavel = {}
@@ -80,10 +87,6 @@ def build_bundle(tasks, cluster) -> dict[str, Any]:
 
 def shipped_digests(bundle: dict, job_sets: dict[str, Any]) -> dict[str, Any]:
     """SHA-256 digests (first 16 hex digits) of what went through the object store."""
-    import json
-
-    from .cost_table import CostTable
-
     return {
         "job_sets": sorted(job_sets),
         "cost_tables": {k: CostTable.from_dict(v, origin=k).digest() for k, v in sorted(bundle["tables"].items())},
@@ -97,9 +100,6 @@ _INSTALLED: dict[str, Any] = {}
 
 def _install(bundle: dict, key: str) -> None:
     """Make the bundle's tables, agents and Gavel data this worker's (once per bundle)."""
-    from . import evaluate as ev
-    from .cost_table import CostTable, register_table, unregister_table
-
     if _INSTALLED.get("bundle") == key:
         return
     ev._init_worker(None)
@@ -110,10 +110,8 @@ def _install(bundle: dict, key: str) -> None:
         register_table(t)
     _INSTALLED["tables"] = [(t.model, t.batch_size, t.device) for t in tables]
     if bundle["gavel"] is not None:
-        import agents.gandiva as gandiva
         gandiva._GAVEL = bundle["gavel"]
     if bundle["run_dirs"]:
-        from agents.rl import LearnedAgent
         base = Path(tempfile.mkdtemp(prefix="jigsaw-runs-"))
         for i, (ref, files) in enumerate(bundle["run_dirs"].items()):
             d = base / f"{i}-{Path(ref).name}"
@@ -129,8 +127,6 @@ def _install(bundle: dict, key: str) -> None:
 def _run_remote(task, jobs, bundle, key: str, index: int, ledger) -> dict[str, Any]:
     """The body of one Ray task: record the attempt, run, return the row and the logs' bytes."""
     import ray
-
-    from . import evaluate as ev
 
     node = ray.get_runtime_context().get_node_id()
     ray.get(ledger.started.remote(index, node))
@@ -177,11 +173,8 @@ def run_on_ray(tasks, cluster, address: str | None, owned: bool, progress: bool)
     (:func:`jigsaw_executor.cluster_ray.connect`); ``owned``: shut it down at the end."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    from tqdm.auto import tqdm
 
     from jigsaw_executor.cluster_ray import code_runtime_env
-
-    from . import evaluate as ev
 
     t0 = time.perf_counter()
     try:

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from rich.console import Console
+from rich.table import Table
 
 SIZE_BUCKETS = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 10**9)]
 SUMMARY_METRICS = [("avg_jct_s", "mean JCT (h)", 1 / 3600), ("p95_jct_s", "p95 JCT (h)", 1 / 3600),
@@ -477,9 +479,6 @@ def _paired_html(meta: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- stdout
 def print_summary(df: pd.DataFrame, meta: dict, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     summary = summarize(df)
     show_load = df["load"].nunique(dropna=False) > 1
     show_eta = df["eta"].astype(str).nunique() > 1 or str(df["eta"].iloc[0]) != "table"
@@ -517,8 +516,6 @@ def print_summary(df: pd.DataFrame, meta: dict, file=None) -> None:
 def _paired_table(paired: dict, show_load: bool, show_eta: bool):
     """The terminal table of the paired differences from the baseline (one row per agent and
     condition, one column per metric)."""
-    from rich.table import Table
-
     t = Table(title=f"paired difference from {paired['baseline']} · per seed, mean ± 95% CI")
     t.add_column("agent")
     if show_load:

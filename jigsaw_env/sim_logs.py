@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .metrics import compute_metrics
+
 JOB_COLUMNS = ["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "num_gpus", "model",
                "batch_size", "iterations", "progress", "raw_iterations", "isolated_s", "attained_gpu_s",
                "run_s", "preemptions", "migrations", "level_changes", "status"]
@@ -66,7 +68,6 @@ def cluster_frame(sim) -> pd.DataFrame:
 
 def metrics(sim) -> dict:
     """The episode's metrics (:func:`jigsaw_env.metrics.compute_metrics`)."""
-    from .metrics import compute_metrics
     return compute_metrics(jobs_frame(sim), cluster_frame(sim), sim.cluster.num_gpus,
                            backlogged=sim.config.backlogged, window=(sim.first_arrival_s, sim.window_end_s),
                            useful_at_window_end=sim.useful_at_window_end,

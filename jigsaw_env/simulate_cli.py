@@ -6,8 +6,22 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agents import available_schedulers, make_scheduler
+from traces import add_trace_arguments, offered_load, trace_from_args
+from traces.models import default_throughput_fn, estimated_durations
 
 from .cli_args import file_above, non_negative_float, positive_float, positive_int
+from .cluster import ClusterSpec
+from .cost_table import register_tables_dir
+from .free_running import DEFAULT_PACE, PACES
+from .interference import DEFAULT_SHARING, SHARING_MODES
+from .overload import overload_warning, show_progress, warn
+from .simulator import SimConfig, Simulator, jobs_from_table
 
 
 def _round_s(v: str) -> float | None:
@@ -22,11 +36,6 @@ def _round_s(v: str) -> float | None:
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"--round-s must be a finite number of seconds or 'iteration', got {v}")
     return x
-
-
-from .free_running import DEFAULT_PACE, PACES
-from .interference import DEFAULT_SHARING, SHARING_MODES
-from .overload import overload_warning, show_progress, warn
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,8 +64,6 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_out_dir(path, what: str = "--out") -> None:
     """Fail before any work when an output folder cannot be one (it is a file, or lies under one)."""
-    from pathlib import Path
-
     if path is None:
         return
     p = Path(path)
@@ -80,10 +87,6 @@ def require_jobs(trace, purpose: str = "to simulate") -> None:
 
 
 def build_cluster_and_config(args):
-    from .cluster import ClusterSpec
-    from .cost_table import register_tables_dir
-    from .simulator import SimConfig
-
     if args.tables:
         register_tables_dir(args.tables)
     cluster = ClusterSpec.from_gpus(args.gpus, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
@@ -94,8 +97,6 @@ def build_cluster_and_config(args):
 
 
 def register(subparsers) -> None:
-    from traces import add_trace_arguments
-
     p = subparsers.add_parser("simulate", help="run one episode of a scheduler on a trace",
                               description="Run one full episode of a scheduler and print its metrics.")
     add_trace_arguments(p)
@@ -110,11 +111,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from agents import available_schedulers, make_scheduler
-    from traces import trace_from_args
-
-    from .simulator import Simulator, jobs_from_table
-
     if args.list_agents:
         print("\n".join(available_schedulers()))
         return 0
@@ -144,9 +140,6 @@ def run(args) -> int:
 def trace_overload_warning(jobs, gpus: int, label: str = "") -> str | None:
     """:func:`~jigsaw_env.overload.overload_warning` for a job table (durations estimated as
     ``jigsaw evaluate`` does); None when the load cannot be estimated."""
-    from traces import offered_load
-    from traces.models import default_throughput_fn, estimated_durations
-
     try:
         load = float(offered_load(jobs, gpus, estimated_durations(jobs, default_throughput_fn())))
     except Exception:  # noqa: BLE001 -- informative only
@@ -164,9 +157,6 @@ def _fmt(v) -> str:
 
 
 def _print_table(m: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"{m['agent']} on {m['trace']} ({m['gpus']} GPUs)")
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -32,10 +32,11 @@ from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn as nn
+from tqdm.auto import tqdm
 
-from jigsaw_env.cost_table import CostTable, LayerGroup
+from jigsaw_env.cost_table import REFERENCE_BATCH_SIZES, TABLES_DIR, CostTable, LayerGroup, table_filename
 from jigsaw_env.gavel_data import GAVEL_FILE, PROJECT_ROOT, data_dir, gavel_alone_throughput, gavel_key, gavel_throughputs
-from jigsaw_env.zoo import ZooModel, build_model
+from jigsaw_env.zoo import MODELS, ZooModel, build_model
 
 GPU_TYPES = ("k80", "p100", "v100")
 MEASURE_DEVICES = ("cpu", "cuda")
@@ -235,7 +236,6 @@ def time_groups(model: ZooModel, inputs: torch.Tensor, targets: torch.Tensor, re
     fwd, bw_w, bw_i = [0.0] * B, [0.0] * B, [0.0] * B
     it = range(B)
     if progress:
-        from tqdm.auto import tqdm
         it = tqdm(it, desc=desc or "groups", unit="group", leave=False, file=sys.stderr)
     for i in it:
         g = model.groups[i]
@@ -633,11 +633,6 @@ def anchor_table(base: CostTable, gpu: str, gavel_path: str | Path | None = None
 
 def default_reference_tables(device: str = "cpu", tables_dir: Path | None = None) -> list[CostTable]:
     """Measured tables (shipped, on ``device``) of the zoo models that have a Gavel job type."""
-    from jigsaw_env.cost_table import TABLES_DIR
-    from jigsaw_env.zoo import MODELS
-
-    from jigsaw_env.cost_table import REFERENCE_BATCH_SIZES, table_filename
-
     d = Path(tables_dir) if tables_dir else TABLES_DIR
     out = []
     for name, ctor in sorted(MODELS.items()):

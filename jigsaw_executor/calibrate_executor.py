@@ -48,8 +48,16 @@ from pathlib import Path
 from typing import Callable
 
 from agents.base import Scheduler
+from jigsaw_env.calibrate import calibrate
 from jigsaw_env.cost_table import CostTable, table_filename
 from jigsaw_env.network import INTRA_NODE, LINK_FILE, Link, fit_executor_alpha, save_link
+from jigsaw_env.spb import SPBConfig
+from jigsaw_env.state import Decision, JobDecision
+
+from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub, kill_actor, physical_cores
+from .live import LiveConfig, LiveExecutor, LiveJob
+from .lockstep import LOCKSTEP_FILE, fit_lockstep, save_lockstep
+from .policies import build_scheduler, scheduler_spec
 
 DEFAULT_MODELS = ("tiny_cnn", "tiny_mlp", "tiny_transformer")
 PLAIN_REPEATS = 200  # timed runs of the plain-loop table measured here (unless --repeats)
@@ -67,8 +75,6 @@ class PinnedGroups(Scheduler):
         self.groups = [(tuple(j), tuple(g)) for j, g in groups]
 
     def schedule(self, state):
-        from jigsaw_env.state import Decision, JobDecision
-
         dec, used = Decision(), set()
         for jids, gpus in self.groups:
             live = [j for j in jids if j in state.jobs and state.jobs[j].active]
@@ -96,11 +102,6 @@ def _layout(n_models: int, link: bool) -> list[tuple[tuple[int, ...], tuple[int,
 
 
 def _run(jobs, out: Path, slots: int, pool, hub, groups=None, max_workers_per_gpu: int = 2) -> dict:
-    from jigsaw_env.spb import SPBConfig
-
-    from .live import LiveConfig, LiveExecutor
-    from .policies import build_scheduler, scheduler_spec
-
     if groups is None:
         spec = scheduler_spec("fifo")
         sched, rec = build_scheduler(spec, SPBConfig())
@@ -147,8 +148,6 @@ def _check_calibration_args(repeats, iterations, lockstep: bool, pool) -> None:
 def _plain_tables(models: list[str], batch_sizes: dict[str, int], base_tables: dict[str, CostTable] | None,
                   plain_repeats: int | None, cmd: str, log: Callable[[str], None]) -> dict[str, CostTable]:
     """The plain-loop table of every model: given in ``base_tables`` or measured here."""
-    from jigsaw_env.calibrate import calibrate
-
     base: dict[str, CostTable] = {}
     for m in models:
         if base_tables and m in base_tables:
@@ -179,8 +178,6 @@ def one_slot_ids(i: int, slots: int) -> list[int]:
 def _calibration_jobs(models: list[str], batch_sizes: dict[str, int], iterations: int, link: bool, lockstep: bool):
     """(one-slot jobs: each model once per slot with ``link``, else once; two-slot jobs; co-located
     pairs), ids as :data:`ONE_SLOT_ID` says."""
-    from .live import LiveJob
-
     slots = 2 if link else 1
     one = [LiveJob(jid, m, 1, iterations, seed=i, batch_size=batch_sizes[m])
            for i, m in enumerate(models) for jid in one_slot_ids(i, slots)]
@@ -200,8 +197,6 @@ def _measure(one, two, duo, *, repeats: int, iterations: int, link: bool, slots:
     session = None
     own_pool = pool is None
     if own_pool:
-        from .cluster_ray import RaySession, SlotPool, check_slots, get_or_create_hub, physical_cores
-
         if link and physical_cores() < 2:
             raise ValueError(f"fitting the link needs 2 slots but this machine has {physical_cores()} physical core: "
                              "use --no-link")
@@ -230,8 +225,6 @@ def _measure(one, two, duo, *, repeats: int, iterations: int, link: bool, slots:
                 runs[-1].update({str(j["job_id"]): j["mean_iter_s"] for j in s["jobs"].values()})
     finally:
         if own_pool:
-            from .cluster_ray import kill_actor
-
             pool.close()
             kill_actor(hub)
             session.stop()
@@ -318,8 +311,6 @@ def _write_lockstep(duo, alone_s: dict[str, float], runs: list[dict], out: Path,
                     log: Callable[[str], None]) -> dict:
     """Fit the lockstep barrier (eq. X3) from the co-located pairs and write ``lockstep.json``; its
     summary. ``alone_s``: each model's median level-0 iteration alone on one slot."""
-    from .lockstep import LOCKSTEP_FILE, fit_lockstep, save_lockstep
-
     lpts = []
     for x, y in duo:
         # both jobs of a pair step together: the pair's step is the mean of their two means
@@ -379,8 +370,6 @@ def calibrate_executor(models: list[str], batch_sizes: dict[str, int], out: str 
         summary["link"] = _write_link(models, points, out, pv, log)
         written.append(out / LINK_FILE)
     if duo:
-        from .lockstep import LOCKSTEP_FILE
-
         alone_s = {m: summary["models"][m]["one_slot_iter_s"] for m in models}
         summary["lockstep"] = _write_lockstep(duo, alone_s, runs, out, pv, log)
         written.append(out / LOCKSTEP_FILE)

@@ -24,9 +24,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import jigsaw_env
+
+from .control import ControlHub, run_worker
 
 NAMESPACE = "jigsaw"
 
@@ -65,8 +71,6 @@ def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """ValueError (one line naming the address) unless something accepts a TCP connection at
     ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) within ``timeout_s``; ``"auto"`` is left to
     Ray (which finds a cluster started on this machine, or fails at once)."""
-    import socket
-
     if address == "auto":
         return
     hostport = address.split("://", 1)[1] if "://" in address else address
@@ -85,10 +89,6 @@ def probe_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 def source_root() -> str | None:
     """The folder holding the imported ``jigsaw_env`` package when it is a source tree (a checkout,
     or an editable install), None when it is an installed package (under site-packages)."""
-    from pathlib import Path
-
-    import jigsaw_env
-
     root = Path(jigsaw_env.__file__).resolve().parent.parent
     if root.name in ("site-packages", "dist-packages"):
         return None
@@ -217,7 +217,7 @@ class SlotHost:
         torch.set_num_threads(threads)
         import sklearn.datasets  # noqa: F401
 
-        from . import control, data, models, spb_worker  # noqa: F401
+        from . import data, models, spb_worker  # noqa: F401
         import torch._dynamo  # noqa: F401 - the first optimizer imports it lazily (seconds)
 
         data._digits_arrays()
@@ -225,8 +225,6 @@ class SlotHost:
         self.jobs_run = 0
 
     def info(self) -> dict:
-        import socket
-
         import ray
 
         return {"pid": os.getpid(), "slot": self.slot, "core": self.core, "host": socket.gethostname(),
@@ -234,8 +232,6 @@ class SlotHost:
                 "jobs_run": self.jobs_run}
 
     def run_worker(self, spec) -> dict:
-        from .control import run_worker
-
         self.jobs_run += 1
         return run_worker(spec)
 
@@ -345,8 +341,6 @@ class SlotPool:
         """Whether the host's process (as last refreshed) still exists: checked directly when it
         runs on this machine (a killed process is seen at once, Ray notices it a second or two
         later); None when unknown (another machine)."""
-        import socket
-
         if h.pid is None or h.node != socket.gethostname():
             return None
         try:
@@ -416,8 +410,6 @@ def get_or_create_hub(name: str, advertise_host: str | None = None):
     """The named, detached :class:`~jigsaw_executor.control.ControlHub` (created if absent).
     ``advertise_host``: the address its store binds to and advertises; default :func:`store_host`."""
     import ray
-
-    from .control import ControlHub
 
     host = advertise_host if advertise_host is not None else store_host()
     return ray.remote(ControlHub).options(name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0,

@@ -81,7 +81,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -93,6 +96,8 @@ import numpy as np
 
 from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
+
+from .store_seal import RecordSeal
 
 __all__ = ["ControlHub", "WorkerSpec", "run_worker", "Keys", "FastDigits", "CMD_NAMES", "ACTIONS",
            "read_json", "read_record", "wait_key"]
@@ -197,8 +202,6 @@ def _node_address() -> str:
 def _listening_socket(host: str):
     """A TCP socket bound to ``host`` on an OS-chosen port and listening (the store's server
     takes it over, ``master_listen_fd``)."""
-    import socket
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -237,8 +240,6 @@ class ControlHub:
         """Register the run's secret token (decision records are sealed with it,
         :mod:`jigsaw_executor.store_seal`). The first token registered for a run stays: a
         restarted scheduler gets it back here and hands it to its workers. Returns the run's token."""
-        from .store_seal import RecordSeal
-
         r = self._run(run_id)
         if r["token"] is None:
             r["seal"], r["token"] = RecordSeal(token), token
@@ -407,7 +408,6 @@ class _Worker:
         self.world = spec.world
         self.jid = spec.job_id
         self.inc = spec.incarnation
-        from .store_seal import RecordSeal
 
         self.seal = RecordSeal(spec.store_token)  # ValueError without the run's token
         # segment (one round of one component) state, rank 0
@@ -430,7 +430,6 @@ class _Worker:
         self.finishing = False
         self.model = self.optimizer = self.trainer = None
         self.recovered: dict | None = None
-        import threading
 
         self._lock = threading.Lock()
 
@@ -483,8 +482,6 @@ class _Worker:
         releases the GIL), so the iteration loop reads its decision from memory: a store round
         trip per iteration costs milliseconds when the slots' cores are busy and the store's
         process waits for CPU."""
-        import threading
-
         self._watch_stop = threading.Event()
         st = connect_store(self.s.store_host, self.s.store_port, self.s.run_id, self.s.timeout_s)
         stop = self._watch_stop
@@ -852,8 +849,6 @@ def _inject(mode: str, rank: int, t: int) -> None:
     if mode == "exit":
         os._exit(3)
     if mode == "kill":
-        import signal
-
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)
     raise ValueError(f"unknown fail mode {mode!r}")

@@ -38,10 +38,18 @@ from pathlib import Path
 
 import numpy as np
 
+from agents import make_scheduler
+from jigsaw_env import cost_table as ct
 from jigsaw_env.cluster import ClusterSpec
-from jigsaw_env.network import Link
+from jigsaw_env.network import LINK_FILE, Link, load_link
+from jigsaw_env.placement import GpuLedger
+from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
+
+from .demo_scenario import DemoScenario
+from .lockstep import lockstep_in_tables
+from .policies import idle_guard, load_policy
 
 FORMAT = "jigsaw-decision-log/1"
 
@@ -234,12 +242,9 @@ class ReplayResult:
 def _scheduler_from_header(header: dict):
     sch = header["scheduler"]
     if sch["kind"] == "heuristic":
-        from agents import make_scheduler
-
         s = make_scheduler(sch["name"], **_kwargs_from_json(sch.get("kwargs", {})))
         s.reset()
         return s, None
-    from .policies import load_policy
 
     return None, load_policy(sch["path"])
 
@@ -267,7 +272,6 @@ def check_decisions(header: dict, rounds: list[dict], scenario=None) -> tuple[bo
             if got != rec["policy_decision"]:
                 mismatches.append({"round": rec["round"], "logged": rec["policy_decision"], "replayed": got})
             dec = scenario(st, decision_from_dict(got))[0] if scenario is not None else decision_from_dict(got)
-            from .policies import idle_guard
             applied = decision_to_dict(idle_guard(st, dec, header.get("idle_guard_s"))[0])
             if applied != rec["decision"]:
                 mismatches.append({"round": rec["round"], "what": "applied decision (scenario hook)",
@@ -303,8 +307,6 @@ class _tables_registered:
         self.folder = Path(folder)
 
     def __enter__(self):
-        from jigsaw_env import cost_table as ct
-
         if not self.folder.is_dir():
             raise FileNotFoundError(f"cost-table folder not found: {self.folder}")
         self.tables = [ct.CostTable.load(f) for f in ct.table_files(self.folder)]
@@ -315,8 +317,6 @@ class _tables_registered:
         return self
 
     def __exit__(self, *exc):
-        from jigsaw_env import cost_table as ct
-
         for key, old in self.prev.items():
             if old is None:
                 ct.unregister_table(*key)
@@ -336,10 +336,6 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     --executor`` writes). ``failed``: jobs the live run gave up (status ``failed``); the simulator
     runs them only where the logged decisions do, and does not wait for them to finish."""
     if tables:
-        from jigsaw_env.network import LINK_FILE, load_link
-
-        from .lockstep import lockstep_in_tables
-
         lf = Path(tables) / LINK_FILE
         if link is None and lf.is_file():  # `jigsaw calibrate --executor` wrote the link next to its tables
             link = load_link(lf)
@@ -363,8 +359,6 @@ def _replay_simulator(header: dict, rounds: list[dict], restart_s: float | None,
                       lockstep_s: float | None, notes: list[str]):
     """(the simulator of the logged cluster and jobs, its config, the restart_s used); what it
     assumes is appended to ``notes``."""
-    from jigsaw_env.simulator import SimConfig, Simulator
-
     cluster = cluster_from_dict(header["cluster"])
     if link is not None:
         cluster = replace(cluster, intra=link, cross=link)
@@ -431,8 +425,6 @@ def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[
         done_live = _done_live(rec, st.running())
         for j in st.running():
             if j.job_id not in dec and j.job_id in done_live and j.job_id not in failed:
-                from jigsaw_env.placement import GpuLedger
-
                 led = GpuLedger(st, dec)
                 jd = JobDecision(j.placement, j.level, j.pattern)
                 if led.fits(j.job_id, jd):
@@ -449,8 +441,6 @@ def _run_to_the_end(sim, base, header: dict, rounds: list[dict], failed: set[int
     extra = 0
     last = decision_from_dict(rounds[-1]["decision"]) if rounds else Decision()
     while not _sim_finished(sim, failed):
-        from jigsaw_env.placement import GpuLedger
-
         st = sim.state
         led = GpuLedger(st)
         for j in st.running():
@@ -532,8 +522,6 @@ def replay_decision_log(path: str | Path, *, restart_s: float | None = None, tab
     measured outcome side by side."""
     header, rounds, end = read_decision_log(path)
     if scenario is None and header.get("scenario"):
-        from .deploy import DemoScenario
-
         scenario = DemoScenario.from_dict(header["scenario"])
     match, nr, ns, mism = check_decisions(header, rounds, scenario)
     failed = {int(k) for k, v in (end or {}).get("jobs", {}).items() if v.get("status") == "failed"}

@@ -27,8 +27,14 @@ import json
 import os
 import shutil
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
+
+from jigsaw_env.calibrate import SHIPPED
+
+from .calibrate_executor import calibrate_executor
+from .cluster_ray import physical_cores
 
 __all__ = ["CACHE_ENV", "DEMO_MODELS", "REPEATS", "ITERATIONS", "cache_root", "machine_key", "key_digest",
            "cached_calibration", "demo_calibration"]
@@ -72,13 +78,9 @@ def _model_shapes(models: tuple[str, ...]) -> dict[str, str]:
 
 def machine_key(slots: int, lockstep: bool, models: tuple[str, ...] = DEMO_MODELS) -> dict:
     """What a demo calibration depends on (module docstring), as a JSON-able dict."""
-    from importlib.metadata import PackageNotFoundError, version
-
     import torch
 
     from jigsaw_env.table_builder import cpu_name
-
-    from .cluster_ray import physical_cores
 
     try:
         jigsaw_version = version("jigsaw")
@@ -107,10 +109,6 @@ def cached_calibration(key: dict, root: Path | None = None) -> Path | None:
 
 def _measure(folder: Path, key: dict, log: Callable[[str], None]) -> dict:
     """Run the calibration (``jigsaw calibrate --device cpu --executor``'s measurement) into ``folder``."""
-    from jigsaw_env.calibrate import SHIPPED
-
-    from .calibrate_executor import calibrate_executor
-
     models = list(key["models"])
     link = key["slots"] >= 2
     cmd = (f"jigsaw calibrate --device cpu --executor --only {' '.join(models)} --executor-repeats {REPEATS} "

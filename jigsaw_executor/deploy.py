@@ -41,20 +41,35 @@ calibrate.
 """
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
 from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int
+from jigsaw_env.cost_table import register_tables_dir
 from jigsaw_env.free_running import DEFAULT_PACE, PACES
-from jigsaw_env.spb import Pattern, SPBConfig
-from jigsaw_env.state import ClusterState, Decision, JobDecision, JobStatus
+from jigsaw_env.network import INTRA_NODE, LINK_FILE, Link, load_link
+from jigsaw_env.spb import SPBConfig
+
+from .cluster_ray import check_slots, default_slots
+from .decision_log import replay_decision_log
+from .demo_calibration import demo_calibration
+from .demo_scenario import DemoScenario
+from .live import LiveConfig, LiveExecutor, LiveJob
+from .lockstep import LOCKSTEP_FILE, lockstep_in_tables
+from .policies import build_scheduler, is_policy_path, scheduler_spec
 
 __all__ = ["DemoScenario", "demo_jobs", "DEMO_THRESHOLD_GPU_S", "register", "run", "deploy"]
 
@@ -64,76 +79,12 @@ DEMO_ROUND_S = 3.0
 
 def demo_jobs(slots: int, scale: float = 1.0):
     """The demo's job set (module docstring). ``scale`` multiplies every job's iterations."""
-    from .live import LiveJob
-
     big = min(2, slots)
     return [LiveJob(0, "tiny_cnn", big, round(2500 * scale), arrival_s=0.0, seed=0),
             # lr 0.02, not the zoo's 0.05: at 0.05 a one-worker rotating SPB run of tiny_mlp at level
             # >= 2 diverges (docs/deploy.md section 6); at 0.02 it trains at every level
             LiveJob(1, "tiny_mlp", 1, round(3000 * scale), arrival_s=4.0, seed=1, lr=0.02),
             LiveJob(2, "tiny_transformer", 1, round(1200 * scale), arrival_s=8.0, seed=2)]
-
-
-@dataclass(frozen=True)
-class DemoScenario:
-    """Forces a preemption and an SPB level change if the policy has not made them by the given
-    rounds (module docstring). A pure function of the state, so the replay re-applies it."""
-
-    preempt_by_round: int = 5
-    level_by_round: int = 7
-    level_to: int = 2
-
-    def to_dict(self) -> dict:
-        return {"preempt_by_round": self.preempt_by_round, "level_by_round": self.level_by_round,
-                "level_to": self.level_to}
-
-    state_dict = to_dict
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DemoScenario":
-        return cls(**d)
-
-    from_state_dict = from_dict
-
-    def __call__(self, state: ClusterState, decision: Decision) -> tuple[Decision, list[dict]]:
-        from jigsaw_env.placement import GpuLedger
-
-        dec = Decision(decision)
-        forced: list[dict] = []
-        jobs = state.jobs.values()
-        if state.round >= self.preempt_by_round and sum(j.preemptions for j in jobs) == 0:
-            running = sorted((j for j in state.running() if j.job_id in dec),
-                             key=lambda j: (-j.attained_gpu_s, j.job_id))
-            waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING and j.job_id not in dec]
-            # the victim: the running job with the most attained service (the one LAS would
-            # demote first); waiting jobs that now fit take its slots (level 0, consolidated)
-            for victim in running[:1]:
-                from .policies import start_where_they_fit
-
-                led = GpuLedger(state, Decision({k: v for k, v in dec.items() if k != victim.job_id}))
-                started = start_where_they_fit(led, waiting)
-                dec = led.decision
-                forced.append({"kind": "preempt", "job": victim.job_id, "started": started})
-        if state.round >= self.level_by_round and sum(j.level_changes for j in jobs) == 0 \
-                and not any(f["kind"] == "preempt" for f in forced):
-            owners: dict[int, int] = {}
-            for jid, jd in dec.items():
-                for g in jd.gpus:
-                    owners[g] = owners.get(g, 0) + 1
-            for j in sorted(state.running(), key=lambda j: j.job_id):
-                jd = dec.get(j.job_id)
-                if jd is None or jd.gpus != j.placement or (jd.level, jd.pattern) != (j.level, j.pattern):
-                    continue
-                if any(owners[g] > 1 for g in jd.gpus):
-                    continue
-                to = self.level_to if j.level == 0 else 0
-                new = JobDecision(jd.gpus, to, Pattern.ROTATING)
-                led = GpuLedger(state, Decision({k: v for k, v in dec.items() if k != j.job_id}))
-                if led.fits(j.job_id, new):
-                    dec[j.job_id] = new
-                    forced.append({"kind": "level", "job": j.job_id, "from": j.level, "to": to})
-                    break
-        return dec, forced
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,11 +152,6 @@ def _job_records(p: Path) -> tuple[str, list[tuple[int, dict]]]:
     """The rows of a job list as (where, [(number, {column: value})]). CSV: the values as text and
     the number the row's line in the file (blank lines skipped, as rows, but counted); JSON (what
     ``pandas.read_json`` reads): the values as read and the number the record's position (1-based)."""
-    import csv
-    import io
-
-    import pandas as pd
-
     if p.suffix == ".json":
         try:
             df = pd.read_json(p)
@@ -256,8 +202,6 @@ def _missing(v) -> bool:
 
 def _to_int(v) -> int:
     """An integer value, exactly: 3, "3", 3.0 or "3.0"; ValueError for 1.5, "1.5", "two", True, inf."""
-    import numpy as np
-
     if isinstance(v, (bool, np.bool_)):
         raise ValueError(v)
     if isinstance(v, (int, np.integer)):
@@ -277,16 +221,12 @@ def _to_int(v) -> int:
 
 
 def _to_float(v) -> float:
-    import numpy as np
-
     if isinstance(v, (bool, np.bool_)):
         raise ValueError(v)
     return float(v)
 
 
 def _read_jobs(path: str):
-    from .live import LiveJob
-
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(f"job list is a folder, expected a CSV or JSON file: {p}")
@@ -324,11 +264,6 @@ def _read_jobs(path: str):
 def _use_tables(args, folder: str | Path) -> float:
     """Register the cost tables of ``folder``; take its ``link.json`` unless ``--link-alpha-us`` /
     ``--link-gbps`` are given; returns the lockstep barrier of its ``lockstep.json`` (0 without)."""
-    from jigsaw_env.cost_table import register_tables_dir
-    from jigsaw_env.network import LINK_FILE, load_link
-
-    from .lockstep import LOCKSTEP_FILE, lockstep_in_tables
-
     register_tables_dir(folder)
     link_file = Path(folder) / LINK_FILE
     if link_file.is_file() and args.link_alpha_us is None and args.link_gbps is None:
@@ -364,12 +299,8 @@ def _check_calibration_flags(args) -> None:
 def _calibrated_demo_tables(args, slots: int) -> Path:
     """The demo's tables for this machine (:mod:`jigsaw_executor.demo_calibration`), after the
     policy and the slots are checked (a bad argument costs no measurement)."""
-    from .demo_calibration import demo_calibration
-
     _scheduler_for(args.policy, True, args.thresholds, SPBConfig())
     if args.address is None:
-        from .cluster_ray import check_slots
-
         check_slots(slots, args.allow_oversubscribe)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else _echo
     folder, _ = demo_calibration(slots, lockstep=args.pace == "lockstep", recalibrate=args.recalibrate, log=log)
@@ -377,8 +308,6 @@ def _calibrated_demo_tables(args, slots: int) -> Path:
 
 
 def run(args) -> int:
-    from .cluster_ray import check_slots, default_slots
-
     _check_calibration_flags(args)
     if args.resume:
         return _resume(args)
@@ -439,8 +368,6 @@ def _echo(s: str) -> None:
 
 
 def _scheduler_for(policy: str, demo: bool, thresholds: str | None, spb: SPBConfig):
-    from .policies import build_scheduler, is_policy_path, scheduler_spec
-
     kwargs: dict[str, Any] = {}
     if not is_policy_path(policy):
         base = policy.split("+")[0]
@@ -468,11 +395,6 @@ def deploy(policy: str, jobs, *, slots: int, out: str | Path, demo: bool = False
     ``tables``: the folder of cost tables the caller registered for this run
     (``jigsaw_env.cost_table.register_tables_dir``; ``jigsaw deploy --tables`` or the demo's
     calibration), recorded in ``OUT/tables.json`` for ``--resume`` and read by the replay."""
-    from jigsaw_env.network import INTRA_NODE, Link
-
-    from .decision_log import replay_decision_log
-    from .live import LiveConfig, LiveExecutor
-
     spb = spb or SPBConfig()
     sched, rec, spec = _scheduler_for(policy, demo, thresholds, spb)  # policy layout checked here
     link = INTRA_NODE
@@ -519,9 +441,6 @@ def _run_tables(out: Path) -> str | None:
 
 
 def _resume(args) -> int:
-    from .decision_log import replay_decision_log
-    from .live import LiveExecutor
-
     tables = args.tables or _run_tables(Path(args.resume))
     if tables:
         _use_tables(args, tables)
@@ -547,9 +466,6 @@ def _f(v, fmt: str = "{:.3f}") -> str:
 
 
 def print_summary(summary: dict, replay: dict | None, out: Path, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     con = Console(file=file or sys.stdout, width=140)
     t = Table(title=f"jigsaw deploy: {summary['scheduler'].get('name') or summary['scheduler'].get('path')} on "
                     f"{summary['slots']} slots, {summary['rounds']} rounds, makespan {_f(summary['makespan_s'], '{:.1f}')} s")

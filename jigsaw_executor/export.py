@@ -33,14 +33,21 @@ import time
 import warnings
 import zipfile
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces as gspaces
 
+from agents.rl import algo_class, read_run_config, run_features, spaces_signature
+from agents.shipped import is_shipped_name, shipped_policy
 from agents.vecnorm_file import FILE_NAME as VECNORM_FILE
+from jigsaw_env.cli_args import file_above
 from jigsaw_env.digest import file_sha256
 from agents.vecnorm_file import read_vecnormalize, stats_path
+
+from .onnx_policy import OnnxPolicy
 
 FORMAT = "jigsaw-onnx-policy/1"
 MASK_FILL = -1e8  # sb3-contrib MaskableCategorical's HUGE_NEG
@@ -108,8 +115,6 @@ def load_run(run_dir: str | Path, *, best: bool = False) -> LoadedRun:
     observation statistics and config.json, and check that they agree with each other and with
     this code's observation encoder and action codec. Raises FileNotFoundError / ValueError with
     one line."""
-    from agents.rl import algo_class, read_run_config, run_features, spaces_signature
-
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)  # FileNotFoundError / ValueError, one line
     spaces = cfg["spaces"]
@@ -172,7 +177,6 @@ def _check_layout(run: LoadedRun, spaces_signature) -> None:
                              f"code's: {label} expected {want[key]}{note}, found {sp.get(key)} in config.json")
     d, a = int(sp["observation_size"]), int(sp["n_actions"])
     model = run.model
-    from gymnasium import spaces as gspaces
     if not isinstance(model.observation_space, gspaces.Box) or tuple(model.observation_space.shape) != (d,):
         raise ValueError(f"{run.model_path}: observation size expected {d} (config.json), "
                          f"found {getattr(model.observation_space, 'shape', model.observation_space)} in the model")
@@ -253,7 +257,6 @@ def _onnx_export(module, d: int, a: int, path: Path, opset: int) -> None:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
     out = {}
     for pkg in ("jigsaw", "torch", "stable-baselines3", "sb3-contrib", "onnx"):
         try:
@@ -368,7 +371,6 @@ def _check_out(out: Path) -> None:
     "File exists")."""
     if out.is_dir():
         raise ValueError(f"--out {out} is a directory; give a file name such as {out / 'policy.onnx'}")
-    from jigsaw_env.cli_args import file_above
 
     above = file_above(out)
     if above is not None:
@@ -433,7 +435,6 @@ def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: b
 def verify_export(run: LoadedRun, path: str | Path, n: int, seed: int = 0) -> int:
     """onnxruntime vs the SB3 model on ``n`` random observations and masks; raises RuntimeError
     (an exporter bug, not a user error) if any action differs. Returns ``n``."""
-    from .onnx_policy import OnnxPolicy
     d, a = int(run.config["spaces"]["observation_size"]), int(run.config["spaces"]["n_actions"])
     obs, mask = random_inputs(d, a, n, np.random.default_rng(seed))
     got = OnnxPolicy(path).act_batch(obs, mask)
@@ -467,14 +468,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from agents.shipped import is_shipped_name, shipped_policy
-
     run_dir, out = args.run_dir, args.out
     if is_shipped_name(run_dir) and (folder := shipped_policy(run_dir)) is not None:  # a policy shipped in the package
         run_dir, out = folder, out or f"{run_dir}.onnx"  # never over the shipped file
     summary = export_policy(run_dir, out, best=args.best, opset=args.opset, check=max(0, args.check))
     if args.bench and args.bench > 0:
-        from .onnx_policy import OnnxPolicy
         summary["latency_ms"] = OnnxPolicy(summary["out"]).benchmark(args.bench)
     print(json.dumps(summary))
     return 0

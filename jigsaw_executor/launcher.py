@@ -35,10 +35,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from jigsaw_env.network import INTRA_NODE, Link
+import torch
+import torch.distributed as dist
+
+from jigsaw_env.network import INTRA_NODE, SYNC_METHODS, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
-from .spb_worker import IterationReport, read_checkpoint_meta, select_checkpoint
+from .data import DATA_SOURCES, DigitsData, default_source, make_batch_fn, mix_seed
+from .models import build_executor_model, executor_model_names
+from .spb_worker import IterationReport, SPBTrainer, read_checkpoint_meta, select_checkpoint, state_hash
 from .transport import LoopbackWindow
 
 #: where a checkpoint fallback is logged (one line: which checkpoint was unreadable, which loads)
@@ -160,8 +165,6 @@ def _pick_backend(device: str, backend: str, world: int) -> tuple[str, str]:
             raise ValueError(f"backend {backend!r} cannot run on CPU tensors; use 'gloo'")
         return "gloo", "cpu"
     if device == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
         n = torch.cuda.device_count()
@@ -176,13 +179,6 @@ def _pick_backend(device: str, backend: str, world: int) -> tuple[str, str]:
 
 
 def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
-    from .data import DigitsData, make_batch_fn, mix_seed
-    from .models import build_executor_model
-    from .spb_worker import SPBTrainer, state_hash
-
     torch.set_num_threads(spec.threads)
     try:
         torch.set_num_interop_threads(spec.threads)
@@ -257,8 +253,6 @@ def _run_worker(rank: int, spec: _JobSpec) -> dict[str, Any]:
 
 
 def _to_cpu(obj: Any) -> Any:
-    import torch
-
     if torch.is_tensor(obj):
         return obj.detach().to("cpu").clone()
     if isinstance(obj, dict):
@@ -272,7 +266,6 @@ def _worker_entry(rank: int, spec: _JobSpec) -> None:
     out = Path(spec.out_dir)
     try:
         result = _run_worker(rank, spec)
-        import torch
 
         tmp = out / f"result-rank{rank}.pt.tmp"
         torch.save(result, tmp)
@@ -389,11 +382,6 @@ def _failure(procs, out: Path, model_name: str, timed_out: float | None, exit_se
 def _check_job_args(model_name: str, world_size: int, iterations: int, *, sync_method: str, fail_mode: str,
                     data: str | None, device: str, backend: str) -> str:
     """ValueError naming the argument for a job ``run_job_local`` cannot run; the data source."""
-    from jigsaw_env.network import SYNC_METHODS
-
-    from .data import DATA_SOURCES, default_source
-    from .models import executor_model_names
-
     if model_name not in executor_model_names():
         raise ValueError(f"unknown model {model_name!r}; allowed: {executor_model_names()}")
     if world_size < 1 or iterations < 0:
@@ -473,8 +461,6 @@ def _watch_workers(procs: list, job_timeout_s: float | None) -> tuple[bool | Non
 
 def _read_results(out: Path, world_size: int, model_name: str) -> list[dict]:
     """Every rank's result file (tensors and plain data); JobFailed for a rank that left none."""
-    import torch
-
     results = []
     for r in range(world_size):
         f = out / f"result-rank{r}.pt"
@@ -517,8 +503,6 @@ def run_job_local(model_name: str, world_size: int, iterations: int,
         ``"reduce_broadcast"`` (``SPBTrainer``).
     Returns a :class:`JobResult`; raises :class:`JobFailed` when a worker fails.
     """
-    import torch.distributed as dist
-
     data = _check_job_args(model_name, world_size, iterations, sync_method=sync_method, fail_mode=fail_mode,
                            data=data, device=device, backend=backend)
     start = 0

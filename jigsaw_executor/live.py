@@ -40,9 +40,11 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from agents.rl import EvalSpaces
 from jigsaw_env.placement import validate_decision
 from jigsaw_env.state import ClusterState, CostModel, Decision, JobStatus, apply_job_bookkeeping
 
+from .cluster_ray import RaySession, SlotPool, get_or_create_hub, kill_actor
 from .control import Keys, connect_store, read_json
 from .decision_log import decision_to_dict, encode_array, encode_mask, state_to_dict
 from .live_persistence import (PICKLED_SCHEDULER_FIELD, SNAPSHOT_FORMAT, RunFolder, check_snapshot_format,
@@ -52,6 +54,7 @@ from .live_recovery import Recovery
 from .live_types import (RECOVERY_MODES, CheckpointLost, JobFailed, LiveConfig, LiveJob, check_jobs, components_of,
                          job_state, live_cluster, segments_of, steps_to_finish)
 from .live_workers import Incarnations
+from .policies import idle_guard
 from .store_seal import new_token
 
 __all__ = ["LiveJob", "LiveConfig", "LiveExecutor", "JobFailed", "CheckpointLost", "components_of", "segments_of",
@@ -67,7 +70,7 @@ class LiveExecutor:
     "kwargs"}`` or ``{"kind": "policy", "path", ...}``), written to the logs; pool / hub / session:
     reuse Ray pieces (tests share one per module), otherwise created here; scenario: an optional
     hook ``(state, decision) -> (decision, forced)`` applied after the scheduler (the demo's,
-    :class:`jigsaw_executor.deploy.DemoScenario`); fail_at: ``{job_id: (rank, iteration, mode)}``
+    :class:`jigsaw_executor.demo_scenario.DemoScenario`); fail_at: ``{job_id: (rank, iteration, mode)}``
     fault injection for tests.
     """
 
@@ -132,8 +135,6 @@ class LiveExecutor:
         before any job starts."""
         agent = getattr(self.scheduler, "agent", None)
         if agent is not None and hasattr(agent, "check_compatible"):
-            from agents.rl import EvalSpaces
-
             agent.check_compatible(EvalSpaces(None, self.cfg.spb.max_level, self.cfg.spb.num_slots))
 
     def now(self) -> float:
@@ -168,8 +169,6 @@ class LiveExecutor:
         if self._started:
             return
         import ray
-
-        from .cluster_ray import RaySession, SlotPool, get_or_create_hub
 
         self.out.mkdir(parents=True, exist_ok=True)
         if self.session is None and not ray.is_initialized():
@@ -261,7 +260,6 @@ class LiveExecutor:
         if self.scenario is not None:
             decision, forced = self.scenario(st, decision)
             decision = Decision(decision)
-        from .policies import idle_guard
         decision, guarded = idle_guard(st, decision, self.idle_guard_s)
         forced = forced + guarded
         validate_decision(st, decision)  # InfeasibleDecision (ValueError) before anything changes
@@ -458,8 +456,6 @@ class LiveExecutor:
         if self._own_pool and self.pool is not None:
             self.pool.close()
         if self._own_hub and self.hub is not None:
-            from .cluster_ray import kill_actor
-
             kill_actor(self.hub)
         elif self.hub is not None and ray.is_initialized():
             try:

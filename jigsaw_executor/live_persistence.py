@@ -9,11 +9,17 @@ import os
 import time
 from pathlib import Path
 
+from jigsaw_env.cost_table import get_table as gt
+from jigsaw_env.jsonfile import read_json_file
 from jigsaw_env.spb import SPBConfig
 
+from .cluster_ray import NAMESPACE, RaySession, SlotPool
 from .control import Keys, read_json
 from .decision_log import FORMAT, DecisionLogWriter, cluster_to_dict, spb_to_dict, state_from_dict, state_to_dict
+from .demo_scenario import DemoScenario
+from .live_progress import ProgressLedger
 from .live_types import LiveConfig, LiveJob, jsonable
+from .policies import build_scheduler
 
 __all__ = ["SNAPSHOT_FORMAT", "PICKLED_SCHEDULER_FIELD", "RunFolder", "check_snapshot_format", "restore_scheduler",
            "read_snapshot", "restore_executor"]
@@ -44,8 +50,6 @@ class RunFolder:
 
     def header(self) -> dict:
         """The decision log's first record: the cluster, settings, jobs, scheduler and cost tables."""
-        from jigsaw_env.cost_table import get_table as gt
-
         ex = self.ex
         tables = {f"{j.model}-bs{j.batch_size}-cpu": gt(j.model, j.batch_size, "cpu").digest() for j in ex.jobs}
         return {"kind": "header", "format": FORMAT, "run_id": ex.run_id, "created": time.time(),
@@ -152,8 +156,6 @@ def restore_scheduler(spec: dict, state: dict | None, spb: SPBConfig, where):
     """(scheduler, recorder or None) rebuilt from ``spec`` (``policies.scheduler_spec``) with the
     plain-data ``state`` of ``Scheduler.state_dict`` loaded (None: a fresh scheduler); a state that
     does not fit raises ValueError naming ``where``."""
-    from .policies import build_scheduler
-
     scheduler, recorder = build_scheduler(spec, spb)
     if state is not None:
         try:
@@ -169,16 +171,12 @@ def read_snapshot(out: Path, from_hub: str | None, hub=None) -> tuple[dict, obje
     line, naming the file or the hub) for a missing, damaged or foreign state."""
     import ray
 
-    from .cluster_ray import NAMESPACE
-
     if from_hub is not None:
         hub = hub or ray.get_actor(from_hub + "-hub", namespace=NAMESPACE)
         snap = ray.get(hub.get_snapshot.remote(from_hub))
         if snap is None:
             raise ValueError(f"the hub of run {from_hub} holds no scheduler state")
     else:
-        from jigsaw_env.jsonfile import read_json_file
-
         p = out / "scheduler_state.json"
         if not p.is_file():
             raise FileNotFoundError(f"no persisted scheduler state in {out} (scheduler_state.json)")
@@ -196,8 +194,6 @@ def restore_executor(cls, out_dir: str | Path, *, scheduler=None, recorder=None,
     persisted in ``out_dir`` (or in the hub of run ``from_hub``)."""
     import ray
 
-    from .cluster_ray import NAMESPACE, RaySession, SlotPool
-
     out = Path(out_dir)
     snap, hub = read_snapshot(out, from_hub, hub)
     cfg = LiveConfig.from_dict(snap["config"])
@@ -208,8 +204,6 @@ def restore_executor(cls, out_dir: str | Path, *, scheduler=None, recorder=None,
                                                 out / "scheduler_state.json")
     scenario = None
     if snap.get("scenario") is not None:
-        from .deploy import DemoScenario
-
         scenario = DemoScenario.from_state_dict(snap["scenario"])
     address = address or snap.get("address")
     own_session = False
@@ -255,8 +249,6 @@ def restore_executor(cls, out_dir: str | Path, *, scheduler=None, recorder=None,
 def _load_snapshot(ex, snap: dict) -> list[tuple[int, int]]:
     """Set the executor's state, incarnations and totals from ``snap``; the incarnations that had
     not ended when it was taken."""
-    from .live_progress import ProgressLedger
-
     def pair(k: str) -> tuple[int, int]:
         return int(k.split("/")[0]), int(k.split("/")[1])
 

@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from jigsaw_env.cluster import ClusterSpec
-from jigsaw_env.cost_table import get_table
+from jigsaw_env.cost_table import default_batch_size, get_table
 from jigsaw_env.free_running import DEFAULT_PACE, check_pace
 from jigsaw_env.network import INTRA_NODE, Link
+from jigsaw_env.placement import connected_groups
+from jigsaw_env.simulator import SimConfig, Simulator, check_lockstep_s
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import JobState
 
@@ -121,8 +123,6 @@ class LiveConfig:
     count_loopback: bool = False
 
     def __post_init__(self) -> None:
-        from jigsaw_env.simulator import check_lockstep_s
-
         check_lockstep_s(self.lockstep_s)
         check_pace(self.pace)
         if self.recovery not in RECOVERY_MODES:
@@ -158,8 +158,6 @@ def live_cluster(cfg: LiveConfig) -> ClusterSpec:
 
 def components_of(decision: dict) -> list[list[int]]:
     """Jobs connected through shared slots, each list sorted, ordered by smallest job id."""
-    from jigsaw_env.placement import connected_groups
-
     return connected_groups({jid: jd.gpus for jid, jd in decision.items()})
 
 
@@ -215,8 +213,6 @@ def check_jobs(jobs: list[LiveJob], cfg: LiveConfig, cluster: ClusterSpec) -> li
             raise ValueError(f"job {j.job_id}: iterations must be > 0, got {j.iterations!r}")
         bs = j.batch_size
         if bs is None:
-            from jigsaw_env.cost_table import default_batch_size
-
             bs = default_batch_size(j.model)
         get_table(j.model, bs, "cpu")  # ValueError naming the allowed batch sizes
         if j.data == "digits":
@@ -226,8 +222,6 @@ def check_jobs(jobs: list[LiveJob], cfg: LiveConfig, cluster: ClusterSpec) -> li
         # arrivals relative to the first one (the run's clock starts when the first job arrives)
         out.append(replace(j, batch_size=bs, arrival_s=float(j.arrival_s - first)))
     # memory: the simulator's own feasibility check (a full-depth worker must fit a slot)
-    from jigsaw_env.simulator import SimConfig, Simulator
-
     try:
         Simulator(cluster, [job_state(j) for j in out],
                   SimConfig(max_workers_per_gpu=cfg.max_workers_per_gpu, spb=cfg.spb))

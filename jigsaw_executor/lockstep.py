@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 from jigsaw_env.cost_table import LOCKSTEP_FILE  # the file's name, known to table_files
+from jigsaw_env.jsonfile import read_json_file
 
 
 def fit_lockstep(points: list[tuple[float, float, float]]) -> float:
@@ -46,8 +47,6 @@ def save_lockstep(path: str | Path, lockstep_s: float, source: str, extra: dict 
 def load_lockstep(path: str | Path) -> float:
     """The barrier in a file written by :func:`save_lockstep` (seconds). A missing file, bad JSON
     or a ``lockstep_s`` that is not a finite number >= 0 raises one line naming the file and field."""
-    from jigsaw_env.jsonfile import read_json_file
-
     p = Path(path)
     d = read_json_file(p, "lockstep file")
     if not isinstance(d, dict):

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from jigsaw_env.cost_table import CostTable, LayerGroup
+from jigsaw_env.table_builder import activation_bytes_per_group, param_bytes_per_group
 from jigsaw_env.zoo import MODELS, ZooModel, build_model
 
 
@@ -82,8 +83,6 @@ def exact_bytes_table(model: ZooModel, batch_size: int, *, seed: int = 0, with_a
     statistics are saved and restored around it, so the model is left unchanged. ``device``
     only labels the table.
     """
-    from jigsaw_env.table_builder import activation_bytes_per_group, param_bytes_per_group
-
     pbytes = param_bytes_per_group(model)
     if with_activations:
         gen = torch.Generator().manual_seed(seed)

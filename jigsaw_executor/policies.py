@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from agents import make_scheduler
+from agents.rl import EvalSpaces, LearnedAgent, LearnedScheduler
+from agents.shipped import is_shipped_name, shipped_onnx
+from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import SPBConfig
+from jigsaw_env.state import Decision, JobStatus
+
+from .onnx_policy import OnnxPolicy
 
 __all__ = ["RecordingAgent", "load_policy", "build_scheduler", "scheduler_spec", "is_policy_path"]
 
@@ -58,12 +65,9 @@ def load_policy(path: str | Path):
     :class:`~agents.rl.LearnedAgent` (RUN_DIR)."""
     p = Path(path)
     if p.is_dir():
-        from agents.rl import LearnedAgent
-
         return LearnedAgent(p)
     if not p.exists():
         raise FileNotFoundError(f"policy not found: {p}")
-    from .onnx_policy import OnnxPolicy
 
     return OnnxPolicy(p)
 
@@ -71,8 +75,6 @@ def load_policy(path: str | Path):
 def scheduler_spec(policy: str, kwargs: dict | None = None) -> dict:
     """What to build for ``policy``: a shipped policy's name (``learned``: its ONNX,
     :mod:`agents.shipped`), a policy file or RUN_DIR, or a heuristic name."""
-    from agents.shipped import is_shipped_name, shipped_onnx
-
     if is_shipped_name(policy):
         onnx = shipped_onnx(policy)
         if onnx is None:
@@ -91,11 +93,8 @@ def build_scheduler(spec: dict, spb: SPBConfig):
     """(scheduler, recorder or None) from a :func:`scheduler_spec`. A policy's layout is checked
     against ``spb`` here: a mismatch raises ValueError (one line) before anything runs."""
     if spec["kind"] == "heuristic":
-        from agents import make_scheduler
-
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in spec.get("kwargs", {}).items()}
         return make_scheduler(spec["name"], **kw), None
-    from agents.rl import EvalSpaces, LearnedScheduler
 
     pol = load_policy(spec["path"])
     pol.check_compatible(EvalSpaces(None, spb.max_level, spb.num_slots))
@@ -123,9 +122,6 @@ def idle_guard(state, decision, wait_s: float | None):
     consolidated) where they fit. A policy that keeps the cluster idle (an undertrained one can
     choose "advance" forever) would otherwise stall the run. A pure function of the state, so the
     decision-log replay re-applies it. Returns (decision, forced records)."""
-    from jigsaw_env.placement import GpuLedger
-    from jigsaw_env.state import Decision, JobStatus
-
     if wait_s is None or len(decision) > 0:
         return decision, []
     waiting = [j for j in state.active() if j.status is not JobStatus.RUNNING]

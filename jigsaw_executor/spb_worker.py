@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -77,6 +78,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from jigsaw_env.network import INTRA_NODE, NONE, REDUCE_BROADCAST, RING, SYNC_METHODS, Link, group_sync
 from jigsaw_env.spb import Pattern, SPBConfig, cycle_length, worker_starts
@@ -284,8 +286,6 @@ def state_hash(model: nn.Module, optimizer: torch.optim.Optimizer | None = None)
 
 
 def _is_running_stats_norm(m: nn.Module) -> bool:
-    from torch.nn.modules.batchnorm import _NormBase
-
     return isinstance(m, _NormBase) and bool(getattr(m, "track_running_stats", False))
 
 
@@ -749,8 +749,6 @@ class SPBTrainer:
         This is how a replacement worker joins a running job in partial recovery (CPR-style): it
         copies the current weights and optimizer state from a surviving peer instead of everyone
         rolling back to the last checkpoint."""
-        import io
-
         if self.world == 1:
             return dict(extra or {}), 0
         n = torch.zeros(1, dtype=torch.int64)

@@ -12,13 +12,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int  # one wording for every command
+
 from . import synthetic
 from ._loader import LoaderResult
 from .alibaba import load_alibaba2020, load_alibaba2023
 from .canonical import load_canonical_csv
 from .gavel import load_gavel, map_stand_ins
 from .helios import load_helios
-from .models import ZOO_MODELS, BatchSizeFn, ThroughputFn, estimated_durations, fill_iterations, fill_models, model_choices
+from .models import (ZOO_MODELS, BatchSizeFn, ThroughputFn, default_throughput_fn, estimated_durations, fill_iterations,
+                     fill_models, model_choices)
 from .philly import load_philly_csv, load_philly_json
 from .schema import STATUSES, canonical_csv_bytes, digest_of, to_canonical_csv, validate_jobs
 
@@ -374,7 +377,6 @@ def _scale_to_load(jobs: pd.DataFrame, source: _Source, kind: str, *, map_models
         return None
     tfn = throughput_fn
     if tfn is None and map_models and jobs["duration_s"].isna().any():
-        from .models import default_throughput_fn
         tfn = default_throughput_fn()
     d = estimated_durations(jobs, tfn)
     if np.isnan(d).any():
@@ -487,8 +489,6 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     ``--gpu-type`` (dest ``trace_gpu_type``) is the GPU type the *trace* ran on. A command whose
     own ``--gpu-type`` means the simulated cluster's GPUs may add it after this call: it then owns
     ``--gpu-type`` and the trace's type stays reachable as ``--trace-gpu-type``."""
-    from jigsaw_env.cli_args import non_negative_int, positive_float, positive_int  # one wording for every command
-
     have = set(getattr(parser, "_option_string_actions", {}))
     g = parser.add_argument_group("trace options")
 

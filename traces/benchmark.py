@@ -14,10 +14,10 @@ import statistics
 import sys
 import time
 
+from . import data_dir, load_trace
+
 
 def main(argv: list[str] | None = None) -> int:
-    from . import data_dir, load_trace
-
     ap = argparse.ArgumentParser(prog="python -m traces.benchmark")
     ap.add_argument("path", nargs="?", default=None)
     ap.add_argument("--repeat", type=int, default=5)

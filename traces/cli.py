@@ -6,8 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from jigsaw_env.cli_args import positive_int
+
 from .api import add_trace_arguments, trace_from_args
 from .describe import describe_trace, render_description
+from .models import default_throughput_fn
 
 DEFAULT_DESCRIBE_GPUS = 64
 
@@ -19,7 +22,6 @@ def _spec(args: argparse.Namespace) -> None:
 
 def _throughput_or_none():
     try:
-        from .models import default_throughput_fn
         return default_throughput_fn()
     except ValueError:
         return None
@@ -58,8 +60,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from jigsaw_env.cli_args import positive_int
-
     p = subparsers.add_parser("traces", help="inspect and convert job traces",
                               description="Inspect and convert job traces (docs/traces.md).")
     sub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")

@@ -5,6 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from jigsaw_env.cost_table import available_tables
+
 from .api import Trace, offered_load
 from .models import ThroughputFn, estimated_durations
 
@@ -17,10 +19,6 @@ def batch_scaled_jobs(jobs) -> dict[str, int]:
     (docs/cost_tables.md section 9); jobs without a model or batch size are not counted."""
     has = (jobs["model"] != "").to_numpy() & jobs["batch_size"].notna().to_numpy()
     if not has.any():
-        return {}
-    try:
-        from jigsaw_env.cost_table import available_tables  # noqa: PLC0415
-    except ImportError:
         return {}
     known = set(available_tables())
     typed = {(m, d) for m, _, d in known}

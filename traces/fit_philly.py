@@ -12,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import data_dir
+from .philly import load_philly_csv
+
 #: duration buckets by GPU count: (name, lowest, highest); the generator draws a job's duration
 #: from the quantile table of its bucket, so big jobs keep their (longer) durations.
 BUCKETS = (("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), (">8", 9, 10**9))
@@ -22,8 +25,6 @@ OUT = Path(__file__).with_name("_philly_fit.py")
 
 
 def fit(path: str | Path) -> dict:
-    from .philly import load_philly_csv
-
     res = load_philly_csv(path)
     df = res.jobs
     g = df["num_gpus"].to_numpy()
@@ -95,8 +96,6 @@ def render(f: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import data_dir
-
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else data_dir() / "philly" / "philly.csv"
     OUT.write_text(render(fit(path)))

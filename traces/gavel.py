@@ -13,6 +13,7 @@ Layouts (stanford-futuredata/gavel), picked by the field count of the first line
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -90,8 +91,6 @@ def map_stand_ins(jobs: pd.DataFrame, data: Path, origin: str) -> tuple[pd.DataF
     with ``theta(., g)`` Gavel's alone throughput (iterations/s, scale factor 1) from
     ``data/gavel/simulation_throughputs.json``. Returns (jobs, {job type: jobs mapped}); raises
     ValueError naming ``origin`` and the file when a throughput is missing."""
-    import json
-
     if "gavel_job_type" not in jobs.columns:
         return jobs, {}
     jt = jobs["gavel_job_type"].astype(str).str.strip()

@@ -22,6 +22,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from jigsaw_env.cost_table import default_batch_size
+from jigsaw_env.spb import isolated_throughput
+
 ZOO_MODELS: tuple[str, ...] = ("resnet18", "resnet50", "vgg16", "bert_base", "transformer_small",
                                "lstm_lm", "recommendation")
 
@@ -30,21 +33,12 @@ BatchSizeFn = Callable[[str], int]
 
 
 def default_throughput_fn() -> ThroughputFn:
-    """``jigsaw_env.spb.isolated_throughput`` (imported on first use)."""
-    try:
-        from jigsaw_env.spb import isolated_throughput  # noqa: PLC0415
-    except ImportError as e:
-        raise ValueError(f"computing iterations needs jigsaw_env.spb.isolated_throughput, which is not "
-                         f"available ({e}); load with map_models=False to skip it") from None
+    """``jigsaw_env.spb.isolated_throughput``."""
     return isolated_throughput
 
 
 def default_batch_size_fn() -> BatchSizeFn:
-    """``jigsaw_env.cost_table.default_batch_size`` (imported on first use)."""
-    try:
-        from jigsaw_env.cost_table import default_batch_size  # noqa: PLC0415
-    except ImportError as e:
-        raise ValueError(f"default batch sizes need jigsaw_env.cost_table.default_batch_size ({e})") from None
+    """``jigsaw_env.cost_table.default_batch_size``."""
     return default_batch_size
 
 

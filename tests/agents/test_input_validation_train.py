@@ -256,14 +256,14 @@ def test_train_checks_the_synthetic_spec(spec, extra, message, tmp_path, capsys)
 def test_a_spec_load_is_the_episodes_load(monkeypatch):
     """synthetic:load=X without --load: the episodes are drawn at X (scaled by the curriculum),
     not at the default 1.0; the same load given both ways is no conflict."""
-    import traces
+    from agents import rl_env
     from agents.rl_env import TrainingEnv, synthetic_spec
 
     assert synthetic_spec("synthetic:load=0.5,models=resnet18", 3, 0.25, 7) == \
         "synthetic:models=resnet18,jobs=3,load=0.25,seed=7"
     seen = []
-    real = traces.load_trace
-    monkeypatch.setattr(traces, "load_trace", lambda spec, **kw: (seen.append(spec), real(spec, **kw))[1])
+    real = rl_env.load_trace
+    monkeypatch.setattr(rl_env, "load_trace", lambda spec, **kw: (seen.append(spec), real(spec, **kw))[1])
     env = TrainingEnv(trace="synthetic:load=0.5", gpus=8, max_jobs=3)
     env._episode_jobs(0)
     env.set_difficulty(0.0)
