@@ -25,6 +25,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
+from traces.schema import validate_jobs
 
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
@@ -167,7 +169,6 @@ def check_job_table(df: pd.DataFrame, origin: str = "job table") -> pd.DataFrame
                 if isinstance(val, np.generic):  # 1e+300, not np.float64(1e+300) (as validate_jobs says it)
                     val = val.item()
                 raise ValueError(f"{origin}: column '{c}': job_id {jid}: {what}, got {val!r}")
-    from traces.schema import validate_jobs  # traces imports the simulator's package lazily; keep it so
 
     try:
         out = validate_jobs(sub, origin=origin, sort=False)  # rows in the table's order
@@ -728,7 +729,6 @@ class Simulator:
         quiet_fn = getattr(owner, "quiet_until", None) if skip_quiet else None
         bar = None
         if progress:
-            from tqdm.auto import tqdm
             bar = tqdm(total=len(self.state.jobs), unit="job", desc="simulating")
         quiet_until = -float("inf")
         st = self.state

@@ -72,8 +72,6 @@ LAZY_IN = {
         "a deployed policy runs with numpy and onnxruntime alone (tests/executor/test_export.py)",
     ("jigsaw_executor/onnx_policy.py", "agents"):
         "a deployed policy runs with numpy and onnxruntime alone (tests/executor/test_export.py)",
-    ("jigsaw_env/simulator.py", "traces.schema"): "open: to move to the top with the next change to simulator.py",
-    ("jigsaw_env/simulator.py", "tqdm"): "open: to move to the top with the next change to simulator.py",
 }
 
 
