@@ -277,21 +277,23 @@ def test_dagger_labels_the_learners_states_with_the_expert(cloned):
 def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
     import torch
 
-    import agents.imitation as imitation
+    import train_agent
     from jigsaw_env.cli import main
     from agents.rl import LearnedAgent
 
     threads = {"fit": [], "play": []}  # torch threads seen by each fit and each recording / DAgger play
 
-    def spy(name, fn, key):
+    def spy(name, key):  # the warm start's steps, where train_agent calls them
+        fn = getattr(train_agent, name)
+
         def wrapped(*a, **kw):
             threads[key].append(torch.get_num_threads())
             return fn(*a, **kw)
-        monkeypatch.setattr(imitation, name, wrapped)
+        monkeypatch.setattr(train_agent, name, wrapped)
 
-    spy("behaviour_clone", imitation.behaviour_clone, "fit")
-    spy("collect", imitation.collect, "play")
-    spy("collect_on_policy", imitation.collect_on_policy, "play")
+    spy("behaviour_clone", "fit")
+    spy("collect", "play")
+    spy("collect_on_policy", "play")
 
     run = tmp_path / "run"
     rc = main(["train", "--trace", "synthetic", "--gpus", "8", "--max-jobs", "6", "--window-k", "4",

@@ -151,18 +151,18 @@ def test_train_and_eval_splits_are_disjoint(tables_dir):
         env = TrainingEnv(split=split, gpus=8, trace="synthetic:models=rlA+rlB", max_jobs=5, window_k=4)
         env.reset(seed=1)
         rng_seeds = []
-        import traces
-        orig = traces.load_trace
+        import agents.rl_env as rl_env  # where the training env loads its traces
+        orig = rl_env.load_trace
 
         def spy(spec, **kw):
             rng_seeds.append(int(spec.rsplit("seed=", 1)[1]))
             return orig(spec, **kw)
-        traces.load_trace = spy
+        rl_env.load_trace = spy
         try:
             for s in range(5):
                 env.reset(seed=s)
         finally:
-            traces.load_trace = orig
+            rl_env.load_trace = orig
         seen[split] = rng_seeds
     assert len(seen["train"]) == len(seen["eval"]) == 5  # one trace per reset
     assert all(s < SYNTHETIC_SEED_SPLIT for s in seen["train"])
@@ -258,13 +258,13 @@ def test_warm_started_run_selects_best_on_the_validation_split(tables_dir, tmp_p
     # the validation episodes came from the validation seeds
     from agents.rl_env import TrainingEnv
     env = TrainingEnv(split="val", val=0.1, gpus=8, trace="synthetic:models=rlA+rlB", max_jobs=5, window_k=4)
-    import traces
-    seen, orig = [], traces.load_trace
-    traces.load_trace = lambda spec, **kw: (seen.append(int(spec.rsplit("seed=", 1)[1])), orig(spec, **kw))[1]
+    import agents.rl_env as rl_env  # where the training env loads its traces
+    seen, orig = [], rl_env.load_trace
+    rl_env.load_trace = lambda spec, **kw: (seen.append(int(spec.rsplit("seed=", 1)[1])), orig(spec, **kw))[1]
     try:
         env.reset(seed=3)
     finally:
-        traces.load_trace = orig
+        rl_env.load_trace = orig
     assert seen and all(SYNTHETIC_VAL_BASE <= x < SYNTHETIC_VAL_BASE + 2**30 for x in seen)
 
 
