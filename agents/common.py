@@ -10,10 +10,11 @@ Everything here reads a :class:`~jigsaw_env.state.ClusterState` and never change
 * :func:`spb_configs`, :func:`solo_rate`, :func:`best_solo` -- SPB level/pattern choice of a job
   alone on its GPUs (Jigsaw's rule 2), evaluated with the simulator's own cost model.
 * :func:`best_pairing` -- the best way to co-locate a guest job on a host job's GPUs: SPB
-  configuration of both and the guest's worker order, scored with the engine's exact lockstep
-  step formula over the hyper-period (``jigsaw_env.engine``, eq. K1/K2), memory checked at each
-  process's peak (the search itself is :func:`jigsaw_env.pairing.search_pairing`, which the
-  environment's pair-with-host options use too).
+  configuration of both and the guest's worker order, scored by the simulator's pace (lockstep:
+  the engine's exact step formula over the hyper-period, ``jigsaw_env.engine``, eq. K1/K2; free:
+  a one-step estimate of eqs. F1-F3), memory checked at each process's peak (the search itself
+  is :func:`jigsaw_env.pairing.search_pairing`, which the environment's pair-with-host options
+  use too).
 
 Normalised useful throughput of a job ``j`` (the unit every rule compares in) is
 ``x_j = eta_j * T_iso_j / step_j``: full-backprop-equivalent iterations per second relative to the
@@ -33,7 +34,7 @@ from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exporte
 # options choose a guest's GPUs with it); re-exported here, where the heuristics read them
 from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairingHit, PairPlan, _cache, _caches_of,  # noqa: F401
                                 _lcm, _search_pairing, _search_pairing_phases, _sharing_tag, guest_orders,
-                                host_layout, pair_step_lower_bound, phase_difference, phase_mod,
+                                host_layout, pair_step_lower_bound, pair_value_bound, phase_difference, phase_mod,
                                 placement_sig, profile_summary, search_pairing, syncs_share_a_link, _signature)
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
@@ -210,15 +211,17 @@ def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], 
 
     Searches every host configuration in ``host_cfgs`` x guest configuration in ``guest_cfgs``
     (default: all of :func:`spb_configs`) x guest worker order in ``orders`` (host worker indices,
-    default :func:`guest_orders`). Each candidate is scored exactly as the simulator will time it:
-    the two jobs form one lockstep component whose step ``k`` is
-    ``max_g (load of the host on g + load of the guest on g) + max(comm_host, comm_guest)``
-    (engine eq. K1/K2), with the phases the jobs' iteration counters give now, averaged over the
-    hyper-period. Infeasible candidates (a GPU's summed process peaks above its memory) are
-    dropped. Returns the candidate with the largest ``value``.
+    default :func:`guest_orders`), each scored by the simulator's pace
+    (:func:`jigsaw_env.pairing.search_pairing`: under the lockstep pace the two jobs form one
+    lockstep component whose step ``k`` is ``max_g (load of the host on g + load of the guest on
+    g) + max(comm_host, comm_guest)`` (engine eq. K1/K2), with the phases the jobs' iteration
+    counters give now, averaged over the hyper-period; under the free pace each job's iteration
+    time is a one-step estimate of eqs. F1-F3). Infeasible candidates (a GPU's summed process
+    peaks above its memory) are dropped. Returns the candidate with the largest ``value``.
 
-    Results are cached by what they depend on (models, sizes, node layout, phases mod the
-    hyper-period, candidate sets), so repeated rounds cost a dictionary lookup.
+    Results are cached by what they depend on (models, sizes, node layout, under the lockstep
+    pace the phases mod the hyper-period, candidate sets), so repeated rounds cost a dictionary
+    lookup.
     """
     wa, wb = len(host_gpus), guest.num_gpus
     if type(host_gpus) is not tuple or not all(type(g) is int for g in host_gpus):

@@ -20,9 +20,10 @@ class Gandiva(Scheduler):
     whose pair no longer meets the test (Gandiva's introspection). Running jobs are never preempted
     otherwise. Full backprop always.
 
-    Co-location is predicted with the simulator's own cost and sharing model (the lockstep step of
-    ``jigsaw_env.engine`` under the fitted interference model or time-slicing, whichever the
-    simulator runs; docs/colocation.md), which is what Gandiva's introspection would measure in this simulated
+    Co-location is predicted with the simulator's own cost and sharing model and pace (the
+    lockstep step of ``jigsaw_env.engine`` or the free pace's one-step estimate of eqs. F1-F3,
+    under the fitted interference model or time-slicing, whichever the simulator runs;
+    docs/colocation.md), which is what Gandiva's introspection would measure in this simulated
     cluster; ``colocation="gavel"`` uses Gavel's measured pair throughputs instead where both jobs
     are single-GPU and have Gavel job types (docs/schedulers.md says why that is not the default).
     """

@@ -14,8 +14,9 @@ every rule. Per round:
 3. Fitting: the jobs left over (top ``max_waiting`` by priority, plus current guests) may each
    join one host job of the exclusive set on a subset of its GPUs. For each candidate host (the
    ``max_hosts`` lowest-priority hosts with at least as many GPUs) search both jobs' SPB
-   level/pattern and the guest's worker order, scored by the engine's exact lockstep step over the
-   hyper-period with memory checked at each process's peak (``common.best_pairing``). Accept the
+   level/pattern and the guest's worker order, scored by the simulator's pace (the engine's exact
+   lockstep step over the hyper-period, or the free pace's one-step estimate of eqs. F1-F3) with
+   memory checked at each process's peak (``common.best_pairing``). Accept the
    best host only if the pair's useful work beats the host alone by ``1 + margin``
    (``keep_margin`` for a pair already running, which moves no one).
 4. SPB level of every job left alone on its GPUs: the (level, pattern) that maximises eta x
@@ -33,7 +34,7 @@ from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobS
 
 from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
 from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs, default_pairing, guest_orders,
-                     job_decision, pair_step_lower_bound, pairing_layout, parse_thresholds, phase_difference,
+                     job_decision, pair_value_bound, pairing_layout, parse_thresholds, phase_difference,
                      placement_sig, profile_summary, select_by_budget, spb_configs, syncs_share_a_link)
 
 
@@ -203,7 +204,7 @@ class Jigsaw(Scheduler):
         ``{(guest model, batch size): bound}``."""
         memo = self._memos(state)["bound"]
         key = (host.model, host.batch_size, host.num_gpus, width, pairing_layout(state, hgpus, width)[0],
-               None if state.sharing is None else state.sharing.mode)
+               None if state.sharing is None else (state.sharing.mode, state.sharing.pace))
         bounds = memo.get(key)
         if bounds is None:
             if len(memo) > 10_000:
@@ -469,7 +470,8 @@ class Jigsaw(Scheduler):
 
         The plan is kept per guest (the ``keep`` :meth:`_job_memo`) for the host and guest objects, the host's
         GPUs, the guest's, both configurations and their phase difference it was found for: a
-        pair in lockstep keeps its phase difference, so a pair that stays asks once. The margin
+        pair in lockstep keeps its phase difference (under the free pace none is read), so a pair
+        that stays asks once. The margin
         test against the host alone is made every time."""
         hgpus = ledger.decision[host.job_id].gpus
         if hgpus != host.placement or not set(guest.placement) <= set(hgpus):
@@ -588,13 +590,13 @@ def nodes_spanned(state: ClusterState, gpus) -> int:
 def pairing_bound(state: ClusterState, host: JobState, hgpus: tuple[int, ...], guest: JobState) -> float:
     """An upper bound on ``best_pairing(state, host, hgpus, guest).value`` (-inf when it has no
     candidate order): the bound its own branch and bound ranks candidates by, maximised over
-    every (host config, guest config, guest placement group). The mean shared step is at least
-    :func:`common.pair_step_lower_bound` (which depends on the sharing mode), so no candidate's
-    value exceeds it. It does not depend on the jobs' phases,
-    so it is memoised by models, batch sizes, the guest's width and what the pairing reads in
-    the host's GPUs (``common.pairing_layout``: the host's and the guest orders' placement
-    signatures; the profiles depend on nothing else in the GPUs) (``Jigsaw._bounds_of``;
-    ``Jigsaw._find_host`` looks them up there, per host and guest width once a round)."""
+    every (host config, guest config, guest placement group), :func:`common.pair_value_bound`
+    (which depends on the sharing mode and the pace), so no candidate's value exceeds it. It
+    does not depend on the jobs' phases, so it is memoised by models, batch sizes, the guest's
+    width and what the pairing reads in the host's GPUs (``common.pairing_layout``: the host's
+    and the guest orders' placement signatures; the profiles depend on nothing else in the GPUs)
+    (``Jigsaw._bounds_of``; ``Jigsaw._find_host`` looks them up there, per host and guest width
+    once a round)."""
     costs = state.costs
     wa, wb = len(hgpus), guest.num_gpus
     reps = {}  # one guest placement per placement signature (its profile depends on nothing else)
@@ -606,13 +608,12 @@ def pairing_bound(state: ClusterState, host: JobState, hgpus: tuple[int, ...], g
     ub = -float("inf")
     for hc in spb_configs(state, host) if reps else ():
         ph = costs.profile(host, hc[0], hc[1], hgpus)
-        th, mh, ch = profile_summary(costs, ph)
+        summary_h = profile_summary(costs, ph)
         for gc in spb_configs(state, guest):
             for g, shared in linked:
                 pg = costs.profile(guest, gc[0], gc[1], g)
-                tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, shared)
-                ub = max(ub, (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf"))
+                ub = max(ub, pair_value_bound(state, hgpus, wb, ph, pg, iso_h, iso_g, summary_h,
+                                              profile_summary(costs, pg), shared))
     return ub
 
 

@@ -132,6 +132,18 @@ class InterferenceModel:
         return out
 
 
+def pair_rates(host_s, guest_s, host_batch: int, guest_batch: int, peak_tflops, model: InterferenceModel):
+    """Element-wise (numpy) normalized rates ``(x_host, x_guest)`` of a host worker of ``host_s``
+    seconds alone and a guest worker of ``guest_s`` seconds alone (both > 0) computing together on
+    one GPU of peak ``peak_tflops`` (broadcast against the times): eqs. I1-I2 for the pair. On a
+    time-sliced device (NaN peak) the rates are NaN: the caller decides what time-slicing gives."""
+    lh, lg, lp = np.log(host_s), np.log(guest_s), np.log(peak_tflops)
+    bh, bg = math.log(host_batch), math.log(guest_batch)
+    xh = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lh, lg, bh, bg, lp))))
+    xg = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lg, lh, bg, bh, lp))))
+    return xh, xg
+
+
 def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tflops, model: InterferenceModel):
     """Element-wise (numpy) GPU time of one step for a host worker of ``host_s`` seconds beside a
     guest worker of ``guest_s`` seconds (0 where a GPU has no guest worker: the host's time), both
@@ -141,10 +153,7 @@ def shared_gpu_time(host_s, guest_s, host_batch: int, guest_batch: int, peak_tfl
     uses it; the simulator's engine computes the same numbers one GPU at a time."""
     has_guest = guest_s > 0
     g = np.where(has_guest, guest_s, 1.0)
-    lh, lg, lp = np.log(host_s), np.log(g), np.log(peak_tflops)
-    bh, bg = math.log(host_batch), math.log(guest_batch)
-    xh = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lh, lg, bh, bg, lp))))
-    xg = 1.0 / (1.0 + np.exp(model.combine(pair_terms(lg, lh, bg, bh, lp))))
+    xh, xg = pair_rates(host_s, g, host_batch, guest_batch, peak_tflops, model)
     th, tg = host_s / xh, g / xg
     together = np.where(th <= tg, th + (g - xg * th), tg + (host_s - xh * tg))
     # a GPU without a guest worker keeps the host's time; a time-sliced device (NaN peak) the sum
@@ -191,11 +200,16 @@ def concurrent_time(loads: Sequence[WorkerLoad], rates_of) -> float:
 class SharingModel:
     """What the simulator asks about co-located workers: the time a GPU takes for the compute of
     its workers in one step (seconds), under ``mode`` (:data:`SHARING_MODES`). ``gpu_types``: the
-    type of each GPU of the cluster, by GPU id (for :meth:`time_on`)."""
+    type of each GPU of the cluster, by GPU id (for :meth:`time_on`). ``pace``: how the
+    simulator steps co-located jobs (``jigsaw_env.free_running.PACES``: ``"free"``, eqs. F1-F4, or
+    ``"lockstep"``, eqs. K1-K3), which the schedulers' pairing search scores pairs by."""
 
     def __init__(self, mode: str = DEFAULT_SHARING, gpu_types: Sequence[str] = (),
-                 model: InterferenceModel | None = None, gpus_per_node: int | None = None):
+                 model: InterferenceModel | None = None, gpus_per_node: int | None = None, pace: str = "free"):
         self.mode = check_sharing(mode)
+        if pace not in ("free", "lockstep"):
+            raise ValueError(f"SharingModel: pace must be 'free' or 'lockstep', got {pace!r}")
+        self.pace = pace
         self.model = model if model is not None else (fitted_model() if mode == "fitted" else None)
         self.gpu_types = tuple(gpu_types)
         # GPU g sits on node g // gpus_per_node (one node for every GPU when not given)

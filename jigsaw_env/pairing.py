@@ -1,8 +1,10 @@
 """The pairing search: the best co-location of a guest job on a host job's GPUs.
 
 :func:`search_pairing` scores each candidate (both jobs' SPB configuration and the guest's worker
-order over the host's GPUs) with the engine's exact lockstep step formula over the hyper-period
-(``jigsaw_env.engine``, eq. K1/K2), memory checked at each process's peak. Jigsaw's fitting
+order over the host's GPUs) by the simulator's pace: under the lockstep pace with the engine's
+exact step formula over the hyper-period (``jigsaw_env.engine``, eq. K1/K2), under the free pace
+with a one-step estimate of each job's iteration time from eqs. F1-F3
+(:func:`_free_candidate_values`); memory checked at each process's peak. Jigsaw's fitting
 (``agents.common.best_pairing``, ``agents.jigsaw``) and the environment's pair-with-host
 placement options (``jigsaw_env.actions``) both choose a guest's GPUs with it, so a pairing the
 heuristic builds is one the action menu can express.
@@ -22,7 +24,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from .interference import shared_gpu_time
+from .interference import pair_rates, pair_terms, shared_gpu_time
 from .spb import Pattern
 from .state import ClusterState, CostModel, JobState
 
@@ -64,18 +66,30 @@ def _caches_of(costs: CostModel) -> dict:
     return per
 
 
+def free_pace(state: ClusterState) -> bool:
+    """Whether the simulator steps co-located jobs each at its own pace (eqs. F1-F4): the pairing
+    search then scores a pair with :func:`_free_candidate_values`, else as one lockstep component."""
+    sharing = state.sharing
+    return sharing is not None and sharing.pace == "free"
+
+
 def _sharing_tag(state: ClusterState, name: str) -> str:
-    """A cache name per sharing mode: a pairing's value depends on how the pair shares its GPUs,
-    and one CostModel may serve simulators of either mode."""
-    return name if state.sharing is None else name + "/" + state.sharing.mode
+    """A cache name per sharing mode and pace: a pairing's value depends on how the pair shares
+    its GPUs and how it steps, and one CostModel may serve simulators of either."""
+    sharing = state.sharing
+    if sharing is None:
+        return name
+    return name + "/" + sharing.mode if sharing.pace == "lockstep" else name + "/" + sharing.mode + "/free"
 
 
 def phase_difference(state: ClusterState, host: JobState, guest: JobState, width: int) -> int:
     """The guest's SPB phase relative to its ``width``-GPU host's, modulo :func:`phase_mod`: all
     a pairing's score reads of the two iteration counters (the mean step over a hyper-period
     depends on the phases only through their difference: shifting both counters by k rotates the
-    step sequence, and every period divides the modulus). 0 on one GPU (the loads just add up)."""
-    if width <= 1:
+    step sequence, and every period divides the modulus). 0 on one GPU (the loads just add up)
+    and under the free pace (:func:`free_pace`: the pair's phases drift, and its score does not
+    read them)."""
+    if width <= 1 or free_pace(state):
         return 0
     return (guest.iteration - host.iteration) % phase_mod(state)
 
@@ -135,6 +149,9 @@ class PairPlan:
     """A co-location: the guest's workers on a subset of the host's GPUs.
 
     value: n_host * x_host + n_guest * x_guest (dedicated-GPU equivalents of useful work).
+    step_s: the host's estimated mean iteration time (s): the mean lockstep step over the
+        hyper-period under the lockstep pace (both jobs step together), the host's one-step
+        free-pace estimate under the free pace (:func:`_free_candidate_values`).
     """
 
     host_cfg: Config
@@ -143,13 +160,14 @@ class PairPlan:
     value: float
     x_host: float
     x_guest: float
-    step_s: float  # mean lockstep step over the hyper-period
+    step_s: float
 
 
 class PairingHit(NamedTuple):
     """What the pairing search finds and caches: a :class:`PairPlan` with the guest's worker order
     as its index in the searched orders (``order_index``), so that one cached search serves every
-    host with the same layout (the caller maps the order onto its own GPUs)."""
+    host with the same layout (the caller maps the order onto its own GPUs). ``step_s``: as
+    :class:`PairPlan`'s."""
 
     host_cfg: Config
     guest_cfg: Config
@@ -227,27 +245,58 @@ def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders
     arrays on its first visit) and only the phase-dependent step means are computed per call."""
     wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
                                                              orders, capacity, prep_key)
+    free = free_pace(state)
     best = None
     for c in cands:
         neg_ub, rank, hc, gc, idx, ph, pg, arrays = c
         if best is not None and -neg_ub < best[3] - 1e-12:
             break
-        if arrays is None:  # first visit of this candidate: its phase-independent arrays
-            arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
-        step = _lockstep_steps(arrays, ph, pg, i_host, i_guest)
-        if step is None:  # no order of this group fits in memory
+        if free:
+            if arrays is None:  # first visit: every order's value (phase-independent, kept)
+                arrays = c[7] = _free_candidate_values(state, host_gpus, cols[idx], capacity, ph, pg,
+                                                       wa * ph.eta * iso_h, wb * pg.eta * iso_g)
+            found = _free_best(arrays, ph, pg, iso_h, iso_g)
+        else:
+            if arrays is None:  # first visit of this candidate: its phase-independent arrays
+                arrays = c[7] = _candidate_arrays(state, host_gpus, cols[idx], capacity, ph, pg)
+            found = _lockstep_best(arrays, ph, pg, iso_h, iso_g, wa, wb, i_host, i_guest)
+        if found is None:  # no order of this group fits in memory
             continue
-        k = int(np.argmin(step))
-        if not np.isfinite(step[k]):
-            continue
-        s = float(step[k])
-        xh = ph.eta * iso_h / s
-        xg = pg.eta * iso_g / s
-        value = wa * xh + wb * xg
+        k, value, xh, xg, s = found
         if (best is None or value > best[3] + 1e-12
                 or (abs(value - best[3]) <= 1e-12 and rank < best[7])):
             best = (hc, gc, idx[k], value, xh, xg, s, rank)
     return None if best is None else PairingHit(*best[:7])
+
+
+def _lockstep_best(arrays: tuple, ph, pg, iso_h: float, iso_g: float, wa: int, wb: int, i_host: int,
+                   i_guest: int) -> tuple | None:
+    """``(order index, value, x_host, x_guest, step)`` of a candidate's best order under the
+    lockstep pace (the shortest mean step, :func:`_lockstep_steps`), or None when none fits."""
+    step = _lockstep_steps(arrays, ph, pg, i_host, i_guest)
+    if step is None:
+        return None
+    k = int(np.argmin(step))
+    if not np.isfinite(step[k]):
+        return None
+    s = float(step[k])
+    xh = ph.eta * iso_h / s
+    xg = pg.eta * iso_g / s
+    return k, wa * xh + wb * xg, xh, xg, s
+
+
+def _free_best(arrays: tuple, ph, pg, iso_h: float, iso_g: float) -> tuple | None:
+    """``(order index, value, x_host, x_guest, host iteration time)`` of a candidate's best order
+    under the free pace (the largest value of :func:`_free_candidate_values`; ties: the first),
+    or None when none fits."""
+    values, t_host, t_guest = arrays
+    if values is None:
+        return None
+    k = int(np.argmax(values))
+    if not np.isfinite(values[k]):
+        return None
+    s = float(t_host[k])
+    return k, float(values[k]), ph.eta * iso_h / s, pg.eta * iso_g / float(t_guest[k]), s
 
 
 def _lockstep_steps(arrays: tuple, ph, pg, i_host: int, i_guest: int) -> np.ndarray | None:
@@ -275,6 +324,93 @@ def _lockstep_steps(arrays: tuple, ph, pg, i_host: int, i_guest: int) -> np.ndar
     comm = ph.comm_s[pha] + pg.comm_s[phb] if linked else np.maximum(ph.comm_s[pha], pg.comm_s[phb])
     step = np.ascontiguousarray(loads.max(axis=1) + comm[None, :]).mean(axis=1)  # (n,)
     return np.where(ok, step, np.inf)
+
+
+def pair_value_bound(state: ClusterState, host_gpus, wb: int, ph, pg, iso_h: float, iso_g: float,
+                     summary_h: tuple, summary_g: tuple, linked: bool) -> float:
+    """An upper bound on the value of every order of a candidate (host profile ``ph`` on
+    ``host_gpus``, guest profile ``pg`` of ``wb`` workers, their :func:`profile_summary`
+    ``summary_h`` and ``summary_g``, syncs sharing a link when ``linked``): under the lockstep
+    pace both jobs' useful work over :func:`pair_step_lower_bound`, under the free pace
+    :func:`free_value_bound`."""
+    wa = len(host_gpus)
+    if free_pace(state):
+        return free_value_bound(state, host_gpus, wb, ph, pg, iso_h, iso_g, summary_h, summary_g, linked)
+    th, mh, ch = summary_h
+    tg, mg, cg = summary_g
+    lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, linked)
+    return (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
+
+
+def free_value_bound(state: ClusterState, host_gpus, wb: int, ph, pg, iso_h: float, iso_g: float,
+                     summary_h: tuple, summary_g: tuple, linked: bool) -> float:
+    """An upper bound on :func:`_free_candidate_values` over every order of a candidate (the
+    arguments as :func:`pair_value_bound`'s). Each job's mean iteration is at least its
+    slowest worker's mean compute ``m`` plus its mean sync ``s`` alone (no factor of the estimate
+    is below 1), and more where every order slows it alike:
+
+    - a linked sync takes exactly ``s * (1 + u_other)``, ``u = s / (m + s)`` of the other alone;
+    - every guest worker shares a GPU with a host worker, whose duty is at least ``d_min`` (the
+      least of its workers' alone compute over its alone cycle), and beside it runs at a rate no
+      higher than ``1 / inv_min`` (:func:`_least_inverse_rates`): its compute takes at least
+      ``1 + d_min * (inv_min - 1)`` times its alone time;
+    - the host likewise on the GPUs of the guest's workers: on every GPU when the guest is as
+      wide, else at least on its lightest worker's."""
+    wa = len(host_gpus)
+    _, mh, ch = summary_h
+    _, mg, cg = summary_g
+    cyc_h, cyc_g = mh + ch, mg + cg  # alone mean iteration times (s)
+    if cyc_h <= 0 or cyc_g <= 0:
+        return float("inf")
+    least_h, light_h = _worker_summary(state.costs, ph)
+    least_g, _ = _worker_summary(state.costs, pg)
+    inv_h, inv_g = _least_inverse_rates(state, host_gpus, ph, pg)
+    slow_h = 1.0 + least_g / (pg.period * cyc_g) * (inv_h - 1.0)
+    slow_g = 1.0 + least_h / (ph.period * cyc_h) * (inv_g - 1.0)
+    comp_h = slow_h * mh if wb == wa else max(mh, slow_h * light_h)
+    sync_h = ch * (1.0 + cg / cyc_g) if linked else ch
+    sync_g = cg * (1.0 + ch / cyc_h) if linked else cg
+    return wa * ph.eta * iso_h / (comp_h + sync_h) + wb * pg.eta * iso_g / (slow_g * mg + sync_g)
+
+
+def _worker_summary(costs: CostModel, prof) -> tuple[float, float]:
+    """(the least of a profile's workers' compute summed over its cycle, the mean over the cycle
+    of its lightest worker's compute), seconds, cached like :func:`profile_summary`."""
+    cache = _cache(costs, "worker_summary")
+    key = id(prof)
+    v = cache.get(key)
+    if v is None:
+        c = prof.compute_s
+        v = cache[key] = (float(c.sum(axis=0).min()), float(c.min(axis=1).mean()))
+    return v
+
+
+def _least_inverse_rates(state: ClusterState, host_gpus, ph, pg) -> tuple[float, float]:
+    """The least ``1 / x`` of the host's worker beside a guest worker and of a guest worker beside
+    the host's, over every phase of both and every host GPU (eq. I1 is linear in the logs of the
+    alone times, so its least value is at their extremes; 2 time-sliced). 1 for a job that never
+    computes (its duty is then 0 and it slows no one)."""
+    sharing = state.sharing
+    if not sharing.fitted:
+        return 2.0, 2.0
+    ch, cg = ph.compute_s, pg.compute_s
+    if not (ch > 0).any() or not (cg > 0).any():
+        return 1.0, 1.0
+    th = (math.log(float(ch[ch > 0].min())), math.log(float(ch.max())))
+    tg = (math.log(float(cg[cg > 0].min())), math.log(float(cg.max())))
+    bh, bg = math.log(ph.batch_size), math.log(pg.batch_size)
+    model = sharing.model
+    inv_h = inv_g = math.inf
+    for peak in set(sharing.peaks_of(host_gpus).tolist()):
+        if not math.isfinite(peak):  # a time-sliced device
+            inv_h, inv_g = min(inv_h, 2.0), min(inv_g, 2.0)
+            continue
+        lp = math.log(peak)
+        for a in th:
+            for b in tg:
+                inv_h = min(inv_h, 1.0 + math.exp(model.combine(pair_terms(a, b, bh, bg, lp))))
+                inv_g = min(inv_g, 1.0 + math.exp(model.combine(pair_terms(b, a, bg, bh, lp))))
+    return inv_h, inv_g
 
 
 def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
@@ -325,7 +461,11 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
     loads, maxima and sums are those of the single search, element by element, and each mean is
     a reduction over one contiguous row of the hyper-period, as there. (The single search keeps
     its own two-dimensional arrays: run through this function for one phase, the first 10,000
-    Philly jobs with Jigsaw took 7 % longer.)"""
+    Philly jobs with Jigsaw took 7 % longer.) Under the free pace no score reads the phases:
+    every phase gets the one search's answer."""
+    if free_pace(state):
+        hit = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, 0, prep_key)
+        return [hit] * len(phases)
     wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
                                                              orders, capacity, prep_key)
     phases = list(phases)
@@ -403,9 +543,8 @@ def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, order
         for gc in guest_cfgs:
             for idx, linked in zip(groups.values(), group_linked):
                 pg = costs.profile(guest, gc[0], gc[1], tuple(host_gpus[c] for c in orders[idx[0]]))
-                tg, mg, cg = profile_summary(costs, pg)
-                lb = pair_step_lower_bound(state, th, mh, ch, tg, mg, cg, wa, linked)
-                ub = (wa * ph.eta * iso_h + wb * pg.eta * iso_g) / lb if lb > 0 else float("inf")
+                ub = pair_value_bound(state, host_gpus, wb, ph, pg, iso_h, iso_g, (th, mh, ch),
+                                      profile_summary(costs, pg), linked)
                 cands.append((-ub, len(cands), hc, gc, idx, ph, pg))
     cands.sort(key=lambda c: (c[0], c[1]))
     # the arrays of a candidate (memory feasibility per order, gather map, loads) are made on its
@@ -425,19 +564,11 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     ``q`` (:func:`jigsaw_env.interference.shared_gpu_time`, the engine's eq. K1'); time-sliced,
     the loads add up. The syncs share a link (eq. L1: summed) when the guest on the host's GPUs
     spans nodes exactly when the host does (every order of a candidate has the same signature)."""
-    wa, wb = len(host_gpus), sub.shape[1]
-    n = len(sub)
-    sa = np.arange(n)
-    # memory at each process's peak, per host GPU
-    mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-    for w in range(wb):
-        mem[sa, sub[:, w]] += pg.peak_bytes[w]
-    ok = np.all(mem <= capacity[None, :], axis=1)
+    wa = len(host_gpus)
+    ok = _memory_ok(ph, pg, sub, capacity)
     if not ok.any():
         return ok, None, 0, None, None, None, False
-    inv = np.full((n, wa), wb, dtype=np.int64)
-    for w in range(wb):
-        inv[sa, sub[:, w]] = w
+    inv = _guest_on_gpu(sub, wa)
     H = _lcm(ph.period, pg.period)
     la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
     zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
@@ -452,6 +583,104 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     return ok, inv, H, la0, zg, together, linked
 
 
+def _memory_ok(ph, pg, sub: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per order of ``sub`` (orders x guest workers, host worker indices), whether every host GPU
+    holds its processes' peaks (bytes: the host's worker and the guest's on it) in ``capacity``."""
+    n, wa = len(sub), len(capacity)
+    sa = np.arange(n)
+    mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
+    for w in range(sub.shape[1]):
+        mem[sa, sub[:, w]] += pg.peak_bytes[w]
+    return np.all(mem <= capacity[None, :], axis=1)
+
+
+def _guest_on_gpu(sub: np.ndarray, wa: int) -> np.ndarray:
+    """``inv[o, g]``: the guest worker on host GPU ``g`` in order ``o`` of ``sub``, or the
+    guest's width (no worker)."""
+    n, wb = sub.shape
+    sa = np.arange(n)
+    inv = np.full((n, wa), wb, dtype=np.int64)
+    for w in range(wb):
+        inv[sa, sub[:, w]] = w
+    return inv
+
+
+def _alone_shares(compute: np.ndarray, sync: np.ndarray) -> tuple:
+    """A job's shares alone, from its ``compute`` (period x workers, s) and ``sync`` (period, s):
+    ``(duty per worker, phase weights per worker (workers x period), sync share)``: the share of
+    its alone cycle ``T0 = sum_p (max_w compute + sync)`` each worker computes, the share of a
+    worker's compute in each phase, and the share of the cycle it syncs (eqs. F1, F2 at alone
+    times)."""
+    cycle = float((compute.max(axis=1) + sync).sum())
+    total = compute.sum(axis=0)
+    duty = total / cycle if cycle > 0 else np.zeros_like(total)
+    weights = np.divide(compute.T, total[:, None], out=np.zeros(compute.T.shape), where=total[:, None] > 0)
+    return duty, weights, (float(sync.sum()) / cycle if cycle > 0 else 0.0)
+
+
+def _free_rates(state: ClusterState, host_gpus, ph, pg) -> tuple:
+    """``(x_host, x_guest)``, each (host GPUs, host period, guest workers, guest period): the
+    normalized rates of the host's worker on each host GPU in each phase and of each guest worker
+    in each phase, computing together there (eq. I2 under the fitted sharing; 1/2 time-sliced,
+    as the simulator's ``SharingModel.rates``)."""
+    a_h = ph.compute_s.T[:, :, None, None]
+    a_g = pg.compute_s.T[None, None, :, :]
+    shape = (a_h.shape[0], a_h.shape[1], a_g.shape[2], a_g.shape[3])
+    sharing = state.sharing
+    if not sharing.fitted:
+        half = np.full(shape, 0.5)
+        return half, half
+    peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
+    with np.errstate(invalid="ignore"):
+        xh, xg = pair_rates(np.where(a_h > 0, a_h, 1.0), np.where(a_g > 0, a_g, 1.0), ph.batch_size, pg.batch_size,
+                            peaks, sharing.model)
+    # a time-sliced device (NaN peak) shares its time evenly
+    return (np.broadcast_to(np.where(np.isfinite(xh), xh, 0.5), shape),
+            np.broadcast_to(np.where(np.isfinite(xg), xg, 0.5), shape))
+
+
+def _free_candidate_values(state: ClusterState, host_gpus, sub: np.ndarray, capacity: np.ndarray, ph, pg,
+                           work_h: float, work_g: float) -> tuple:
+    """A candidate's value per order under the free pace: a one-step estimate of eqs. F1-F2 (no
+    fixed point), ``(values, host iteration s, guest iteration s)`` per order of ``sub`` (orders x
+    guest workers, host worker indices), -inf / inf where an order does not fit in memory, or
+    ``(None, None, None)`` when none fits. ``work_h``, ``work_g``: each job's workers times its eta
+    times its isolated iteration time (s).
+
+    With a job's duty ``d`` per worker, phase weights ``pi`` and sync share ``u`` at its alone
+    times (:func:`_alone_shares`), and ``x`` the pair's rates (:func:`_free_rates`), the host's
+    compute on a GPU with guest worker ``w`` in phase ``p`` is ``a_h(p) * ((1 - d_w) + d_w * sum_q
+    pi_w(q) / x_h(p, q))`` (eq. F1 with one co-runner), unchanged on a GPU without one; the
+    guest's likewise. A sync over a link the other's sync crosses takes ``s(p) * (1 + u_other)``
+    (eq. F2). Each job's iteration time is the mean over its phases of its slowest worker's
+    compute plus its sync (eq. F3), and the value is ``work_h / T_h + work_g / T_g``."""
+    wa, wb = len(host_gpus), sub.shape[1]
+    ok = _memory_ok(ph, pg, sub, capacity)
+    if not ok.any():
+        return None, None, None
+    inv = _guest_on_gpu(sub, wa)
+    duty_h, pi_h, u_h = _alone_shares(ph.compute_s, ph.comm_s)
+    duty_g, pi_g, u_g = _alone_shares(pg.compute_s, pg.comm_s)
+    xh, xg = _free_rates(state, host_gpus, ph, pg)
+    # host: F_h[g, p, w] the slowdown of its worker on GPU g in phase p beside guest worker w
+    # (a last column of ones: no guest worker), gathered per order into (orders, wa, Ph)
+    f_h = (pi_g[None, None, :, :] / xh).sum(axis=3)
+    f_h = np.concatenate([(1.0 - duty_g) + duty_g * f_h, np.ones((wa, f_h.shape[1], 1))], axis=2)
+    slow_h = f_h[_arange(wa)[None, :, None], _arange(ph.period)[None, None, :], inv[:, :, None]]
+    comp_h = ph.compute_s.T[None, :, :] * slow_h
+    # guest: F_g[g, w, q] the slowdown of its worker w in phase q on host GPU g
+    f_g = (pi_h[:, :, None, None] / xg).sum(axis=1)
+    f_g = (1.0 - duty_h)[:, None, None] + duty_h[:, None, None] * f_g
+    comp_g = pg.compute_s.T[None, :, :] * f_g[sub[:, :, None], _arange(wb)[None, :, None],
+                                               _arange(pg.period)[None, None, :]]
+    linked = syncs_share_a_link(state, host_gpus, [host_gpus[c] for c in sub[0]])
+    sync_h = ph.comm_s * (1.0 + u_g) if linked else ph.comm_s
+    sync_g = pg.comm_s * (1.0 + u_h) if linked else pg.comm_s
+    t_h = (comp_h.max(axis=1) + sync_h[None, :]).mean(axis=1)
+    t_g = (comp_g.max(axis=1) + sync_g[None, :]).mean(axis=1)
+    values = np.where(ok, work_h / t_h + work_g / t_g, -np.inf)
+    return values, np.where(ok, t_h, np.inf), np.where(ok, t_g, np.inf)
+
 
 def search_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], guest: JobState,
                    host_cfgs: Sequence[Config], guest_cfgs: Sequence[Config],
@@ -460,16 +689,20 @@ def search_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int]
     none fits in memory.
 
     Searches every host configuration in ``host_cfgs`` x guest configuration in ``guest_cfgs`` x
-    guest worker order in ``orders`` (host worker indices, default :func:`guest_orders`). Each
-    candidate is scored exactly as the simulator will time it: the two jobs form one lockstep
-    component whose step ``k`` is ``max_g (load of the host on g + load of the guest on g) +
-    max(comm_host, comm_guest)`` (engine eq. K1/K2), with the phases the jobs' iteration counters
-    give now, averaged over the hyper-period. Infeasible candidates (a GPU's summed process peaks
-    above its memory) are dropped. Returns the candidate with the largest ``value`` (ties: the
-    first in enumeration order, host configuration, guest configuration, order).
+    guest worker order in ``orders`` (host worker indices, default :func:`guest_orders`). Under
+    the lockstep pace each candidate is scored exactly as the simulator will time it: the two
+    jobs form one lockstep component whose step ``k`` is ``max_g (load of the host on g + load of
+    the guest on g) + max(comm_host, comm_guest)`` (engine eq. K1/K2; the syncs summed over a
+    shared link, eq. L1), with the phases the jobs' iteration counters give now, averaged over
+    the hyper-period. Under the free pace each job's mean iteration time is estimated one step
+    from eqs. F1-F3 (:func:`_free_candidate_values`), reading no phases. Infeasible candidates
+    (a GPU's summed process peaks above its memory) are dropped. Returns the candidate with the
+    largest ``value`` (ties: the first in enumeration order, host configuration, guest
+    configuration, order).
 
-    Results are cached by what they depend on (models, sizes, node layout, phases mod the
-    hyper-period, candidate sets), so repeated rounds cost a dictionary lookup.
+    Results are cached by what they depend on (models, sizes, node layout, under the lockstep
+    pace the phases mod the hyper-period, candidate sets), so repeated rounds cost a dictionary
+    lookup.
     """
     wa, wb = len(host_gpus), guest.num_gpus
     if type(host_gpus) is not tuple or not all(type(g) is int for g in host_gpus):

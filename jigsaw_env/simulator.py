@@ -385,7 +385,7 @@ class Simulator:
         check_jobs(self._initial_jobs, cluster, costs)
         # how co-located jobs share GPUs (eq. K1 or K1') and links (eq. L1)
         self._sharing = SharingModel(config.sharing, [cluster.gpu_type(g) for g in range(cluster.num_gpus)],
-                                     gpus_per_node=cluster.gpus_per_node)
+                                     gpus_per_node=cluster.gpus_per_node, pace=config.pace)
         self.reset()
 
     # ------------------------------------------------------------------ lifecycle

@@ -250,7 +250,8 @@ def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_mod
     from agents.common import spb_configs
 
     sim = Simulator(toy_cluster(4, 4, gpu_memory_gib=mem_gib),
-                    [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)], SimConfig(sharing=sharing))
+                    [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)],
+                    SimConfig(sharing=sharing, pace="lockstep"))
     st = sim.state
     host, guest = st.jobs[1], st.jobs[2]
     host.iteration, guest.iteration = 5, 2
@@ -275,6 +276,43 @@ def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_mod
                       Member(2, st.costs.profile(guest, *plan.guest_cfg, plan.guest_gpus), plan.guest_gpus, 2)], 0.0,
                      sharing=st.sharing)
     assert plan.step_s == pytest.approx(comp.cycle / comp.H, rel=1e-12)
+
+
+@pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
+@pytest.mark.parametrize("guest_model,guest_gpus,mem_gib", [(TOY3, 2, 16), (TOY4, 4, 8), (TOY4C, 1, 16)])
+def test_best_pairing_is_the_exhaustive_optimum_of_the_free_pace_estimate(guest_model, guest_gpus, mem_gib, sharing):
+    # under the free pace the pruned search (its bound, jigsaw_env.pairing.free_value_bound) returns
+    # the best candidate of an exhaustive search scoring every order alone with the one-step estimate,
+    # memory-checked by the simulator's GpuLedger; the phases do not enter
+    from jigsaw_env.pairing import _free_candidate_values
+    from jigsaw_env.placement import GpuLedger
+    from jigsaw_env.state import JobDecision
+    from agents.common import spb_configs
+
+    sim = Simulator(toy_cluster(4, 4, gpu_memory_gib=mem_gib),
+                    [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)], SimConfig(sharing=sharing))
+    st = sim.state
+    host, guest = st.jobs[1], st.jobs[2]
+    hg = (0, 1, 2, 3)
+    iso = st.costs.isolated_iteration_s
+    cap = np.full(4, np.inf)
+    best = -1.0
+    for hc in spb_configs(st, host):
+        for gc in spb_configs(st, guest):
+            for o in guest_orders(4, guest_gpus):
+                gg = tuple(hg[i] for i in o)
+                led = GpuLedger(st)
+                led.add(1, JobDecision(hg, *hc))
+                if not led.fits(2, JobDecision(gg, *gc)):
+                    continue
+                ph, pg = st.costs.profile(host, *hc, hg), st.costs.profile(guest, *gc, gg)
+                values, _, _ = _free_candidate_values(st, hg, np.array([o]), cap, ph, pg, 4 * ph.eta * iso(host),
+                                                      guest_gpus * pg.eta * iso(guest))
+                best = max(best, float(values[0]))
+    plan = best_pairing(st, host, hg, guest)
+    assert plan is not None and plan.value == pytest.approx(best, rel=1e-12)
+    host.iteration, guest.iteration = 5, 2
+    assert best_pairing(st, host, hg, guest) == plan
 
 
 # ------------------------------------------------------------------------------------------------ all

@@ -3,6 +3,7 @@ rates and GPU times for two and three workers, the engine's use of them against 
 fit's reproducibility from Gavel's file, the validation table's counts, and `jigsaw colocation`."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -248,7 +249,7 @@ def test_pairing_search_scores_a_pair_as_the_engine_times_it(sharing, levels):
     cluster = ClusterSpec.from_gpus(8, gpu_type="v100")
     jobs = [JobState(job_id=1, arrival_s=0.0, num_gpus=1, model="resnet18", batch_size=64, iterations=100.0),
             JobState(job_id=2, arrival_s=0.0, num_gpus=1, model="lstm_lm", batch_size=20, iterations=100.0)]
-    sim = Simulator(cluster, jobs, SimConfig(sharing=sharing))
+    sim = Simulator(cluster, jobs, SimConfig(sharing=sharing, pace="lockstep"))
     state = sim.state
     host, guest = state.jobs[1], state.jobs[2]
     hc, gc = (levels[0], Pattern.ROTATING), (levels[1], Pattern.ROTATING)
@@ -304,7 +305,7 @@ def test_pairing_search_times_a_cross_node_pair_as_the_engine(sharing):
     cluster = ClusterSpec.from_gpus(8, gpus_per_node=4, gpu_type="v100")
     jobs = [JobState(job_id=1, arrival_s=0.0, num_gpus=2, model="resnet18", batch_size=64, iterations=100.0),
             JobState(job_id=2, arrival_s=0.0, num_gpus=2, model="transformer_small", batch_size=64, iterations=100.0)]
-    state = Simulator(cluster, jobs, SimConfig(sharing=sharing)).state
+    state = Simulator(cluster, jobs, SimConfig(sharing=sharing, pace="lockstep")).state
     host, guest = state.jobs[1], state.jobs[2]
     lvl = (0, Pattern.ROTATING)
     plan = best_pairing(state, host, (0, 4), guest, [lvl], [lvl])
@@ -316,3 +317,107 @@ def test_pairing_search_times_a_cross_node_pair_as_the_engine(sharing):
     assert min(sync) > 0
     loads = comp.loads.max()
     assert comp.step[0] == pytest.approx(loads + sum(sync), rel=1e-12)  # the NICs carry both syncs
+
+
+class _Costs:
+    """A stand-in CostModel: the pairing search's caches are keyed by its identity."""
+
+
+def _free_state(gpus: int = 8, gpus_per_node: int = 4):
+    """What the pairing search reads of a state: a time-sliced sharing model under the free pace."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(sharing=SharingModel("timeslice", ("v100",) * gpus, gpus_per_node=gpus_per_node),
+                           costs=_Costs())
+
+
+def test_free_pace_one_step_estimate_by_hand():
+    from jigsaw_env.pairing import _free_candidate_values, free_value_bound, profile_summary
+
+    # host: 2 workers, phases (1.0, 0.5) s and (0.5, 0.5) s of compute, 1 s sync each: alone cycle
+    # T0 = 2 + 1.5 = 3.5 s, duties 1.5/3.5 = 3/7 and 1/3.5 = 2/7; guest: 1 worker, 2 s, no sync
+    # (duty 1). Time-sliced, x = 1/2, so beside a computing co-runner a phase takes 2x.
+    host = JobProfile(level=0, pattern=Pattern.ROTATING, slots=(0,), period=2,
+                      compute_s=np.array([[1.0, 0.5], [0.5, 0.5]]), comm_s=np.array([1.0, 1.0]), bytes=np.zeros(2),
+                      peak_bytes=np.zeros(2), eta=1.0, batch_size=32)
+    guest = one_gpu_profile([2.0])
+    sub = np.array([[0], [1]])
+    values, t_h, t_g = _free_candidate_values(_free_state(), (0, 1), sub, np.full(2, 1e12), host, guest, 1.0, 1.0)
+    # guest on GPU 0: host there 2x (the guest always computes): phases 2 and 1 s, plus the sync
+    # (the guest syncs nothing: u = 0): T_h = (3 + 2) / 2; guest 2 x (4/7 + 3/7 x 2) = 20/7 s
+    # guest on GPU 1: host's GPU 1 at 1 and 1 s, GPU 0 still the slowest or equal: T_h = 2;
+    # guest 2 x (5/7 + 2/7 x 2) = 18/7 s
+    assert t_h.tolist() == pytest.approx([2.5, 2.0], rel=1e-12)
+    assert t_g.tolist() == pytest.approx([20 / 7, 18 / 7], rel=1e-12)
+    assert values.tolist() == pytest.approx([1 / 2.5 + 7 / 20, 1 / 2.0 + 7 / 18], rel=1e-12)
+    # the bound: the guest beside a host worker of duty >= 2/7 takes >= 2 x 9/7 s; the host's
+    # lightest worker (0.5 s a phase) beside the guest >= 2 x 0.5 s, so >= 1 + 1 s a step: the
+    # second order's value, reached exactly (iso 1/2 s: the host's 2 workers do 1 s of work)
+    state = _free_state()
+    bound = free_value_bound(state, (0, 1), 1, host, guest, 0.5, 1.0, profile_summary(state.costs, host),
+                             profile_summary(state.costs, guest), True)
+    assert bound == pytest.approx(1 / 2.0 + 7 / 18, rel=1e-12)
+    # an order that does not fit in memory is -inf
+    heavy = dataclasses.replace(host, peak_bytes=np.array([5.0, 1.0]))
+    values, t_h, _ = _free_candidate_values(_free_state(), (0, 1), sub, np.full(2, 5.5), heavy,
+                                            dataclasses.replace(guest, peak_bytes=np.array([1.0])), 1.0, 1.0)
+    assert values[0] == -np.inf and t_h[0] == np.inf and np.isfinite(values[1])
+
+
+def test_free_pace_one_step_estimate_slows_linked_syncs():
+    from jigsaw_env.pairing import _free_candidate_values
+
+    # two 2-GPU jobs on GPUs 0 and 1 of one node, 1 s compute per worker and 1 s sync: alone
+    # d = u = 1/2, so c = 1 x (1/2 + 1/2 x 2) = 1.5 s and s = 1 x (1 + 1/2) = 1.5 s (eqs. F1, F2
+    # one step from the alone times, here the fixed point of test_free_running_two_jobs_with_syncs_by_hand)
+    p = two_node_profile(1.0, 1.0)
+    values, t_h, t_g = _free_candidate_values(_free_state(), (0, 1), np.array([[0, 1], [1, 0]]), np.full(2, 1e12),
+                                              p, p, 2.0, 2.0)
+    assert t_h.tolist() == pytest.approx([3.0, 3.0], rel=1e-12)
+    assert t_g.tolist() == pytest.approx([3.0, 3.0], rel=1e-12)
+    assert values.tolist() == pytest.approx([4 / 3, 4 / 3], rel=1e-12)
+    # a host and a guest both on GPUs 0 and 4 (two nodes) share the two NICs: the same times
+    _, t_h, _ = _free_candidate_values(_free_state(), (0, 4), np.array([[0, 1]]), np.full(2, 1e12), p, p, 2.0, 2.0)
+    assert t_h.tolist() == pytest.approx([3.0], rel=1e-12)
+
+
+@pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
+def test_free_pace_search_is_phase_free_and_under_its_bound(sharing):
+    from agents.common import best_pairing, spb_configs
+    from agents.jigsaw import pairing_bound
+    from jigsaw_env.pairing import pair_value_bound, phase_difference, profile_summary
+
+    cluster = ClusterSpec.from_gpus(8, gpus_per_node=4, gpu_type="v100")
+    jobs = [JobState(job_id=1, arrival_s=0.0, num_gpus=4, model="resnet18", batch_size=64, iterations=100.0),
+            JobState(job_id=2, arrival_s=0.0, num_gpus=2, model="transformer_small", batch_size=64, iterations=100.0)]
+    state = Simulator(cluster, jobs, SimConfig(sharing=sharing)).state
+    assert state.sharing.pace == "free"
+    host, guest = state.jobs[1], state.jobs[2]
+    hgpus = (0, 1, 2, 3)
+    plan = best_pairing(state, host, hgpus, guest)
+    guest.iteration = 7  # the phases drift under the free pace; the score does not read them
+    assert phase_difference(state, host, guest, 4) == 0
+    again = best_pairing(state, host, hgpus, guest)
+    assert (again.guest_gpus, again.value) == (plan.guest_gpus, plan.value)
+    assert plan.value <= pairing_bound(state, host, hgpus, guest)
+    # the plan's value is the sum of both jobs' useful work, and step_s the host's iteration time
+    iso_h = state.costs.isolated_iteration_s(host)
+    assert plan.x_host == pytest.approx(state.costs.profile(host, *plan.host_cfg, hgpus).eta * iso_h / plan.step_s)
+    assert plan.value == pytest.approx(4 * plan.x_host + 2 * plan.x_guest, rel=1e-12)
+    # every candidate is at most the plan's value, and at most its own bound
+    iso_g = state.costs.isolated_iteration_s(guest)
+    for hc in spb_configs(state, host):
+        ph = state.costs.profile(host, hc[0], hc[1], hgpus)
+        for gc in spb_configs(state, guest):
+            other = best_pairing(state, host, hgpus, guest, [hc], [gc])
+            assert other.value <= plan.value + 1e-12
+            pg = state.costs.profile(guest, gc[0], gc[1], other.guest_gpus)
+            bound = pair_value_bound(state, hgpus, 2, ph, pg, iso_h, iso_g, profile_summary(state.costs, ph),
+                                     profile_summary(state.costs, pg), True)
+            assert other.value <= bound * (1 + 1e-12)
+
+
+def test_sharing_model_pace_check():
+    assert SharingModel("timeslice", ("v100",)).pace == "free"
+    with pytest.raises(ValueError, match="pace must be 'free' or 'lockstep'"):
+        SharingModel("timeslice", ("v100",), pace="drift")
