@@ -165,12 +165,6 @@ def solo_rate(state: ClusterState, job: JobState, cfg: Config, gpus: Sequence[in
     return prof.eta * state.costs.isolated_iteration_s(job) / float(prof.dedicated_iteration_s().mean())
 
 
-
-
-
-
-
-
 def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: Config | None = None,
               hysteresis: float = 0.01, allow_spb: bool = True) -> tuple[Config, float]:
     """Rule 2 for a job alone on ``gpus``: the (level, pattern) maximising :func:`solo_rate`.
@@ -196,12 +190,6 @@ def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: 
 # ------------------------------------------------------------------------------------------------
 # co-location of a guest on a host's GPUs (rules 3 and 4; Gandiva's packing test)
 # ------------------------------------------------------------------------------------------------
-
-
-
-
-
-
 
 
 def best_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int], guest: JobState,
@@ -312,24 +300,6 @@ def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, .
             hit = cache[key] = _search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
                                                spb_configs(state, guest), all_orders, cap, 0, rel, prep_key)
     return hit
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------------------------------------
