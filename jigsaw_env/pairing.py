@@ -389,10 +389,22 @@ def _least_inverse_rates(state: ClusterState, host_gpus, ph, pg) -> tuple[float,
     """The least ``1 / x`` of the host's worker beside a guest worker and of a guest worker beside
     the host's, over every phase of both and every host GPU (eq. I1 is linear in the logs of the
     alone times, so its least value is at their extremes; 2 time-sliced). 1 for a job that never
-    computes (its duty is then 0 and it slows no one)."""
+    computes (its duty is then 0 and it slows no one). Cached per pair of profiles and model: a
+    host profile fixes its GPUs' types, hence their peaks (the placement signature holds the types
+    on a mixed cluster), and profiles live in the CostModel's cache for its whole life."""
     sharing = state.sharing
     if not sharing.fitted:
         return 2.0, 2.0
+    cache = _cache(state.costs, "least_inverse_rates")
+    key = (id(ph), id(pg), sharing.model)
+    v = cache.get(key)
+    if v is None:
+        v = cache[key] = _least_inverse_rates_of(sharing, host_gpus, ph, pg)
+    return v
+
+
+def _least_inverse_rates_of(sharing, host_gpus, ph, pg) -> tuple[float, float]:
+    """:func:`_least_inverse_rates` under the fitted sharing, computed."""
     ch, cg = ph.compute_s, pg.compute_s
     if not (ch > 0).any() or not (cg > 0).any():
         return 1.0, 1.0
