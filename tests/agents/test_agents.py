@@ -238,6 +238,23 @@ def test_jigsaw_level_rule_single_gpu_gains_dedicated_multi_gpu_rotating_does_no
     assert (d[1].level, d[1].pattern) == (3, Pattern.ROTATING) and d[2].level == 0
 
 
+def _fitting_candidates(st, host, guest, hg: tuple):
+    """Every (guest order, guest GPUs, host profile, guest profile) of an exhaustive pairing search
+    of ``guest`` on ``host``'s GPUs ``hg`` that the simulator's GpuLedger lets fit in memory."""
+    from jigsaw_env.placement import GpuLedger
+    from jigsaw_env.state import JobDecision
+    from agents.common import spb_configs
+
+    for hc in spb_configs(st, host):
+        for gc in spb_configs(st, guest):
+            for o in guest_orders(len(hg), guest.num_gpus):
+                gg = tuple(hg[i] for i in o)
+                led = GpuLedger(st)
+                led.add(host.job_id, JobDecision(hg, *hc))
+                if led.fits(guest.job_id, JobDecision(gg, *gc)):
+                    yield o, gg, st.costs.profile(host, *hc, hg), st.costs.profile(guest, *gc, gg)
+
+
 @pytest.mark.parametrize("sharing", ["fitted", "timeslice"])
 @pytest.mark.parametrize("guest_model,guest_gpus,mem_gib", [(TOY3, 2, 16), (TOY4, 4, 8), (TOY4C, 1, 16)])
 def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_model, guest_gpus, mem_gib, sharing):
@@ -245,9 +262,6 @@ def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_mod
     # search in which every candidate is timed by the engine's own Component (with the simulator's
     # sharing of GPUs and links) and memory-checked by the simulator's GpuLedger
     from jigsaw_env.engine import Component, Member
-    from jigsaw_env.placement import GpuLedger
-    from jigsaw_env.state import JobDecision
-    from agents.common import spb_configs
 
     sim = Simulator(toy_cluster(4, 4, gpu_memory_gib=mem_gib),
                     [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)],
@@ -258,18 +272,10 @@ def test_best_pairing_is_the_exhaustive_optimum_as_the_engine_times_it(guest_mod
     hg = (0, 1, 2, 3)
     iso = st.costs.isolated_iteration_s
     best = -1.0
-    for hc in spb_configs(st, host):
-        for gc in spb_configs(st, guest):
-            for o in guest_orders(4, guest_gpus):
-                gg = tuple(hg[i] for i in o)
-                led = GpuLedger(st)
-                led.add(1, JobDecision(hg, *hc))
-                if not led.fits(2, JobDecision(gg, *gc)):
-                    continue
-                ph, pg = st.costs.profile(host, *hc, hg), st.costs.profile(guest, *gc, gg)
-                comp = Component([Member(1, ph, hg, 5), Member(2, pg, gg, 2)], 0.0, sharing=st.sharing)
-                step = comp.cycle / comp.H
-                best = max(best, 4 * ph.eta * iso(host) / step + guest_gpus * pg.eta * iso(guest) / step)
+    for o, gg, ph, pg in _fitting_candidates(st, host, guest, hg):
+        comp = Component([Member(1, ph, hg, 5), Member(2, pg, gg, 2)], 0.0, sharing=st.sharing)
+        step = comp.cycle / comp.H
+        best = max(best, 4 * ph.eta * iso(host) / step + guest_gpus * pg.eta * iso(guest) / step)
     plan = best_pairing(st, host, hg, guest)
     assert plan is not None and plan.value == pytest.approx(best, rel=1e-12)
     comp = Component([Member(1, st.costs.profile(host, *plan.host_cfg, hg), hg, 5),
@@ -285,9 +291,6 @@ def test_best_pairing_is_the_exhaustive_optimum_of_the_free_pace_estimate(guest_
     # the best candidate of an exhaustive search scoring every order alone with the one-step estimate,
     # memory-checked by the simulator's GpuLedger; the phases do not enter
     from jigsaw_env.pairing import _free_candidate_values
-    from jigsaw_env.placement import GpuLedger
-    from jigsaw_env.state import JobDecision
-    from agents.common import spb_configs
 
     sim = Simulator(toy_cluster(4, 4, gpu_memory_gib=mem_gib),
                     [job(1, 4, 100), job(2, guest_gpus, 100, model=guest_model)], SimConfig(sharing=sharing))
@@ -297,18 +300,10 @@ def test_best_pairing_is_the_exhaustive_optimum_of_the_free_pace_estimate(guest_
     iso = st.costs.isolated_iteration_s
     cap = np.full(4, np.inf)
     best = -1.0
-    for hc in spb_configs(st, host):
-        for gc in spb_configs(st, guest):
-            for o in guest_orders(4, guest_gpus):
-                gg = tuple(hg[i] for i in o)
-                led = GpuLedger(st)
-                led.add(1, JobDecision(hg, *hc))
-                if not led.fits(2, JobDecision(gg, *gc)):
-                    continue
-                ph, pg = st.costs.profile(host, *hc, hg), st.costs.profile(guest, *gc, gg)
-                values, _, _ = _free_candidate_values(st, hg, np.array([o]), cap, ph, pg, 4 * ph.eta * iso(host),
-                                                      guest_gpus * pg.eta * iso(guest))
-                best = max(best, float(values[0]))
+    for o, gg, ph, pg in _fitting_candidates(st, host, guest, hg):
+        values, _, _ = _free_candidate_values(st, hg, np.array([o]), cap, ph, pg, 4 * ph.eta * iso(host),
+                                              guest_gpus * pg.eta * iso(guest))
+        best = max(best, float(values[0]))
     plan = best_pairing(st, host, hg, guest)
     assert plan is not None and plan.value == pytest.approx(best, rel=1e-12)
     host.iteration, guest.iteration = 5, 2
