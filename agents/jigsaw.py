@@ -18,7 +18,9 @@ every rule. Per round:
    lockstep step over the hyper-period, or the free pace's one-step estimate of eqs. F1-F3) with
    memory checked at each process's peak (``common.best_pairing``). Accept the
    best host only if the pair's useful work beats the host alone by ``1 + margin``
-   (``keep_margin`` for a pair already running, which moves no one).
+   (``keep_margin`` for a pair already running, which moves no one). A running guest put on its
+   own GPUs in another order keeps its order, the host taking the mirrored one, where that
+   changes nothing else (:func:`guest_keeps_its_order`).
 4. SPB level of every job left alone on its GPUs: the (level, pattern) that maximises eta x
    dedicated full-backprop time / its actual step there (rule 2), with hysteresis.
 """
@@ -562,9 +564,10 @@ class Jigsaw(Scheduler):
     @staticmethod
     def _apply_pair(state, ledger: GpuLedger, host: JobState, guest: JobState, plan: PairPlan) -> bool:
         old = ledger.decision[host.job_id]
+        hgpus, ggpus = guest_keeps_its_order(state, ledger, host, old.gpus, guest, plan.guest_gpus)
         # job_decision: the same (immutable) objects for a pair kept from round to round
-        hjd = job_decision(old.gpus, plan.host_cfg[0], plan.host_cfg[1])
-        gjd = job_decision(plan.guest_gpus, plan.guest_cfg[0], plan.guest_cfg[1])
+        hjd = job_decision(hgpus, plan.host_cfg[0], plan.host_cfg[1])
+        gjd = job_decision(ggpus, plan.guest_cfg[0], plan.guest_cfg[1])
         ledger.remove(host.job_id)
         if ledger.fits(host.job_id, hjd):
             ledger.add(host.job_id, hjd, checked=True)
@@ -574,6 +577,28 @@ class Jigsaw(Scheduler):
             ledger.remove(host.job_id)
         ledger.add(host.job_id, old)
         return False
+
+
+def guest_keeps_its_order(state: ClusterState, ledger: GpuLedger, host: JobState, hgpus: tuple[int, ...],
+                          guest: JobState, ggpus: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The host's and the guest's GPUs of a pairing, with a running guest kept on its own worker
+    order where that changes nothing else: when the plan puts the guest on the very GPUs it runs
+    on in another order (``ggpus``, a permutation of ``guest.placement``), and the host starts or
+    moves this round anyway (``hgpus`` is not its placement), the same worker pairs go on the
+    guest's order: the GPU under guest worker ``k`` becomes ``guest.placement[k]`` and the host
+    worker beside it moves with it. Done only when every such move stays on its node and on a GPU
+    of the same memory (so the same type, links and bytes): the pair computes and syncs exactly as
+    planned, and the guest is spared a migration's restart. Otherwise ``(hgpus, ggpus)``."""
+    now = guest.placement
+    if ggpus == now or hgpus == host.placement or len(now) != len(ggpus) or set(now) != set(ggpus):
+        return hgpus, ggpus
+    gpn = state.cluster.gpus_per_node
+    capacity = ledger.capacity_per_gpu
+    for a, b in zip(ggpus, now):
+        if a // gpn != b // gpn or capacity[a] != capacity[b]:
+            return hgpus, ggpus
+    moved = dict(zip(ggpus, now))
+    return tuple([moved.get(g, g) for g in hgpus]), now
 
 
 def fewest_nodes(state: ClusterState, job: JobState) -> int:

@@ -17,10 +17,11 @@ import pytest
 from conftest import BS, TOY3, TOY4, TOY4C, toy_cluster
 from agents import available_schedulers, make_scheduler
 from agents.common import LASQueues, best_pairing, best_solo, guest_orders, select_by_budget
-from jigsaw_env.placement import validate_decision
+from agents.jigsaw import guest_keeps_its_order
+from jigsaw_env.placement import GpuLedger, validate_decision
 from jigsaw_env.simulator import SimConfig, Simulator
-from jigsaw_env.spb import Pattern
-from jigsaw_env.state import JobState, JobStatus
+from jigsaw_env.spb import Pattern, SPBConfig
+from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
 
 ALL = ["fifo", "srtf", "tiresias", "gandiva", "jigsaw", "random", "fifo+spb", "srtf+spb", "tiresias+spb",
        "gandiva+spb"]
@@ -362,3 +363,28 @@ def test_random_is_seeded(toy_trace):
 
     assert run(1) == run(1)
     assert run(1) != run(2)  # the seed drives its choices
+
+
+def test_a_running_guest_keeps_its_worker_order_when_the_pair_can_be_mirrored_onto_it():
+    """Two 4-GPU jobs on 8 GPUs (nodes of 4): a new host takes GPUs 0-3, where the guest runs in
+    natural order, and the pairing puts the guest on them reversed. The same worker pairs go on
+    the guest's order (host worker i beside guest worker 3 - i): host (3, 2, 1, 0), guest
+    (0, 1, 2, 3), so the guest does not migrate. Nothing moves when the host keeps its own
+    placement, when a pair would change node, or when the guest runs on other GPUs."""
+    cluster = toy_cluster(8, gpus_per_node=4)
+    host = JobState(job_id=1, arrival_s=0.0, num_gpus=4, model="resnet18", batch_size=BS, iterations=10.0)
+    guest = JobState(job_id=2, arrival_s=0.0, num_gpus=4, model="resnet50", batch_size=BS, iterations=10.0,
+                     status=JobStatus.RUNNING, placement=(0, 1, 2, 3))
+    st = ClusterState(cluster=cluster, costs=CostModel(cluster, SPBConfig()), jobs={1: host, 2: guest}, active_ids=[1, 2])
+    led = GpuLedger(st)
+    assert guest_keeps_its_order(st, led, host, (0, 1, 2, 3), guest, (3, 2, 1, 0)) == ((3, 2, 1, 0), (0, 1, 2, 3))
+    # a partial permutation: only the GPUs under the guest's moved workers trade places
+    assert guest_keeps_its_order(st, led, host, (0, 1, 2, 3), guest, (1, 0, 2, 3)) == ((1, 0, 2, 3), (0, 1, 2, 3))
+    host.status, host.placement = JobStatus.RUNNING, (0, 1, 2, 3)  # the host keeps its order: it would migrate instead
+    assert guest_keeps_its_order(st, led, host, (0, 1, 2, 3), guest, (3, 2, 1, 0)) == ((0, 1, 2, 3), (3, 2, 1, 0))
+    host.status, host.placement = JobStatus.QUEUED, ()
+    guest.placement = (0, 1, 4, 5)  # guest worker 0 would go from node 0 to node 1
+    assert guest_keeps_its_order(st, led, host, (4, 5, 0, 1), guest, (4, 5, 0, 1)) == ((4, 5, 0, 1), (4, 5, 0, 1))
+    assert guest_keeps_its_order(st, led, host, (0, 1, 4, 5), guest, (5, 4, 1, 0)) == ((0, 1, 4, 5), (5, 4, 1, 0))
+    guest.placement = (4, 5, 6, 7)  # other GPUs: a migration whatever the order
+    assert guest_keeps_its_order(st, led, host, (0, 1, 2, 3), guest, (3, 2, 1, 0)) == ((0, 1, 2, 3), (3, 2, 1, 0))
