@@ -15,7 +15,11 @@ shares the GPUs of the ``r``-th job of :meth:`RoundBuilder.hosts` (the jobs of t
 built alone on their GPUs, lowest 2D-LAS priority first; the observation shows each one), its
 workers in the order :func:`jigsaw_env.pairing.search_pairing` scores best at the host's
 configuration in that decision and the guest's level/pattern ``lp`` (the order Jigsaw's fitting
-chooses for that pair of configurations). A host must be as wide as the guest.
+chooses for that pair of configurations), when the host is at least as wide as the guest. A job
+wider than the host slot's job is placed *around* it instead: on the GPUs the ``consolidated``
+option picks with that job's GPUs counted free, which must include them all; the slot's job stays
+where it is, as the new job's guest (Jigsaw's exclusive pass gives a new wide job the GPUs of a
+lower-priority running one, which then pairs with it on the GPUs it holds).
 
 A :class:`RoundBuilder` holds the decision being built for the next round (it starts from the
 allocation in force) and computes masks exactly: every unmasked action applies cleanly, every
@@ -238,9 +242,10 @@ class RoundBuilder:
 
     def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
         """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
-        out), or None: the host slot must hold a job other than ``job``, at least as wide; the
-        guest's GPUs are :func:`search_pairing`'s best order at the host's configuration in the
-        decision and the guest's ``(level, pattern)``, and must pass the ledger's check.
+        out), or None: the host slot must hold a job other than ``job``. If that job is at least
+        as wide, the guest's GPUs are :func:`search_pairing`'s best order at the host's
+        configuration in the decision and the guest's ``(level, pattern)``, and must pass the
+        ledger's check; if it is narrower, ``job`` is placed around it (:meth:`_around_gpus`).
 
         The result is kept in the masks' cache by what it depends on (:meth:`_pair_key`: a host
         holds its GPUs alone, so their bytes are its workers' peaks, and the guest, on GPUs of its
@@ -251,7 +256,8 @@ class RoundBuilder:
         hid = hosts[r]
         hjd = self.ledger.decision[hid]
         if len(hjd.gpus) < job.num_gpus:
-            return None
+            gpus = self._around_gpus(led, job, hid)
+            return None if gpus is None else self._around_fits(led, job, gpus, level, pattern)
         host = self.state.jobs[hid]
         key = self._pair_key(job, hid, level, pattern)
         cache = self._need_cache
@@ -267,6 +273,25 @@ class RoundBuilder:
             cache.clear()
         cache[key] = jd
         return jd
+
+    @staticmethod
+    def _around_gpus(led: GpuLedger, job, hid: int) -> tuple[int, ...] | None:
+        """The GPUs of ``job`` placed around host ``hid`` (module docstring) on ``led`` (the ledger
+        with the job taken out), before the memory check: the ``consolidated`` option's choice
+        with the host's GPUs counted free, or None when it does not hold all of them."""
+        host_gpus = led.decision[hid].gpus  # each holds the host's worker alone
+        gpus = led.consolidated_gpus(job.num_gpus, also_free=host_gpus)
+        if gpus is None or not set(host_gpus).issubset(gpus):
+            return None
+        return tuple(gpus)
+
+    @staticmethod
+    def _around_fits(led: GpuLedger, job, gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision | None:
+        """``job``'s JobDecision on ``gpus`` (:meth:`_around_gpus`) at ``(level, pattern)`` if it fits
+        in memory beside the host's workers on ``led``, else None. (The GPUs are distinct and
+        hold at most the host's one worker, so the worker cap, at least 2 where hosts exist, holds.)"""
+        jd = trusted_decision(gpus, level, pattern)
+        return jd if led.check(job.job_id, jd, _chosen=True) is None else None
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -403,14 +428,22 @@ class RoundBuilder:
         widths = [len(dec[hid].gpus) for hid in hosts]
         none = bytes(n_lp)
         end = base + len(hosts) * n_lp
+        around: dict = {}  # (width, host, emptied GPUs) -> the GPUs placed around the host (_around_row)
         for slot, jid in enumerate(self.window):
             if jid in self.acted:
                 continue
             job = jobs[jid]
             rows = []
+            emptied = ()  # a running job's GPUs that it holds alone: free once it is taken out
+            if jid in dec:
+                wl = self.ledger.workers_per_gpu
+                emptied = tuple([g for g in dec[jid].gpus if wl[g] == 1])
             for r, hid in enumerate(hosts):
-                if hid == jid or widths[r] < job.num_gpus:
+                if hid == jid:
                     rows.append(none)
+                    continue
+                if widths[r] < job.num_gpus:
+                    rows.append(self._around_row(job, hid, emptied, around))
                     continue
                 key = self._pair_key(job, hid)  # the pair's row over the combos
                 row = cache.get(key)
@@ -418,6 +451,24 @@ class RoundBuilder:
                     row = cache[key] = bytes([self._pair_fits(job, hid, level, pattern) for level, pattern in combos])
                 rows.append(row)
             mask[slot, base:end] = np.frombuffer(b"".join(rows), dtype=bool)
+
+    def _around_row(self, job, hid: int, emptied: tuple[int, ...], memo: dict) -> bytes:
+        """The ``host:r`` mask row (per combo) of ``job`` placed around host ``hid``: the GPUs of
+        :meth:`_around_gpus` on the ledger with the job taken out (its GPUs ``emptied``, those it
+        holds alone, counted free too; kept in ``memo`` for the call by width, host and those),
+        and whether its workers fit there beside the host's (the ledger's bytes, 0.0 on the
+        emptied GPUs: its check's arithmetic)."""
+        key = (job.num_gpus, hid, emptied)
+        gpus = memo.get(key, 0)
+        led = self.ledger
+        if gpus == 0:
+            host_gpus = led.decision[hid].gpus
+            found = led.consolidated_gpus(job.num_gpus, also_free=host_gpus + emptied)
+            gpus = memo[key] = tuple(found) if found is not None and set(host_gpus).issubset(found) else None
+        if gpus is None:
+            return bytes(self.codec.n_lp)
+        ml = led.bytes_per_gpu
+        return self._keep_row(job, gpus, [0.0 if g in emptied else ml[g] for g in gpus])
 
     def _menu_masks(self) -> np.ndarray:
         """The mask over the menu's actions alone (the layout of a codec without host slots:

@@ -402,6 +402,25 @@ class GpuLedger:
         start = node * gpn
         return [g for g in range(start, start + gpn) if wl[g] == 0]
 
+    def consolidated_gpus(self, n: int, also_free: Sequence[int] = ()) -> list[int] | None:
+        """The ``n`` GPUs the ``consolidated`` option picks (free GPUs on the fewest nodes, best
+        fit), before its memory check, with the GPUs ``also_free`` (distinct GPUs that hold
+        workers now) counted free as well; None when fewer than ``n`` are free."""
+        if not also_free:
+            return self._consolidated(n)
+        gpn = self.state.cluster.gpus_per_node
+        counts = self._free_per_node()
+        extra: dict[int, list[int]] = {}
+        for g in also_free:
+            counts[g // gpn] += 1
+            extra.setdefault(g // gpn, []).append(g)
+
+        def free_on(node: int) -> list[int]:
+            more = extra.get(node)
+            return sorted(self._free_on(node) + more) if more else self._free_on(node)
+
+        return consolidated_from_counts(counts, free_on, n)
+
     def _consolidated(self, n: int) -> list[int] | None:
         # one node if possible: the fullest node (fewest free) that still fits n (best fit; the
         # first such node on ties); else nodes by most free GPUs first (lower node on ties)

@@ -322,7 +322,7 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("pace", "seed"), [("lockstep", 0), ("lockstep", 3), ("lockstep", 9), ("free", 9),
-                                             ("free", 14)])
+                                             ("free", 14), ("free", 19)])
 def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     """Twelve jobs of 1-8 GPUs (four models) on 16 GPUs: Jigsaw pairs 2-, 4- and 8-GPU guests on
     its hosts, each on the worker order its search scores best. The translated expert expresses
@@ -331,8 +331,9 @@ def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     round, and ends with the same JCTs. Seeds 9 (both paces) and 14 (free) pair a new job with a
     running one of the same width on the running one's GPUs: Jigsaw keeps the running guest's worker
     order (agents.jigsaw.guest_keeps_its_order), which the env builds as that job kept and the new
-    one paired with it. On other seeds under the free pace Jigsaw moves a running guest onto a
-    host placed in the same round, which no order of the env's actions builds."""
+    one paired with it. Seed 19 (free) gives a new 8-GPU job the GPUs of a preempted pair and
+    pairs a running 4-GPU job onto it. On other seeds under the free pace Jigsaw moves a running
+    guest onto a host placed in the same round, which no order of the env's actions builds."""
     import random
 
     rng = random.Random(seed)

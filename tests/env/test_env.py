@@ -373,3 +373,42 @@ def test_pair_with_host_slot_puts_a_job_on_the_named_hosts_gpus():
         env.step(c.encode(slot[3], "host:1"))
     env.step(c.advance)
     assert env.sim.state.jobs[2].placement == (0, 1)
+
+
+def test_a_job_wider_than_a_host_slot_is_placed_around_it():
+    """8 GPUs in nodes of 4, 16 GiB each. R and Q (2 GPUs, envA: 7 GiB workers) run alone on
+    GPUs 0-1 and 2-3. J (4 GPUs, envA) ``host:r`` with R: with R's GPUs counted free, the
+    consolidated choice is node 1 (4 free against 2), which leaves R out, so it is masked at every
+    level. With Q paused, node 0 holds 4 free GPUs with R's (the lower node on a tie): J goes on
+    GPUs 0-3 around R, 7 + 7 GiB on R's two, and R stays where it runs, as J's guest, without a
+    migration. J2 (envB, 12 GiB at full depth) around R does not fit at level 0: 12 + 7 > 16."""
+    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [2, 2, 4, 4],
+                         "model": ["envA", "envA", "envA", "envB"], "batch_size": 8, "iterations": 1000.0})
+    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    b, c = env.builder, env.codec
+    slot = {jid: s for s, jid in enumerate(b.window)}
+    env.step(c.encode(slot[0], "consolidated"))
+    env.step(c.encode(slot[1], "consolidated"))
+    env.step(c.advance)
+    b = env.builder
+    assert b.ledger.decision[0].gpus == (0, 1) and b.ledger.decision[1].gpus == (2, 3)
+    slot = {jid: s for s, jid in enumerate(b.window)}
+    around_r = f"host:{b.hosts().index(0)}"
+    mask = env.action_masks()
+    assert not any(mask[c.encode(slot[2], around_r, level, pattern)] for level, pattern in c.combos)
+    assert mask[c.encode(slot[2], "consolidated")]
+    env.step(c.encode(slot[1], None))  # pause Q
+    slot = {jid: s for s, jid in enumerate(b.window)}
+    around_r = f"host:{b.hosts().index(0)}"
+    mask = env.action_masks()
+    assert not mask[c.encode(slot[3], around_r)]  # J2: 12 + 7 GiB on GPUs 0 and 1
+    a = c.encode(slot[2], around_r)
+    assert mask[a]
+    env.step(a)
+    assert b.ledger.decision[2].gpus == (0, 1, 2, 3) and b.ledger.decision[0].gpus == (0, 1)
+    env.step(c.advance)
+    r = env.sim.state.jobs[0]
+    assert env.sim.state.jobs[2].placement == (0, 1, 2, 3) and r.placement == (0, 1) and r.migrations == 0

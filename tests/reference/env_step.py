@@ -185,9 +185,36 @@ def ref_hosts(ledger, rank: dict[int, int], h: int) -> list[int]:
     return sorted(alone, key=lambda x: (-rank[x], x))[:h]
 
 
+def ref_around(led, job, hid: int) -> tuple[int, ...] | None:
+    """The GPUs of ``job`` placed around host ``hid``, plainly: with the host's GPUs counted free
+    (numpy worker counts), the free GPUs of the fullest node that holds ``n`` of them (the first
+    on ties), else of the nodes with the most free GPUs first (the lower on ties), lowest GPUs
+    first; None unless they hold every GPU of the host."""
+    gpn = led.state.cluster.gpus_per_node
+    free = led.workers == 0
+    host = list(led.decision[hid].gpus)
+    free[host] = True
+    n = job.num_gpus
+    if free.sum() < n:
+        return None
+    per_node = free.reshape(-1, gpn)
+    counts = per_node.sum(axis=1)
+    fits = [k for k in range(len(counts)) if counts[k] >= n]
+    if fits:
+        k = min(fits, key=lambda k: (counts[k], k))
+        gpus = [k * gpn + i for i in np.flatnonzero(per_node[k])[:n]]
+    else:
+        gpus = []
+        for k in sorted(range(len(counts)), key=lambda k: (-counts[k], k)):
+            gpus += [k * gpn + int(i) for i in np.flatnonzero(per_node[k])][: n - len(gpus)]
+    gpus = tuple(int(g) for g in gpus)
+    return gpus if set(host) <= set(gpus) else None
+
+
 def ref_host_columns(b, rows: np.ndarray, slots, rank: dict[int, int]) -> None:
-    """The ``host:r`` columns, plainly: the search's best order at the host's configuration and
-    the guest's combo, checked on a copy of the ledger with the guest taken out."""
+    """The ``host:r`` columns, plainly: for a host at least as wide, the search's best order at the
+    host's configuration and the guest's combo, checked on a copy of the ledger with the guest
+    taken out; for a narrower one, the placement around it (:func:`ref_around`), checked likewise."""
     c, st = b.codec, b.state
     hosts = ref_hosts(b.ledger, rank, c.host_slots)
     for slot, jid in slots:
@@ -197,7 +224,13 @@ def ref_host_columns(b, rows: np.ndarray, slots, rank: dict[int, int]) -> None:
             led.remove(jid)
         for r, hid in enumerate(hosts):
             hjd = b.ledger.decision[hid]
-            if hid == jid or len(hjd.gpus) < job.num_gpus:
+            if hid == jid:
+                continue
+            if len(hjd.gpus) < job.num_gpus:  # placed around the host
+                gpus = ref_around(led, job, hid)
+                for lp, (lv, pt) in enumerate(c.combos):
+                    ok = gpus is not None and led.fits(jid, JobDecision(gpus, lv, pt))
+                    rows[slot, (c.n_menu + r) * c.n_lp + lp] = ok
                 continue
             for lp, (lv, pt) in enumerate(c.combos):
                 plan = search_pairing(st, st.jobs[hid], hjd.gpus, job, [(hjd.level, hjd.pattern)], [(lv, pt)])
