@@ -256,7 +256,7 @@ class RoundBuilder:
         hid = hosts[r]
         hjd = self.ledger.decision[hid]
         if len(hjd.gpus) < job.num_gpus:
-            gpus = self._around_gpus(led, job, hid)
+            gpus = self._around_gpus(led, job.num_gpus, hjd.gpus)
             return None if gpus is None else self._around_fits(led, job, gpus, level, pattern)
         host = self.state.jobs[hid]
         key = self._pair_key(job, hid, level, pattern)
@@ -275,12 +275,13 @@ class RoundBuilder:
         return jd
 
     @staticmethod
-    def _around_gpus(led: GpuLedger, job, hid: int) -> tuple[int, ...] | None:
-        """The GPUs of ``job`` placed around host ``hid`` (module docstring) on ``led`` (the ledger
-        with the job taken out), before the memory check: the ``consolidated`` option's choice
-        with the host's GPUs counted free, or None when it does not hold all of them."""
-        host_gpus = led.decision[hid].gpus  # each holds the host's worker alone
-        gpus = led.consolidated_gpus(job.num_gpus, also_free=host_gpus)
+    def _around_gpus(led: GpuLedger, n: int, host_gpus: tuple[int, ...],
+                     emptied: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+        """The GPUs of an ``n``-GPU job placed around the host on ``host_gpus`` (module docstring),
+        before the memory check: the ``consolidated`` option's choice on ``led`` with the host's
+        GPUs (and ``emptied``, GPUs the job being placed holds alone, when ``led`` still holds
+        it) counted free, or None when it does not hold all of the host's GPUs."""
+        gpus = led.consolidated_gpus(n, also_free=host_gpus + emptied)
         if gpus is None or not set(host_gpus).issubset(gpus):
             return None
         return tuple(gpus)
@@ -462,9 +463,7 @@ class RoundBuilder:
         gpus = memo.get(key, 0)
         led = self.ledger
         if gpus == 0:
-            host_gpus = led.decision[hid].gpus
-            found = led.consolidated_gpus(job.num_gpus, also_free=host_gpus + emptied)
-            gpus = memo[key] = tuple(found) if found is not None and set(host_gpus).issubset(found) else None
+            gpus = memo[key] = self._around_gpus(led, job.num_gpus, led.decision[hid].gpus, emptied)
         if gpus is None:
             return bytes(self.codec.n_lp)
         ml = led.bytes_per_gpu

@@ -284,18 +284,25 @@ def test_window_shows_waiting_jobs_by_least_attained_service():
     assert env.builder.window == [1, 2] and env.builder._queue == [0]
 
 
+def _hand_built_env(num_gpus: list[int], models: list[str]) -> JigsawClusterEnv:
+    """The small env of the hand-built cases (8 GPUs in nodes of 4, 16 GiB) with four jobs arriving
+    at 0 (ids 0-3, these widths and toy models, batch 8), reset to its first round with jobs."""
+    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": num_gpus,
+                         "model": models, "batch_size": 8, "iterations": 1000.0})
+    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    return env
+
+
 def test_paired_puts_a_job_on_one_hosts_gpus():
     """Hand-built: A (4 GPUs, envA: 7 GiB per worker) and B (2 GPUs, envB: 12 GiB) run alone on
     16 GiB GPUs. C (2 GPUs, envA) paired: B is the narrower host, but 12 + 7 GiB does not fit, so C
     takes A's last two GPUs, last first. D (2 GPUs, envA) paired: A now shares (no host), B still
     does not fit, so paired is masked at every level; packed is not: it takes A's other two GPUs
     (shared, least-loaded first) and joins A, C and D into one lockstep group."""
-    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [4, 2, 2, 2],
-                         "model": ["envA", "envB", "envA", "envA"], "batch_size": 8, "iterations": 1000.0})
-    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
-    env.reset(seed=0)
-    if not env.builder.window:
-        env.step(env.codec.advance)
+    env = _hand_built_env([4, 2, 2, 2], ["envA", "envB", "envA", "envA"])
     b, c = env.builder, env.codec
     slot = {jid: s for s, jid in enumerate(b.window)}
     env.step(c.encode(slot[0], "consolidated"))
@@ -345,12 +352,7 @@ def test_pair_with_host_slot_puts_a_job_on_the_named_hosts_gpus():
     and leaves the host slots: D's ``host:1`` names no job and is masked."""
     from jigsaw_env.encoder import JOB_FEATURES
 
-    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [4, 2, 2, 2],
-                         "model": ["envA", "envB", "envA", "envA"], "batch_size": 8, "iterations": 1000.0})
-    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
-    env.reset(seed=0)
-    if not env.builder.window:
-        env.step(env.codec.advance)
+    env = _hand_built_env([4, 2, 2, 2], ["envA", "envB", "envA", "envA"])
     b, c = env.builder, env.codec
     slot = {jid: s for s, jid in enumerate(b.window)}
     env.step(c.encode(slot[0], "consolidated"))
@@ -382,12 +384,7 @@ def test_a_job_wider_than_a_host_slot_is_placed_around_it():
     level. With Q paused, node 0 holds 4 free GPUs with R's (the lower node on a tie): J goes on
     GPUs 0-3 around R, 7 + 7 GiB on R's two, and R stays where it runs, as J's guest, without a
     migration. J2 (envB, 12 GiB at full depth) around R does not fit at level 0: 12 + 7 > 16."""
-    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": [2, 2, 4, 4],
-                         "model": ["envA", "envA", "envA", "envB"], "batch_size": 8, "iterations": 1000.0})
-    env = make_env(trace=jobs, max_jobs=4, window_k=4, invalid_action="raise")
-    env.reset(seed=0)
-    if not env.builder.window:
-        env.step(env.codec.advance)
+    env = _hand_built_env([2, 2, 4, 4], ["envA", "envA", "envA", "envB"])
     b, c = env.builder, env.codec
     slot = {jid: s for s, jid in enumerate(b.window)}
     env.step(c.encode(slot[0], "consolidated"))
