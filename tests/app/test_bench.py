@@ -422,3 +422,63 @@ def test_sync_methods_fit_recovers_a_known_link():
     # W = 4, one contributor: the ring wins above 2 alpha beta = 200 kB (1 MB), r+b below (64 kB)
     assert group_sync(1, 4, float(1 << 20), Link(alpha, beta))[2] == "ring"
     assert group_sync(1, 4, 65536.0, Link(alpha, beta))[2] == "reduce_broadcast"
+
+
+# ---------------------------------------------------------------------------------- headroom
+def test_headroom_bound_is_below_every_agent_and_does_not_depend_on_arrivals():
+    """The alone bound is a lower bound of every agent's mean JCT on every window, and one
+    window's bound is the same at every load (only arrivals change with the load)."""
+    from bench.headroom import measure
+
+    res = measure("synthetic:jobs=120,load=1.2,seed=3", 16, 0.5, 2, 20, [1.0, 2.0], ["fifo", "tiresias", "jigsaw"],
+                  progress=False)
+    by_load = [part["windows"] for part in res["loads"].values()]
+    assert len(by_load) == 2 and all(len(rows) == 2 for rows in by_load)
+    for rows in by_load:
+        for r in rows:
+            for agent in ("fifo", "tiresias", "jigsaw"):
+                assert r[agent] >= r["bound"] - 1e-9, (r, agent)
+    assert [r["bound"] for r in by_load[0]] == [r["bound"] for r in by_load[1]]
+    part = res["loads"]["1.0"]
+    assert part["gap_h"]["jigsaw"] == pytest.approx(part["mean_jct_h"]["jigsaw"] - part["mean_jct_h"]["bound"])
+
+
+def test_headroom_lone_job_at_level_0_is_tiresias_and_the_bound_takes_the_best_level():
+    """A job alone: the fixed level-0 configuration is what Tiresias plays (consolidated, full
+    backprop), and the bound is the smallest JCT over the SPB configurations, so at most that."""
+    from bench.headroom import alone_jct_s, fixed_config_scheduler
+    from bench.ppo_study import evaluation_setup
+    from jigsaw_env.actions import level_pattern_combos
+    from jigsaw_env.cluster import ClusterSpec
+    from jigsaw_env.simulator import Simulator
+    from jigsaw_env.spb import Pattern
+    from agents import make_scheduler
+    from traces import load_trace
+
+    cluster_kwargs, cfg = evaluation_setup(16)
+    cluster = ClusterSpec.from_gpus(**cluster_kwargs)
+    jobs = load_trace("synthetic:jobs=30,load=1.0,seed=5", cluster_gpus=16, max_gpus=16).jobs
+    one = jobs.iloc[[jobs["num_gpus"].idxmax()]].copy().reset_index(drop=True)
+    one["arrival_s"] = 0.0
+
+    def jct(scheduler) -> float:
+        sim = Simulator(cluster, one, cfg)
+        sim.run(scheduler)
+        return float(sim.metrics()["avg_jct_s"])
+
+    level0 = jct(fixed_config_scheduler(0, Pattern.ROTATING))
+    assert level0 == pytest.approx(jct(make_scheduler("tiresias")), rel=1e-12)
+    every = [jct(fixed_config_scheduler(lv, pat)) for lv, pat in level_pattern_combos(cfg.spb)]
+    assert alone_jct_s(cluster, cfg, one) == pytest.approx(min(every), rel=1e-12)
+    assert min(every) <= level0 and len(set(round(x, 6) for x in every)) > 1  # the levels do differ
+
+
+def test_headroom_rejects_bad_arguments(capsys):
+    from bench.headroom import main
+
+    for argv, msg in ((["--agents", "nosuch"], "allowed:"), (["--loads", "x"], "--loads must be"),
+                      (["--loads", "1.0,-1"], "--loads must be"), (["--windows", "0"], "must be positive")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
