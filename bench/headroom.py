@@ -80,8 +80,11 @@ def alone_bound_s(cluster, sim_config, jobs) -> float:
 
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, loads: Sequence[float],
-            agents: Sequence[str], progress: bool = True) -> dict:
-    """Per load and window: each agent's mean JCT (h) and the alone bound (h) (module docstring)."""
+            agents: Sequence[str], progress: bool = True, round_s: float | None = None) -> dict:
+    """Per load and window: each agent's mean JCT (h) and the alone bound (h) (module docstring);
+    ``round_s`` replaces the evaluation setup's round length (s) when given."""
+    import dataclasses
+
     import numpy as np
     from tqdm import tqdm
 
@@ -91,6 +94,8 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
     from jigsaw_env.simulator import Simulator
 
     cluster_kwargs, cfg = evaluation_setup(gpus)
+    if round_s is not None:
+        cfg = dataclasses.replace(cfg, round_s=float(round_s))
     cluster = ClusterSpec.from_gpus(**cluster_kwargs)
     _, held = heldout_split(trace, gpus, holdout)
     out: dict = {"loads": {}}
@@ -115,7 +120,7 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
                                    "gap_h": {a: mean[a] - mean["bound"] for a in agents}}
     bar.close()
     out.update(trace=trace, gpus=gpus, holdout=holdout, windows=windows, window_jobs=window_jobs,
-               agents=list(agents), cluster=cluster_kwargs)
+               agents=list(agents), cluster=cluster_kwargs, round_s=cfg.round_s)
     return out
 
 
@@ -124,7 +129,7 @@ def write_md(path: Path, res: dict) -> None:
     lines = ["# Headroom on the study's windows: each agent against the alone bound", "",
              f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
              f"{res['windows']} windows of {res['window_jobs']} held-out jobs of `{res['trace']}` "
-             f"on {res['gpus']} GPUs. Mean JCT in hours; *bound*: the mean of each job's JCT alone on the "
+             f"on {res['gpus']} GPUs, rounds of {res['round_s']:g} s. Mean JCT in hours; *bound*: the mean of each job's JCT alone on the "
              "empty cluster at its best SPB configuration (`bench/headroom.py`); *gap*: agent - bound, the most "
              "any scheduler could gain.", ""]
     for load, part in res["loads"].items():
@@ -188,6 +193,8 @@ def main(argv=None) -> int:
     p.add_argument("--window-jobs", type=int, default=80)
     p.add_argument("--loads", default="1.0,1.5", help="comma-separated offered loads (default 1.0,1.5)")
     p.add_argument("--agents", default="tiresias,jigsaw", help="comma-separated agents (default tiresias,jigsaw)")
+    p.add_argument("--round-s", type=float, default=None,
+                   help="round length in seconds (default: the evaluation setup's, as jigsaw evaluate uses)")
     p.add_argument("--out", default=None, help="write results.json, results.md and headroom.png in this folder")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -197,14 +204,16 @@ def main(argv=None) -> int:
     bad = [x for x in agents if x not in available_schedulers()]
     if not agents or bad:
         p.error(f"--agents: unknown {bad or a.agents!r}; allowed: {', '.join(available_schedulers())}")
-    if a.gpus < 1 or a.windows < 1 or a.window_jobs < 1:
-        p.error(f"--gpus, --windows and --window-jobs must be positive, got {a.gpus}, {a.windows}, {a.window_jobs}")
+    if a.gpus < 1 or a.windows < 1 or a.window_jobs < 1 or (a.round_s is not None and not a.round_s > 0):
+        p.error(f"--gpus, --windows, --window-jobs and --round-s must be positive, got {a.gpus}, {a.windows}, "
+                f"{a.window_jobs}, {a.round_s}")
     try:
         loads = parse_loads(a.loads)
     except ValueError as e:
         p.error(str(e))
     t0 = time.perf_counter()
-    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, agents)
+    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, agents,
+                  round_s=a.round_s)
     res["wall_s"] = time.perf_counter() - t0
     res["command"] = "python -m bench.headroom " + " ".join(argv if argv is not None else sys.argv[1:])
     res["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -1,0 +1,224 @@
+"""Policy improvement by lookahead over Jigsaw: does any one-round change to its decision pay?
+
+    python -m bench.lookahead --workers 2 --out bench/results/lookahead     # minutes to half an hour per window
+
+On the windows of ``python -m bench.ppo_study`` (the held-out split, the same offsets, window length,
+load and evaluation cluster), this plays the one-step rollout improvement of Jigsaw (Bertsekas'
+rollout algorithm): at every round where Jigsaw's decision changes the allocation in force, each
+*alternative* of that decision is scored by a rollout (a copy of the simulator and of the
+scheduler: the alternative for one round, then Jigsaw to the window's end, with the window's real
+arrivals and durations), and the decision with the lowest mean JCT is played. The alternatives of
+a decision, each one job changed:
+
+- ``defer``: a job Jigsaw starts or moves is left waiting this round;
+- ``level``: a job runs at another SPB level / pattern on the same GPUs;
+- ``keep``: a running job Jigsaw preempts keeps its GPUs (when that fits);
+- ``place``: a job Jigsaw starts or moves goes where another placement option (consolidated,
+  spread, packed, paired) or another host (as its guest, same width; the first 8 hosts) puts it instead.
+
+The rollouts know the future, so the improved policy is an upper bound on what a network distilled
+from it could learn from the observation. A policy the simulator cannot improve this way leaves
+lookahead-based training (rollout labels distilled into the network) nothing to learn.
+
+Writes ``OUT/results.json`` and ``OUT/results.md``: per window, Jigsaw's and the improved policy's
+mean JCT (h), rounds, rounds checked, rollouts, switches by kind and the wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("defer", "level", "keep", "place")
+
+
+def alternatives(sim, decision, max_hosts: int = 8) -> Iterator[tuple[str, int, object]]:
+    """``(kind, job id, decision)`` for every feasible one-job change of ``decision`` (module
+    docstring), with at most ``max_hosts`` hosts per job (in decision order, as Jigsaw's own
+    search bounds them)."""
+    from jigsaw_env.actions import level_pattern_combos
+    from jigsaw_env.placement import GpuLedger
+    from jigsaw_env.state import Decision, JobDecision
+
+    state = sim.state
+    in_force = sim.in_force_ledger().decision
+    combos = level_pattern_combos(sim.config.spb)
+
+    def feasible(d) -> bool:
+        try:
+            sim.validate(d)
+        except ValueError:
+            return False
+        return True
+
+    for jid, jd in decision.items():
+        changed = in_force.get(jid) != jd
+        rest = Decision({k: v for k, v in decision.items() if k != jid})
+        if changed and jid not in in_force:
+            yield "defer", jid, rest
+        for level, pattern in combos:
+            if (level, pattern) != (jd.level, jd.pattern):
+                d = Decision(decision)
+                d[jid] = JobDecision(jd.gpus, level, pattern)
+                if feasible(d):
+                    yield "level", jid, d
+        if not changed:
+            continue
+        led = GpuLedger(state, rest)
+        job = state.jobs[jid]
+        seen = {jd.gpus}
+        placements = [led.place(job, opt, jd.level, jd.pattern) for opt in ("consolidated", "spread", "packed", "paired")]
+        hosts = [gpus for _, gpus in led.hosts() if len(gpus) == job.num_gpus][:max_hosts]
+        placements += [JobDecision(gpus, jd.level, jd.pattern) for gpus in hosts]
+        for alt in placements:
+            if alt is None or alt.gpus in seen:
+                continue
+            seen.add(alt.gpus)
+            d = Decision(rest)
+            d[jid] = alt
+            if feasible(d):
+                yield "place", jid, d
+    for jid, jd in in_force.items():
+        if jid not in decision:
+            d = Decision(decision)
+            d[jid] = jd
+            if feasible(d):
+                yield "keep", jid, d
+
+
+def rollout_jct_s(sim, scheduler, first) -> float:
+    """Mean JCT (s) of playing ``first`` for one round on a copy of ``sim``, then a copy of
+    ``scheduler`` to the end."""
+    s = sim.copy()
+    sched = copy.deepcopy(scheduler)
+    s.step(first)
+    while not s.done:
+        s.step(sched.schedule(s.state))
+    return float(s.metrics()["avg_jct_s"])
+
+
+def improve(cluster, cfg, jobs, base: str = "jigsaw") -> dict:
+    """Play the one-step rollout improvement of ``base`` on the job table ``jobs`` (module docstring)."""
+    from agents import make_scheduler
+    from jigsaw_env.simulator import Simulator
+
+    t0 = time.perf_counter()
+    ref = Simulator(cluster, jobs, cfg)
+    ref.run(make_scheduler(base))
+    sim = Simulator(cluster, jobs, cfg)
+    sched = make_scheduler(base)
+    sched.reset()
+    rounds = checked = rollouts = 0
+    switches = {k: 0 for k in KINDS}
+    while not sim.done:
+        decision = sched.schedule(sim.state)
+        if dict(decision) != dict(sim.in_force_ledger().decision):
+            options = list(alternatives(sim, decision))
+            if options:
+                checked += 1
+                best, best_kind = rollout_jct_s(sim, sched, decision), None
+                rollouts += 1 + len(options)
+                for kind, _, d in options:
+                    jct = rollout_jct_s(sim, sched, d)
+                    if jct < best - 1e-6:
+                        best, best_kind, decision = jct, kind, d
+                if best_kind is not None:
+                    switches[best_kind] += 1
+        sim.step(decision)
+        rounds += 1
+    return {"base_h": float(ref.metrics()["avg_jct_s"]) / 3600.0, "improved_h": float(sim.metrics()["avg_jct_s"]) / 3600.0,
+            "rounds": rounds, "checked": checked, "rollouts": rollouts, "switches": switches,
+            "wall_s": time.perf_counter() - t0}
+
+
+def write_md(path: Path, res: dict) -> None:
+    rows = res["windows"]
+    lines = ["# Rollout improvement of Jigsaw (one-round alternatives, clairvoyant rollouts)", "",
+             f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
+             f"Held-out windows of {res['window_jobs']} jobs of `{res['trace']}` on {res['gpus']} GPUs at load "
+             f"{res['load']} (`bench/lookahead.py`). Mean JCT in hours.", "",
+             "| window | jigsaw | improved | improved - jigsaw | rounds | checked | rollouts | switches (defer/level/keep/place) | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sw = "/".join(str(r["switches"][k]) for k in KINDS)
+        lines.append(f"| {r['window']} | {r['base_h']:.4f} | {r['improved_h']:.4f} | {r['improved_h'] - r['base_h']:+.4f} | "
+                     f"{r['rounds']} | {r['checked']} | {r['rollouts']} | {sw} | {r['wall_s']:.0f} |")
+    lines += ["", f"Mean over the windows: jigsaw {res['mean_base_h']:.4f} h, improved {res['mean_improved_h']:.4f} h "
+              f"({res['mean_improved_h'] - res['mean_base_h']:+.4f} h).", ""]
+    path.write_text("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    from bench.ppo_study import _default_trace
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument("--study-windows", type=int, default=12, help="windows the held-out split is cut into (default 12)")
+    p.add_argument("--windows", default=None, help="comma-separated window indices to play (default: all)")
+    p.add_argument("--window-jobs", type=int, default=80)
+    p.add_argument("--load", type=float, default=1.0)
+    p.add_argument("--workers", type=int, default=1, help="windows played in parallel, one process each (default 1)")
+    p.add_argument("--out", default=None, help="write results.json and results.md in this folder")
+    a = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if a.gpus < 1 or a.study_windows < 1 or a.window_jobs < 1 or a.load <= 0 or a.workers < 1:
+        p.error("--gpus, --study-windows, --window-jobs, --load and --workers must be positive")
+    try:
+        picked = None if a.windows is None else [int(x) for x in a.windows.split(",") if x.strip()]
+    except ValueError:
+        picked = []
+    if picked is not None and (not picked or min(picked) < 0 or max(picked) >= a.study_windows):
+        p.error(f"--windows must be comma-separated indices in 0..{a.study_windows - 1}, got {a.windows!r}")
+    import numpy as np
+    from tqdm import tqdm
+
+    from bench.ppo_study import build_windows, evaluation_setup, heldout_split
+    from jigsaw_env.cluster import ClusterSpec
+
+    trace = a.trace or _default_trace()
+    cluster_kwargs, cfg = evaluation_setup(a.gpus)
+    cluster = ClusterSpec.from_gpus(**cluster_kwargs)
+    _, held = heldout_split(trace, a.gpus, a.holdout)
+    wins = build_windows(held, a.window_jobs, a.study_windows, a.gpus, a.load)
+    chosen = [wins[i] for i in (picked if picked is not None else range(len(wins)))]
+    t0 = time.perf_counter()
+    rows = []
+    with ProcessPoolExecutor(max_workers=a.workers, mp_context=mp.get_context("spawn")) as ex:
+        futures = {ex.submit(improve, cluster, cfg, w): info["window"] for w, info in chosen}
+        for f in tqdm(as_completed(futures), total=len(futures), desc="lookahead", unit="window"):
+            r = f.result()
+            r["window"] = futures[f]
+            rows.append(r)
+            print(f"window {r['window']}: jigsaw {r['base_h']:.4f} h, improved {r['improved_h']:.4f} h, "
+                  f"{r['checked']} rounds checked, switches {r['switches']}", flush=True)
+    rows.sort(key=lambda r: r["window"])
+    res = {"trace": trace, "gpus": a.gpus, "holdout": a.holdout, "window_jobs": a.window_jobs, "load": a.load,
+           "windows": rows, "mean_base_h": float(np.mean([r["base_h"] for r in rows])),
+           "mean_improved_h": float(np.mean([r["improved_h"] for r in rows])), "wall_s": time.perf_counter() - t0,
+           "command": "python -m bench.lookahead " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                        text=True).stdout.strip() or "unknown",
+           "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+        write_md(out / "results.md", res)
+        print(f"wrote {out}/results.json, results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
