@@ -36,7 +36,7 @@ def fixed_config_scheduler(level: int, pattern):
     and ``pattern`` while they fit (for a window of one job: that job alone, as configured)."""
     from agents.base import Scheduler
     from jigsaw_env.placement import GpuLedger
-    from jigsaw_env.state import Decision
+    from jigsaw_env.state import Decision, JobStatus
 
     class _FixedConfig(Scheduler):
         name = f"alone-l{level}-{getattr(pattern, 'value', pattern)}"
@@ -45,7 +45,7 @@ def fixed_config_scheduler(level: int, pattern):
             led = GpuLedger(state)
             for jid in state.active_ids:
                 job = state.jobs[jid]
-                if job.status.value == "running" and job.placement:
+                if job.status is JobStatus.RUNNING and job.placement:
                     jd = led.place(job, "keep", level, pattern)
                 else:
                     jd = led.place(job, "consolidated", level, pattern)
