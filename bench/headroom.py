@@ -22,13 +22,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def fixed_config_scheduler(level: int, pattern):
@@ -184,6 +182,7 @@ def parse_loads(text: str) -> list[float]:
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace
+    from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
@@ -216,8 +215,7 @@ def main(argv=None) -> int:
                   round_s=a.round_s)
     res["wall_s"] = time.perf_counter() - t0
     res["command"] = "python -m bench.headroom " + " ".join(argv if argv is not None else sys.argv[1:])
-    res["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip() or "unknown"
+    res["git_commit"] = git_commit()
     res["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
     for load, part in res["loads"].items():
         print(f"load {load}: mean JCT (h) " + ", ".join(f"{k} {v:.3f}" for k, v in part["mean_jct_h"].items())

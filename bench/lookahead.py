@@ -16,9 +16,9 @@ a decision, each one job changed:
 - ``place``: a job Jigsaw starts or moves goes where another placement option (consolidated,
   spread, packed, paired) or another host (as its guest, same width; the first 8 hosts) puts it instead.
 
-The rollouts know the future, so the improved policy is an upper bound on what a network distilled
-from it could learn from the observation. A policy the simulator cannot improve this way leaves
-lookahead-based training (rollout labels distilled into the network) nothing to learn.
+The rollouts know the future, so no network distilled from the improved policy, seeing only the
+observation, does better than it. Where the improved policy equals Jigsaw, lookahead-based
+training (rollout labels distilled into the network) has nothing to teach beyond Jigsaw.
 
 Writes ``OUT/results.json`` and ``OUT/results.md``: per window, Jigsaw's and the improved policy's
 mean JCT (h), rounds, rounds checked, rollouts, switches by kind and the wall time.
@@ -31,14 +31,12 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("defer", "level", "keep", "place")
 
 
@@ -160,6 +158,7 @@ def write_md(path: Path, res: dict) -> None:
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace
+    from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
@@ -208,8 +207,7 @@ def main(argv=None) -> int:
            "windows": rows, "mean_base_h": float(np.mean([r["base_h"] for r in rows])),
            "mean_improved_h": float(np.mean([r["improved_h"] for r in rows])), "wall_s": time.perf_counter() - t0,
            "command": "python -m bench.lookahead " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                        text=True).stdout.strip() or "unknown",
+           "git_commit": git_commit(),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     if a.out:
         out = Path(a.out)
