@@ -52,14 +52,10 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
 
 
 def main(argv=None) -> int:
-    from bench.ppo_study import _default_trace
+    from bench.ppo_study import _default_trace, add_study_window_arguments
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
-    p.add_argument("--gpus", type=int, default=64)
-    p.add_argument("--holdout", type=float, default=0.2)
-    p.add_argument("--windows", type=int, default=12)
-    p.add_argument("--window-jobs", type=int, default=80)
+    add_study_window_arguments(p)
     p.add_argument("--load", type=float, default=1.0)
     p.add_argument("--expert", default="jigsaw")
     p.add_argument("--window-k", default="16", help="comma-separated window sizes K (default 16)")

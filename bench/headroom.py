@@ -181,15 +181,11 @@ def parse_loads(text: str) -> list[float]:
 
 
 def main(argv=None) -> int:
-    from bench.ppo_study import _default_trace
+    from bench.ppo_study import _default_trace, add_study_window_arguments
     from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
-    p.add_argument("--gpus", type=int, default=64)
-    p.add_argument("--holdout", type=float, default=0.2)
-    p.add_argument("--windows", type=int, default=12)
-    p.add_argument("--window-jobs", type=int, default=80)
+    add_study_window_arguments(p)
     p.add_argument("--loads", default="1.0,1.5", help="comma-separated offered loads (default 1.0,1.5)")
     p.add_argument("--agents", default="tiresias,jigsaw", help="comma-separated agents (default tiresias,jigsaw)")
     p.add_argument("--round-s", type=float, default=None,

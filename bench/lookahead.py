@@ -49,7 +49,7 @@ def alternatives(sim, decision, max_hosts: int = 8) -> Iterator[tuple[str, int, 
     from jigsaw_env.state import Decision, JobDecision
 
     state = sim.state
-    in_force = sim.in_force_ledger().decision
+    in_force = state.current_decision()
     combos = level_pattern_combos(sim.config.spb)
 
     def feasible(d) -> bool:
@@ -120,7 +120,7 @@ def improve(cluster, cfg, jobs, base: str = "jigsaw") -> dict:
     switches = {k: 0 for k in KINDS}
     while not sim.done:
         decision = sched.schedule(sim.state)
-        if dict(decision) != dict(sim.in_force_ledger().decision):
+        if decision != sim.state.current_decision():
             options = list(alternatives(sim, decision))
             if options:
                 checked += 1
@@ -157,16 +157,12 @@ def write_md(path: Path, res: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from bench.ppo_study import _default_trace
+    from bench.ppo_study import _default_trace, add_study_window_arguments
     from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
-    p.add_argument("--gpus", type=int, default=64)
-    p.add_argument("--holdout", type=float, default=0.2)
-    p.add_argument("--study-windows", type=int, default=12, help="windows the held-out split is cut into (default 12)")
+    add_study_window_arguments(p, "--study-windows", "windows the held-out split is cut into (default 12)")
     p.add_argument("--windows", default=None, help="comma-separated window indices to play (default: all)")
-    p.add_argument("--window-jobs", type=int, default=80)
     p.add_argument("--load", type=float, default=1.0)
     p.add_argument("--workers", type=int, default=1, help="windows played in parallel, one process each (default 1)")
     p.add_argument("--out", default=None, help="write results.json and results.md in this folder")

@@ -176,6 +176,17 @@ def heldout_split(trace: str, gpus: int, holdout: float, trace_gpu_type: str | N
     return parts["train"], parts["eval"]
 
 
+def add_study_window_arguments(p: argparse.ArgumentParser, count_flag: str = "--windows",
+                                count_help: str | None = None) -> None:
+    """The options that pick the study's held-out windows, as the benches that replay them share:
+    ``--trace``, ``--gpus``, ``--holdout``, the window count (``count_flag``) and ``--window-jobs``."""
+    p.add_argument("--trace", default=None, help="KIND:PATH (default philly:$JIGSAW_DATA/philly/philly.csv)")
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument(count_flag, type=int, default=12, help=count_help)
+    p.add_argument("--window-jobs", type=int, default=80)
+
+
 def window_starts(n_jobs: int, window_jobs: int, windows: int) -> list[int]:
     if n_jobs < window_jobs:
         raise ValueError(f"held-out split has {n_jobs} jobs, fewer than --window-jobs {window_jobs}")
