@@ -225,6 +225,9 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--reward-scale", type=float, default=3600.0, help="reward divisor in seconds (default 3600)")
     e.add_argument("--observe-remaining", action=argparse.BooleanOptionalAction, default=True,
                    help="observe remaining work (an oracle, as SRTF has; default on)")
+    e.add_argument("--work-conserving", action=argparse.BooleanOptionalAction, default=False,
+                   help="mask advance while the round's decision runs nothing and a window job could start, "
+                        "as learned agents run at evaluation (default off)")
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
                    help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
                         f"(docs/environment.md lists each group's features) (default: every group)")
@@ -493,6 +496,7 @@ def config_from_args(args) -> dict[str, Any]:
         "reward_scale": args.reward_scale, "observe_remaining": args.observe_remaining,
         "backlogged": args.backlogged, "max_time_s": args.max_time_s, "sharing": args.sharing,
         "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
+        "work_conserving": args.work_conserving,
     }
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
@@ -919,7 +923,7 @@ RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
                                "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
-                               "obs_features")},
+                               "obs_features", "work_conserving")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
                                     "val_gpus", "curriculum", "curriculum_steps")},
@@ -1117,13 +1121,16 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
 
     SIGTERM is turned into KeyboardInterrupt for the whole of it (`kill PID`, Slurm and `timeout`
     stop a run as Ctrl-C does): during the warm start its finished stages are on disk
-    (:func:`warm_start`), during learning the model is saved, and ``--resume`` goes on from there."""
-    prev_term = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    (:func:`warm_start`), during learning the model is saved, and ``--resume`` goes on from there.
+    Neither signal interrupts an optimizer step (:class:`DeferredInterrupts`)."""
+    prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in prev:
+        signal.signal(s, _INTERRUPTS.handler)
     try:
         return _train_inner(args, cfg, run_dir, resume_from)
     finally:
-        signal.signal(signal.SIGTERM, prev_term)
+        for s, h in prev.items():
+            signal.signal(s, h)
 
 
 def _sb3_gamma(cfg: dict) -> float:
@@ -1226,6 +1233,7 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         if remaining > 0:
             callbacks = _callbacks(cfg, run_dir, eval_env, n_envs, t0)
             cfg["stopped_at_wall_limit"] = False
+            _INTERRUPTS.guard(model.policy.optimizer)
             try:
                 model.learn(total_timesteps=remaining, callback=callbacks, progress_bar=bool(getattr(args, "progress", True)),
                             reset_num_timesteps=resume_from is None, tb_log_name=cfg["algo"])
@@ -1453,8 +1461,46 @@ def _close_vec_env(venv) -> None:
         venv.close()
 
 
-def _sigterm_as_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class DeferredInterrupts:
+    """SIGINT and SIGTERM as KeyboardInterrupt (:meth:`handler`), held back while an optimizer
+    step runs (:meth:`guard`) and raised once it returns. An interruption inside Adam's first step
+    would leave a parameter's state half made (``step`` without ``exp_avg``): the saved model
+    would keep it, and ``--resume`` would fail on it."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # optimizer steps in progress
+        self.pending: int | None = None  # the signal that came during one
+
+    def handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = signum
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @contextlib.contextmanager
+    def held(self):
+        """Signals that come inside the block interrupt at its end."""
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending is not None:
+                signum, self.pending = self.pending, None
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    def guard(self, optimizer) -> None:
+        """Hold interruptions back during each ``optimizer.step()``."""
+        step = optimizer.step
+
+        def step_held(*args, **kwargs):
+            with self.held():
+                return step(*args, **kwargs)
+
+        optimizer.step = step_held
+
+
+_INTERRUPTS = DeferredInterrupts()
 
 
 def _save(model, venv, run_dir: Path, cfg: dict, wall_s: float) -> None:

@@ -16,7 +16,10 @@ trained without masks, are masked the same way at evaluation).
 
 It plays either a :class:`~jigsaw_env.env.JigsawClusterEnv` on a given job table
 (:meth:`LearnedAgent.play`, what ``jigsaw evaluate`` uses) or, through :class:`LearnedScheduler`,
-any simulator or live state round by round, like a heuristic.
+any simulator or live state round by round, like a heuristic. Both are work-conserving by default
+(``RoundBuilder(work_conserving=True)``): the policy cannot advance while its decision runs nothing
+and a window job could start, so it never leaves the whole cluster idle while a job fits, as no
+heuristic does; where it would have advanced, its best-scored feasible action runs instead.
 """
 from __future__ import annotations
 
@@ -343,9 +346,11 @@ class LearnedAgent:
         except ValueError as e:
             raise ValueError(f"agent {self.name} ({self.onnx.path}): {e}") from None
 
-    def make_env(self, *, cluster_kwargs: dict, sim_config, observe_remaining: bool | None = None):
+    def make_env(self, *, cluster_kwargs: dict, sim_config, observe_remaining: bool | None = None,
+                 work_conserving: bool = True):
         """A JigsawClusterEnv with the evaluation's cluster and the exact SimConfig the heuristics
-        use; the run's window K and observation options."""
+        use; the run's window K and observation options; work-conserving masks unless
+        ``work_conserving=False`` (the module docstring)."""
         envc = self.config["env"]
         ck = dict(cluster_kwargs)
         ck["gpus"] = ck.pop("num_gpus", ck.get("gpus"))
@@ -354,7 +359,7 @@ class LearnedAgent:
                                observe_remaining=bool(envc.get("observe_remaining", True)
                                                       if observe_remaining is None else observe_remaining),
                                max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
-                               obs_features=self.features)
+                               obs_features=self.features, work_conserving=work_conserving)
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
 
@@ -375,12 +380,15 @@ class LearnedAgent:
 
 class LearnedScheduler(Scheduler):
     """A learned agent as a round-by-round scheduler: builds each round's decision with the same
-    action codec, masks and observation encoder as the env (steps exactly as ``env.step`` does)."""
+    action codec, masks and observation encoder as the env (steps exactly as ``env.step`` does);
+    work-conserving masks unless ``work_conserving=False`` (the module docstring)."""
 
     name = "learned"
 
-    def __init__(self, run_dir: str | Path | None = None, agent: LearnedAgent | None = None):
+    def __init__(self, run_dir: str | Path | None = None, agent: LearnedAgent | None = None,
+                 work_conserving: bool = True):
         self.agent = agent if agent is not None else LearnedAgent(run_dir)
+        self.work_conserving = work_conserving
         self._codec: ActionCodec | None = None
         # the run's feature groups (an exported policy's are in its metadata's env)
         self._encoder = ObservationEncoder(self.agent.window_k,
@@ -405,7 +413,7 @@ class LearnedScheduler(Scheduler):
             self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
             self._codec = ActionCodec(self.agent.window_k, state.spb)
         codec = self._codec
-        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state))
+        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state), work_conserving=self.work_conserving)
         steps = 0
         while True:
             obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts())
@@ -423,5 +431,5 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
     return {"run_dir": str(agent.run_dir), "policy_file": agent.policy_file, "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
-                                                        "backlogged", "observe_remaining")},
+                                                        "backlogged", "observe_remaining", "work_conserving")},
             "obs_features": list(agent.features)}

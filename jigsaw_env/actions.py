@@ -26,6 +26,10 @@ allocation in force) and computes masks exactly: every unmasked action applies c
 masked one would be rejected (tests/env/test_env.py checks both directions). Its window slides: once a
 slot's job is decided, the slot shows the next job behind the window, so a round can start every
 job of an arrival burst, not only the first K.
+
+A *work-conserving* builder (``work_conserving=True``) also masks advance while the decision being
+built runs nothing and some window job could start: a policy then cannot leave the whole cluster
+idle while a job fits (no heuristic does), the way an undertrained policy stalls.
 """
 from __future__ import annotations
 
@@ -159,7 +163,8 @@ class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
-                 cache: dict | None = None, priority: dict[int, int] | None = None):
+                 cache: dict | None = None, priority: dict[int, int] | None = None,
+                 work_conserving: bool = False):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
         ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
@@ -167,8 +172,11 @@ class RoundBuilder:
         cluster, so it stays valid from round to round); default: a fresh one.
         ``priority``: each active job's 2D-LAS rank this round (0: the highest priority;
         ``ObservationEncoder.las_rank``), which orders the host slots; default: the rank by
-        attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard)."""
+        attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard).
+        ``work_conserving``: mask advance while the decision runs nothing and a window job could
+        start (:meth:`masks`)."""
         self.state = state
+        self.work_conserving = work_conserving
         self.priority = priority
         self._hosts: list[int] | None = None  # hosts(), made when first asked after each change
         self.codec = codec
@@ -382,6 +390,15 @@ class RoundBuilder:
 
     # ----- masks
     def masks(self) -> np.ndarray:
+        """Boolean mask over all actions: True = feasible. A work-conserving builder masks advance
+        while the decision being built holds no job and some other action is feasible (with the
+        decision empty there is nothing to pause, so that action runs a job)."""
+        mask = self._feasible_masks()
+        if self.work_conserving and not self.ledger.decision and mask[:-1].any():
+            mask[self.codec.advance] = False
+        return mask
+
+    def _feasible_masks(self) -> np.ndarray:
         """Boolean mask over all actions: True = feasible.
 
         The arithmetic repeats that of :class:`GpuLedger` (remove, ``_packed``'s candidate

@@ -14,7 +14,8 @@ ACTIONS
     jigsaw_env/actions.py) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
     exactly the feasible actions (sb3-contrib protocol; all False once the episode is over, and a
-    RuntimeError before the first ``reset()``), and ``info["action_mask"]`` of ``reset`` and of
+    RuntimeError before the first ``reset()``; with ``work_conserving=True``, advance is masked
+    while the decision runs nothing and a window job could start), and ``info["action_mask"]`` of ``reset`` and of
     every ``step`` holds the same mask (computed once per state). A job is decided at most once per round,
     and the window slides: a decided job's slot shows the next job behind the window, so one round
     can start a whole arrival burst. After ``2K + 2`` steps plus one per job behind the window the
@@ -81,6 +82,8 @@ _INVALID = ("noop", "raise")
 #: spellings of iteration granularity for ``round_s`` (those of ``jigsaw simulate --round-s``)
 _ITERATION = ("iteration", "iter", "none")
 _TABLE_ORIGIN = "trace (DataFrame)"
+_IDLE_ADVANCE = ("advance is masked (work_conserving=True): the decision runs nothing while a window job "
+                 "could start")
 
 
 class _DefaultInt(int):
@@ -161,7 +164,8 @@ class JigsawClusterEnv(gym.Env):
                  observe_remaining: bool = True, backlogged: bool = False, max_time_s: float | None = None,
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
-                 sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None):
+                 sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None,
+                 work_conserving: bool = False):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -189,6 +193,8 @@ class JigsawClusterEnv(gym.Env):
         observe_remaining = _bool_arg("observe_remaining", observe_remaining)
         backlogged = _bool_arg("backlogged", backlogged)
         log_rounds = _bool_arg("log_rounds", log_rounds)
+        #: mask advance while the decision runs nothing and a window job could start
+        self.work_conserving = _bool_arg("work_conserving", work_conserving)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
             raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
@@ -340,7 +346,7 @@ class JigsawClusterEnv(gym.Env):
     def _new_round(self) -> None:
         state = self.sim.state
         self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
-                                    self.encoder.las_rank(state))
+                                    self.encoder.las_rank(state), work_conserving=self.work_conserving)
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:
@@ -380,9 +386,14 @@ class JigsawClusterEnv(gym.Env):
         kind = decoded[0] if decoded is not None else "invalid"
         if kind == "invalid" and self.invalid_action == "raise":
             raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")  # nothing changed
+        if kind == "advance" and self.work_conserving and not self.action_masks()[action]:
+            if self.invalid_action == "raise":
+                raise InvalidAction(_IDLE_ADVANCE)  # nothing changed
+            info["invalid_action"] = _IDLE_ADVANCE
+            kind = "refused"
         self._steps_in_round += 1
         advance = kind == "advance" or self._steps_in_round > self.builder.step_cap
-        if kind not in ("advance", "invalid"):
+        if kind not in ("advance", "invalid", "refused"):
             try:
                 self.builder.apply(action, decoded)
             except InvalidAction as e:

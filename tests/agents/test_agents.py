@@ -388,3 +388,40 @@ def test_a_running_guest_keeps_its_worker_order_when_the_pair_can_be_mirrored_on
     assert guest_keeps_its_order(st, led, host, (0, 1, 4, 5), guest, (5, 4, 1, 0)) == ((0, 1, 4, 5), (5, 4, 1, 0))
     guest.placement = (4, 5, 6, 7)  # other GPUs: a migration whatever the order
     assert guest_keeps_its_order(st, led, host, (0, 1, 2, 3), guest, (3, 2, 1, 0)) == ((0, 1, 2, 3), (3, 2, 1, 0))
+
+
+class _AdvancingPolicy:
+    """What LearnedScheduler reads of a learned policy, with the choice that stalls a cluster:
+    advance whenever the mask allows it, else the first feasible action."""
+
+    window_k = 4
+    config = {"env": {"observe_remaining": True}}
+    features = None
+
+    def check_compatible(self, spaces) -> None:
+        pass
+
+    def act(self, obs, mask) -> int:
+        advance = len(mask) - 1
+        return advance if mask[advance] else int(np.flatnonzero(mask)[0])
+
+
+def test_a_learned_scheduler_is_work_conserving_so_an_advancing_policy_still_finishes(toy_trace):
+    from agents.rl import LearnedScheduler
+    from jigsaw_env.simulator import PolicyStalled
+
+    jobs = toy_trace.head(8)
+
+    def run(**kw):
+        sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
+        sched = LearnedScheduler(agent=_AdvancingPolicy(), **kw)
+        sim.run(sched.schedule, max_stalled_rounds=5)
+        return sim
+
+    with pytest.raises(PolicyStalled, match="ran nothing for 5 rounds"):
+        run(work_conserving=False)
+    sim = run()
+    assert sim.num_finished == len(jobs)
+    # no round runs nothing while a job waits at its start
+    cf = sim.cluster_frame()
+    assert not ((cf["allocated_gpu_s"] == 0) & (cf["active"] > 0)).any()

@@ -282,3 +282,44 @@ def test_sigterm_to_the_process_group_with_subprocess_workers(tables, tmp_path):
                        cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((run / "config.json").read_text())["trained_timesteps"] >= saved + 256
+
+
+def test_a_signal_inside_an_optimizer_step_interrupts_once_the_step_is_done():
+    """SIGTERM that lands inside Adam's first step: without the hold, the step stops before the
+    parameter's state is made (what a saved model then keeps and --resume fails on)."""
+    import torch
+
+    from train_agent import DeferredInterrupts
+
+    def signalled_adam():
+        p = torch.nn.Parameter(torch.zeros(3))
+        p.grad = torch.ones(3)
+        opt = torch.optim.Adam([p], lr=0.1)
+        step = opt.step
+
+        def step_after_a_signal(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, in here
+            return step(*args, **kwargs)
+
+        opt.step = step_after_a_signal
+        return p, opt
+
+    interrupts = DeferredInterrupts()
+    prev = signal.signal(signal.SIGTERM, interrupts.handler)
+    try:
+        p, opt = signalled_adam()
+        with pytest.raises(KeyboardInterrupt, match=f"signal {int(signal.SIGTERM)}"):
+            opt.step()
+        assert opt.state[p] == {}  # unguarded: interrupted before the step made any state
+        p, opt = signalled_adam()
+        interrupts.guard(opt)
+        with pytest.raises(KeyboardInterrupt, match=f"signal {int(signal.SIGTERM)}"):
+            opt.step()
+        assert set(opt.state[p]) == {"step", "exp_avg", "exp_avg_sq"}  # the whole step, then the interrupt
+        assert torch.allclose(p.detach(), torch.full((3,), -0.1))
+        assert interrupts.pending is None and interrupts.depth == 0
+        with pytest.raises(KeyboardInterrupt):  # outside a step: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGTERM, prev)

@@ -342,6 +342,83 @@ def test_a_policy_that_only_advances_is_truncated_as_stalled():
         make_env(max_stalled_rounds=0)
 
 
+def _advance_when_allowed(env) -> int:
+    """The policy that stalls an env: advance whenever the mask allows it, else the first
+    feasible action."""
+    mask = env.action_masks()
+    return env.codec.advance if mask[env.codec.advance] else int(np.flatnonzero(mask)[0])
+
+
+def test_work_conserving_masks_advance_only_while_the_decision_is_empty_and_a_job_fits():
+    # a 2-GPU job at 0 s and another at 1000 s on the 8-GPU cluster (60 s rounds)
+    jobs = pd.DataFrame({"job_id": [0, 1], "arrival_s": [0.0, 1000.0], "num_gpus": [2, 2], "model": ["envA"] * 2,
+                         "batch_size": [8, 8], "iterations": [5000.0, 500.0]})
+    env = make_env(trace=jobs, max_jobs=2, work_conserving=True, invalid_action="raise")
+    env.reset(seed=0)
+    adv = env.codec.advance
+    mask = env.action_masks()
+    assert env.builder.window == [0] and not mask[adv] and mask.any()
+    # advancing anyway: raised (nothing changed) or, with invalid_action="noop", refused
+    with pytest.raises(InvalidAction, match="work_conserving=True"):
+        env.step(adv)
+    assert env.sim.state.time_s == 0.0 and env._steps_in_round == 0
+    probe = env.copy()
+    probe.invalid_action = "noop"
+    _, r, _, _, info = probe.step(adv)
+    assert "work_conserving=True" in info["invalid_action"] and r == 0.0 and probe.sim.state.time_s == 0.0
+    # once the decision runs the job, advance is allowed
+    env.step(int(np.flatnonzero(mask)[0]))
+    assert env.action_masks()[adv]
+    env.step(adv)
+    assert env.sim.state.time_s == 60.0 and env.sim.state.jobs[0].placement
+    # pausing it empties the decision, but no window job could start (job 0 is decided for this
+    # round, job 1 has not arrived): advance stays allowed, and the round runs nothing
+    pause = env.codec.encode(0, None)
+    env.step(pause)
+    mask = env.action_masks()
+    assert not env.builder.ledger.decision and mask[adv] and mask.sum() == 1
+    env.step(adv)
+    assert not env.sim.state.jobs[0].placement
+    # the default env lets the policy advance with the job waiting
+    plain = make_env(trace=jobs, max_jobs=2, invalid_action="raise")
+    plain.reset(seed=0)
+    assert plain.action_masks()[adv]
+
+
+def test_work_conserving_masks_stay_exact_and_the_advancing_policy_finishes():
+    env = make_env(work_conserving=True, invalid_action="raise")
+    env.reset(seed=3)
+    rng = np.random.default_rng(3)
+    refused = 0
+    for _ in range(25):
+        mask = env.action_masks()
+        probe = env.copy()
+        if mask[env.codec.advance]:
+            probe.step(env.codec.advance)
+        else:
+            refused += 1
+            with pytest.raises(InvalidAction):
+                probe.step(env.codec.advance)
+        env.step(int(rng.choice(np.flatnonzero(mask))))
+    assert refused > 0
+    # the policy that only advances stalls the default env; work-conserving masks make it run
+    # every job (each round its decision runs at least one job while any waits)
+    stalled = make_env(max_stalled_rounds=5)
+    stalled.reset(seed=0)
+    conserving = make_env(max_stalled_rounds=5, work_conserving=True)
+    conserving.reset(seed=0)
+    for env, want in ((stalled, "stalled"), (conserving, "finished")):
+        while True:
+            _, _, term, trunc, info = env.step(_advance_when_allowed(env))
+            if term or trunc:
+                break
+        assert ("policy_stalled" in info) == (want == "stalled")
+        assert term == (want == "finished")
+    assert conserving.sim.num_finished == 12
+    with pytest.raises(ValueError, match="work_conserving must be True or False, got 'yes'"):
+        make_env(work_conserving="yes")
+
+
 def test_pair_with_host_slot_puts_a_job_on_the_named_hosts_gpus():
     """Hand-built, as above: A (4 GPUs, envA: 7 GiB per worker) and B (2 GPUs, envB: 12 GiB) run
     alone on 16 GiB GPUs. The host slots list them lowest 2D-LAS priority first: both arrived at 0
