@@ -465,11 +465,14 @@ def conclusion(res: dict) -> list[str]:
                    + "; ".join(f"{i} {_f(res['mean_jct_h'][i])} -> {p} {_f(res['mean_jct_h'][p])}"
                                for i, p in zip(imit, [f"ppo-s{lab.split('-s')[1]}" for lab in imit])
                                if p in res["mean_jct_h"]) + ".")
-    target = all(st["per_seed"][lab]["tiresias"]["mean"] < 0 for lab in ppo) and \
-        st["window_level"]["tiresias"]["hi"] < 0 and not any(stalls.get(lab) for lab in ppo)
-    out.append(f"- Issue 4 target (beat Tiresias's mean JCT on >= 10 held-out windows over >= 3 seeds, paired CIs): "
-               f"{'MET' if target else 'NOT MET'} in this run (criterion used: every seed's mean paired difference < 0 and "
-               f"the window-level 95% CI entirely below 0, and no stalled window).")
+    for ref in ("tiresias", "jigsaw"):
+        if ref not in st["window_level"]:
+            continue
+        beats = all(st["per_seed"][lab][ref]["mean"] < 0 for lab in ppo) and \
+            st["window_level"][ref]["hi"] < 0 and not any(stalls.get(lab) for lab in ppo)
+        out.append(f"- Beats {ref.capitalize()} on the held-out windows: {'YES' if beats else 'NO'} in this run "
+                   f"(criterion: every seed's mean paired difference < 0, the window-level 95% CI entirely below 0, "
+                   f"and no stalled window).")
     return out
 
 

@@ -159,6 +159,49 @@ def select_window(state: ClusterState, k: int) -> list[int]:
     return window_order(state, k)[:k]
 
 
+def around_gpus(led: GpuLedger, n: int, host_gpus: tuple[int, ...],
+                emptied: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """The GPUs of an ``n``-GPU job placed around the host on ``host_gpus`` (module docstring),
+    before the memory check: the ``consolidated`` option's choice on ``led`` with the host's
+    GPUs (and ``emptied``, GPUs the job being placed holds alone, when ``led`` still holds
+    it) counted free, or None when it does not hold all of the host's GPUs."""
+    gpus = led.consolidated_gpus(n, also_free=host_gpus + emptied)
+    if gpus is None or not set(host_gpus).issubset(gpus):
+        return None
+    return tuple(gpus)
+
+
+def around_fits(led: GpuLedger, job, gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision | None:
+    """``job``'s JobDecision on ``gpus`` (:func:`around_gpus`) at ``(level, pattern)`` if it fits
+    in memory beside the host's workers on ``led``, else None. (The GPUs are distinct and
+    hold at most the host's one worker, so the worker cap, at least 2 where hosts exist, holds.)"""
+    jd = trusted_decision(gpus, level, pattern)
+    return jd if led.check(job.job_id, jd, _chosen=True) is None else None
+
+
+def pair_fits(state: ClusterState, ledger: GpuLedger, job, hid: int, level: int, pattern: Pattern) -> bool:
+    """Whether some candidate order of :func:`search_pairing` puts ``job`` (at ``level``,
+    ``pattern``) on host ``hid``'s GPUs of ``ledger`` within memory: each GPU's host worker peak
+    plus the guest worker's, the ledger's own sum and comparison (the host holds its GPUs alone,
+    so the ledger's bytes there are its peaks). ``RoundBuilder._pair_on`` is not None exactly
+    then (the search drops exactly the orders that do not fit, whatever the phases), so the
+    masks read this, which needs no step means."""
+    costs = state.costs
+    hjd = ledger.decision[hid]
+    hg = hjd.gpus
+    ph = costs.peak_list(state.jobs[hid], hjd.level, hjd.pattern, hg)
+    cl = ledger.capacity_per_gpu
+    for o in guest_orders(len(hg), job.num_gpus):
+        gpus = tuple([hg[c] for c in o])
+        pg = costs.peak_list(job, level, pattern, gpus)
+        for w, c in enumerate(o):
+            if ph[c] + pg[w] > cl[hg[c]]:
+                break
+        else:
+            return True
+    return False
+
+
 class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
@@ -225,35 +268,12 @@ class RoundBuilder:
         rel = phase_difference(self.state, host, job, len(hjd.gpus))
         return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, *combo)
 
-    def _pair_fits(self, job, hid: int, level: int, pattern: Pattern) -> bool:
-        """Whether some candidate order of :func:`search_pairing` puts ``job`` (at ``level``,
-        ``pattern``) on host ``hid``'s GPUs within memory: each GPU's host worker peak plus the
-        guest worker's, the ledger's own sum and comparison (the host holds its GPUs alone, so
-        the ledger's bytes there are its peaks). :meth:`_pair_on` is not None exactly then (the
-        search drops exactly the orders that do not fit, whatever the phases), so the masks
-        read this, which needs no step means."""
-        st = self.state
-        costs = st.costs
-        hjd = self.ledger.decision[hid]
-        hg = hjd.gpus
-        ph = costs.peak_list(st.jobs[hid], hjd.level, hjd.pattern, hg)
-        cl = self.ledger.capacity_per_gpu
-        for o in guest_orders(len(hg), job.num_gpus):
-            gpus = tuple([hg[c] for c in o])
-            pg = costs.peak_list(job, level, pattern, gpus)
-            for w, c in enumerate(o):
-                if ph[c] + pg[w] > cl[hg[c]]:
-                    break
-            else:
-                return True
-        return False
-
     def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
         """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
         out), or None: the host slot must hold a job other than ``job``. If that job is at least
         as wide, the guest's GPUs are :func:`search_pairing`'s best order at the host's
         configuration in the decision and the guest's ``(level, pattern)``, and must pass the
-        ledger's check; if it is narrower, ``job`` is placed around it (:meth:`_around_gpus`).
+        ledger's check; if it is narrower, ``job`` is placed around it (:func:`around_gpus`).
 
         The result is kept in the masks' cache by what it depends on (:meth:`_pair_key`: a host
         holds its GPUs alone, so their bytes are its workers' peaks, and the guest, on GPUs of its
@@ -264,8 +284,8 @@ class RoundBuilder:
         hid = hosts[r]
         hjd = self.ledger.decision[hid]
         if len(hjd.gpus) < job.num_gpus:
-            gpus = self._around_gpus(led, job.num_gpus, hjd.gpus)
-            return None if gpus is None else self._around_fits(led, job, gpus, level, pattern)
+            gpus = around_gpus(led, job.num_gpus, hjd.gpus)
+            return None if gpus is None else around_fits(led, job, gpus, level, pattern)
         host = self.state.jobs[hid]
         key = self._pair_key(job, hid, level, pattern)
         cache = self._need_cache
@@ -281,26 +301,6 @@ class RoundBuilder:
             cache.clear()
         cache[key] = jd
         return jd
-
-    @staticmethod
-    def _around_gpus(led: GpuLedger, n: int, host_gpus: tuple[int, ...],
-                     emptied: tuple[int, ...] = ()) -> tuple[int, ...] | None:
-        """The GPUs of an ``n``-GPU job placed around the host on ``host_gpus`` (module docstring),
-        before the memory check: the ``consolidated`` option's choice on ``led`` with the host's
-        GPUs (and ``emptied``, GPUs the job being placed holds alone, when ``led`` still holds
-        it) counted free, or None when it does not hold all of the host's GPUs."""
-        gpus = led.consolidated_gpus(n, also_free=host_gpus + emptied)
-        if gpus is None or not set(host_gpus).issubset(gpus):
-            return None
-        return tuple(gpus)
-
-    @staticmethod
-    def _around_fits(led: GpuLedger, job, gpus: tuple[int, ...], level: int, pattern: Pattern) -> JobDecision | None:
-        """``job``'s JobDecision on ``gpus`` (:meth:`_around_gpus`) at ``(level, pattern)`` if it fits
-        in memory beside the host's workers on ``led``, else None. (The GPUs are distinct and
-        hold at most the host's one worker, so the worker cap, at least 2 where hosts exist, holds.)"""
-        jd = trusted_decision(gpus, level, pattern)
-        return jd if led.check(job.job_id, jd, _chosen=True) is None else None
 
     # ----- applying
     def candidate(self, slot: int, option: str, level: int, pattern: Pattern) -> JobDecision | None:
@@ -412,7 +412,7 @@ class RoundBuilder:
         * a running job: the same with its own GPUs as they would be with it taken out, plus
           ``keep`` (its workers on its own GPUs) and ``pause``.
 
-        The ``host:r`` columns: whether some candidate order fits in memory (:meth:`_pair_fits`,
+        The ``host:r`` columns: whether some candidate order fits in memory (:func:`pair_fits`,
         kept per pair of job kinds and host decision), for every host slot that holds a job.
         """
         c = self.codec
@@ -466,13 +466,13 @@ class RoundBuilder:
                 key = self._pair_key(job, hid)  # the pair's row over the combos
                 row = cache.get(key)
                 if row is None:
-                    row = cache[key] = bytes([self._pair_fits(job, hid, level, pattern) for level, pattern in combos])
+                    row = cache[key] = bytes([pair_fits(self.state, self.ledger, job, hid, level, pattern) for level, pattern in combos])
                 rows.append(row)
             mask[slot, base:end] = np.frombuffer(b"".join(rows), dtype=bool)
 
     def _around_row(self, job, hid: int, emptied: tuple[int, ...], memo: dict) -> bytes:
         """The ``host:r`` mask row (per combo) of ``job`` placed around host ``hid``: the GPUs of
-        :meth:`_around_gpus` on the ledger with the job taken out (its GPUs ``emptied``, those it
+        :func:`around_gpus` on the ledger with the job taken out (its GPUs ``emptied``, those it
         holds alone, counted free too; kept in ``memo`` for the call by width, host and those),
         and whether its workers fit there beside the host's (the ledger's bytes, 0.0 on the
         emptied GPUs: its check's arithmetic)."""
@@ -480,7 +480,7 @@ class RoundBuilder:
         gpus = memo.get(key, 0)
         led = self.ledger
         if gpus == 0:
-            gpus = memo[key] = self._around_gpus(led, job.num_gpus, led.decision[hid].gpus, emptied)
+            gpus = memo[key] = around_gpus(led, job.num_gpus, led.decision[hid].gpus, emptied)
         if gpus is None:
             return bytes(self.codec.n_lp)
         ml = led.bytes_per_gpu
