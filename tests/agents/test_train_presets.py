@@ -139,3 +139,19 @@ def test_reference_values_are_the_heuristics_on_the_evaluation_episodes(tables_d
     ref = train_agent.play_reference(cfg, "tiresias", 3, eval_seed)
     assert ref["mean_reward"] == pytest.approx(float(np.mean(rewards)), rel=1e-6)
     assert len(set(np.round(rewards, 6))) == 3  # three different episodes
+
+
+@pytest.mark.parametrize("flag, on", [([], False), (["--work-conserving"], True)])
+def test_work_conserving_reaches_the_config_and_every_training_env(tables_dir, tmp_path, flag, on):  # noqa: F811
+    from train_agent import _env_factories
+
+    args = _parse(tiny_args(tables_dir, tmp_path / "run", "--val", "0.1", *flag)[1:])
+    train_agent.apply_option_files(args)
+    cfg = train_agent.config_from_args(args)
+    assert cfg["env"]["work_conserving"] is on
+    for split in ("train", "eval", "val"):
+        env = _env_factories(cfg, split, 1, 0)[0]()
+        assert env.unwrapped.work_conserving is on
+        env.reset(seed=0)
+        assert env.unwrapped.builder.work_conserving is on
+        env.close()
