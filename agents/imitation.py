@@ -190,9 +190,25 @@ class HeuristicExpert:
             self._builder = b
             self._target = self.scheduler.schedule(env.sim.state)
         a = expert_action(b, self._target, env.cluster.gpus_per_node, self.order)
-        if a != env.codec.advance and not env.action_masks()[a]:  # cannot happen: candidates apply cleanly
+        mask = env.action_masks()
+        if a == env.codec.advance and not mask[a]:
+            a = work_conserving_action(b, self._target, mask, env.cluster.gpus_per_node)
+        if not mask[a]:  # cannot happen: candidates apply cleanly
             raise AssertionError(f"expert chose masked action {a}")
         return a
+
+
+def work_conserving_action(b: RoundBuilder, target: Decision, mask: np.ndarray, gpus_per_node: int) -> int:
+    """The expert's action where work-conserving masks forbid its advance (its translated
+    decision runs nothing while a window job could start: the heuristic's co-locations that the
+    codec cannot place leave their jobs waiting): the closest placement of a job of ``target``,
+    in window order, else the first feasible action (the window's first startable job)."""
+    for slot, jid in enumerate(b.window):
+        if jid in target and jid not in b.acted:
+            a = _run_action(b, slot, target[jid], False, gpus_per_node)
+            if a is not None:
+                return a
+    return int(np.flatnonzero(mask)[0])
 
 
 def play_expert(env, expert: HeuristicExpert, jobs, seed: int = 0):

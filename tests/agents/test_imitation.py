@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 import agents  # noqa: F401  (registers the heuristics)
-from agents.base import make_scheduler
+from agents.base import Scheduler, make_scheduler
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy,
                               concat, discounted_returns, expert_action, play_expert, policy_actor,
-                              vecnormalize_reward_scale)
+                              vecnormalize_reward_scale, work_conserving_action)
 from jigsaw_env.actions import RoundBuilder
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.simulator import Simulator
@@ -370,3 +370,34 @@ def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     assert len(got) == len(want) and got == want
     assert env.sim.metrics()["avg_jct_s"] == ref.metrics()["avg_jct_s"]
     assert env.sim.metrics()["makespan_s"] == ref.metrics()["makespan_s"]
+
+
+class _IdleScheduler(Scheduler):
+    """A heuristic whose decision runs nothing (its translation is always advance)."""
+
+    name = "idle"
+
+    def schedule(self, state):
+        return Decision()
+
+
+def test_under_work_conserving_masks_the_expert_never_labels_a_masked_advance():
+    jobs = _jobs([(0, 0.0, 4, "resnet18", 64, 2_000), (1, 0.0, 2, "resnet18", 64, 2_000)])
+    # default masks: the idle heuristic's translation advances with both jobs waiting
+    env = JigsawClusterEnv(gpus=8, window_k=4, spb_levels=1)
+    env.reset(seed=0, options={"jobs": jobs})
+    assert HeuristicExpert(_IdleScheduler()).act(env) == env.codec.advance
+    # work-conserving masks: advance is masked, so the expert runs the window's first job
+    env = JigsawClusterEnv(gpus=8, window_k=4, spb_levels=1, work_conserving=True, invalid_action="raise")
+    env.reset(seed=0, options={"jobs": jobs})
+    a = HeuristicExpert(_IdleScheduler()).act(env)
+    assert env.action_masks()[a] and env.codec.decode(a)[:2] == ("run", 0)
+    # a target job it cannot land exactly still goes before the window's first job: job 1 at
+    # GPUs 6-7, which no option gives it on the empty cluster, lands on the closest placement
+    b = env.builder
+    target = Decision({1: JobDecision((6, 7))})
+    a = work_conserving_action(b, target, env.action_masks(), 8)
+    assert env.codec.decode(a)[:2] == ("run", b.window.index(1))
+    # a whole episode: every label is feasible, and every job finishes
+    sim = play_expert(env, HeuristicExpert(_IdleScheduler()), jobs)
+    assert sim.num_finished == 2
