@@ -457,7 +457,8 @@ def test_deploy_reads_the_config_the_same_way(runs, tmp_path, capsys):
                                          "'gpus_per_node', 'gpu_type', 'gpu_memory_gib', 'trace', 'max_jobs', 'load', "
                                          "'window_k', 'spb_levels', 'spb_slots', 'max_workers_per_gpu', 'round_s', "
                                          "'restart_s', 'reward', 'reward_scale', 'observe_remaining', 'backlogged', "
-                                         "'max_time_s', 'eta_scale', 'eta_override', 'sharing', 'pace', 'obs_features']"),
+                                         "'max_time_s', 'eta_scale', 'eta_override', 'sharing', 'pace', 'obs_features', "
+                                         "'work_conserving']"),
 ])
 def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):
     run = tmp_path / "R"
