@@ -386,7 +386,7 @@ class JigsawClusterEnv(gym.Env):
         kind = decoded[0] if decoded is not None else "invalid"
         if kind == "invalid" and self.invalid_action == "raise":
             raise InvalidAction(f"action {action} is outside 0..{self.codec.n - 1}")  # nothing changed
-        if kind == "advance" and self.work_conserving and not self.action_masks()[action]:
+        if kind == "advance" and self.work_conserving and not self._mask[action]:  # set by reset and step
             if self.invalid_action == "raise":
                 raise InvalidAction(_IDLE_ADVANCE)  # nothing changed
             info["invalid_action"] = _IDLE_ADVANCE
