@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from jigsaw_env.actions import ActionCodec, RoundBuilder, level_pattern_combos
+from jigsaw_env.actions import WINDOW_ORDERS, ActionCodec, RoundBuilder, level_pattern_combos
 from jigsaw_env.digest import file_sha256
 from jigsaw_env.encoder import CLUSTER_FEATURES, ObservationEncoder, check_features
 from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
@@ -151,6 +151,15 @@ def check_run_config(cfg: Any, cfg_path: str | Path) -> dict:
     return cfg
 
 
+def run_window_order(config: dict, where: Path) -> str:
+    """A run's window order (``env.window_order`` of its config; ``attained`` when absent);
+    ValueError naming the file, the field and the allowed values otherwise."""
+    order = config["env"].get("window_order", "attained")
+    if order not in WINDOW_ORDERS:
+        raise ValueError(f"{where}: field 'env.window_order': expected one of {list(WINDOW_ORDERS)}, got {order!r}")
+    return order
+
+
 def read_run_config(run_dir: str | Path) -> dict:
     """RUN_DIR/config.json, checked by :func:`check_run_config`; FileNotFoundError or ValueError
     (one line naming the file) otherwise."""
@@ -237,6 +246,9 @@ class LearnedAgent:
         self.model = None
         #: the observation's feature groups (config.json's spaces.obs_features)
         self.features = run_features(self.config, self.run_dir / "config.json")
+        #: the window's order the policy was trained with (config.json's env.window_order; a run
+        #: without it ordered by attained service)
+        self.window_order = run_window_order(self.config, self.run_dir / "config.json")
         self.onnx = exported_policy(self.run_dir, model_file) if prefer_onnx else None
         #: the file the agent acts with (``policy.onnx`` or the model zip)
         self.policy_file = self.onnx.path.name if self.onnx is not None else model_file
@@ -359,7 +371,8 @@ class LearnedAgent:
                                observe_remaining=bool(envc.get("observe_remaining", True)
                                                       if observe_remaining is None else observe_remaining),
                                max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
-                               obs_features=self.features, work_conserving=work_conserving)
+                               obs_features=self.features, work_conserving=work_conserving,
+                               window_order=self.window_order)
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
 
@@ -413,7 +426,8 @@ class LearnedScheduler(Scheduler):
             self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
             self._codec = ActionCodec(self.agent.window_k, state.spb)
         codec = self._codec
-        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state), work_conserving=self.work_conserving)
+        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state), work_conserving=self.work_conserving,
+                         order=getattr(self.agent, "window_order", "attained"))
         steps = 0
         while True:
             obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts())
@@ -431,5 +445,6 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
     return {"run_dir": str(agent.run_dir), "policy_file": agent.policy_file, "algo": agent.algo, "trained_timesteps": c.get("trained_timesteps"),
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
-                                                        "backlogged", "observe_remaining", "work_conserving")},
+                                                        "backlogged", "observe_remaining", "work_conserving",
+                                                        "window_order")},
             "obs_features": list(agent.features)}

@@ -2,6 +2,7 @@
 
     python -m bench.expert_ceiling                         # Jigsaw, the 12 held-out study windows (~1 min)
     python -m bench.expert_ceiling --expert tiresias --window-k 16,32 --orders slot,heuristic
+    python -m bench.expert_ceiling --window-order las      # the env window in 2D-LAS order
 
 A learned policy that imitates an expert can at best play the expert's decisions as the env's
 actions express them (``agents.imitation.HeuristicExpert``: a window of K jobs, five placement
@@ -21,7 +22,8 @@ from pathlib import Path
 
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
-            expert: str, window_ks: list[int], orders: list[str], log=print) -> dict:
+            expert: str, window_ks: list[int], orders: list[str], log=print,
+            window_order: str = "attained") -> dict:
     import numpy as np
 
     from agents import make_scheduler
@@ -42,17 +44,18 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
             jct.setdefault(name, []).append(sim.metrics()["avg_jct_s"] / 3600)
         for k in window_ks:
             for order in orders:
-                e = JigsawClusterEnv(gpus=gpus, window_k=k)
+                e = JigsawClusterEnv(gpus=gpus, window_k=k, window_order=window_order)
                 s = play_expert(e, HeuristicExpert(expert, order=order), w)
                 jct.setdefault(f"{expert} as actions, K={k}, {order} order", []).append(s.metrics()["avg_jct_s"] / 3600)
         log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
     return {"trace": trace, "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
-            "expert": expert, "jct_h": jct, "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
+            "expert": expert, "window_order": window_order, "jct_h": jct, "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
 
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace, add_study_window_arguments
+    from jigsaw_env.actions import WINDOW_ORDERS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_window_arguments(p)
@@ -60,6 +63,8 @@ def main(argv=None) -> int:
     p.add_argument("--expert", default="jigsaw")
     p.add_argument("--window-k", default="16", help="comma-separated window sizes K (default 16)")
     p.add_argument("--orders", default="slot,heuristic", help="comma-separated action orders (default slot,heuristic)")
+    p.add_argument("--window-order", choices=WINDOW_ORDERS, default="attained",
+                   help="the env window's order of waiting jobs (default attained)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -73,7 +78,7 @@ def main(argv=None) -> int:
         p.error(f"--orders takes slot and/or heuristic, --window-k positive integers; got {a.orders!r}, {a.window_k!r}")
     t0 = time.perf_counter()
     res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, a.load, a.expert, ks,
-                  orders)
+                  orders, window_order=a.window_order)
     res["wall_s"] = time.perf_counter() - t0
     res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     res["command"] = "python -m bench.expert_ceiling " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -30,6 +30,10 @@ job of an arrival burst, not only the first K.
 A *work-conserving* builder (``work_conserving=True``) also masks advance while the decision being
 built runs nothing and some window job could start: a policy then cannot leave the whole cluster
 idle while a job fits (no heuristic does), the way an undertrained policy stalls.
+
+The window's order (:data:`WINDOW_ORDERS`, :func:`window_order`) is ``attained`` (waiting jobs by
+least attained GPU-seconds) or ``las`` (by the round's 2D-LAS rank, the order Tiresias and Jigsaw
+start jobs in, starvation promotions included).
 """
 from __future__ import annotations
 
@@ -128,16 +132,32 @@ class ActionCodec:
         return ("run", slot, self.options[opt], level, pattern)
 
 
-def window_order(state: ClusterState, k: int) -> list[int]:
+#: how the window lists the active jobs (:func:`window_order`)
+WINDOW_ORDERS = ("attained", "las")
+
+
+def check_window_order(order: str) -> str:
+    """``order`` if it is one of :data:`WINDOW_ORDERS`, else ValueError naming it and them."""
+    if order not in WINDOW_ORDERS:
+        raise ValueError(f"window_order must be one of {list(WINDOW_ORDERS)}, got {order!r}")
+    return order
+
+
+def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = None) -> list[int]:
     """Every active job in the order the agent sees them this round (the first K are the window).
 
-    Up to K/2 running jobs (the ones with the most attained service first: the natural
-    preemption candidates), then waiting jobs by least attained service (GPU-seconds, ties by
-    arrival: the 2D-LAS order a scheduler without duration knowledge starts them in), then the
-    other running jobs. In arrival order a queue whose oldest jobs have run long and been
-    preempted hides the newly arrived ones behind them, and only acting on a job brings the next
-    one into view: on the first training window of the PPO study's Philly split, Jigsaw played
-    as env actions then left new arrivals waiting for 2,251 h (docs/environment.md).
+    Up to K/2 running jobs (the natural preemption candidates, lowest priority first), then the
+    waiting jobs from the highest priority down, then the other running jobs. The priority is
+    ``priority``, each active job's 2D-LAS rank this round (0: the highest;
+    ``ObservationEncoder.las_rank``: Tiresias's and Jigsaw's order, queues and starvation guard
+    included), when given; otherwise the least attained service (GPU-seconds, ties by arrival:
+    2D-LAS without its queues and guard). In arrival order a queue whose oldest jobs have run
+    long and been preempted hides the newly arrived ones behind them, and only acting on a job
+    brings the next one into view: on the first training window of the PPO study's Philly split,
+    Jigsaw played as env actions then left new arrivals waiting for 2,251 h
+    (docs/environment.md). By attained service, a job that Jigsaw's 2D-LAS ranks high (a promoted
+    one, or a wide job in a high queue) can sit behind the window when K narrower jobs have run
+    less, and Jigsaw's decision to start it cannot be played (docs/environment.md, "Window").
     """
     jobs = state.jobs
     running, waiting = [], []
@@ -146,17 +166,24 @@ def window_order(state: ClusterState, k: int) -> list[int]:
             running.append(x)
         else:
             waiting.append(x)
-    if len(running) > 1:
-        running.sort(key=lambda x: (-jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
-    if len(waiting) > 1:
-        waiting.sort(key=lambda x: (jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
+    if priority is not None:
+        rank = priority.__getitem__
+        if len(running) > 1:
+            running.sort(key=lambda x: (-rank(x), x))
+        if len(waiting) > 1:
+            waiting.sort(key=rank)
+    else:
+        if len(running) > 1:
+            running.sort(key=lambda x: (-jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
+        if len(waiting) > 1:
+            waiting.sort(key=lambda x: (jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
     take_run = min(len(running), k // 2)
     return running[:take_run] + waiting + running[take_run:]
 
 
-def select_window(state: ClusterState, k: int) -> list[int]:
+def select_window(state: ClusterState, k: int, priority: dict[int, int] | None = None) -> list[int]:
     """The K jobs the agent sees at the start of a round (the first K of :func:`window_order`)."""
-    return window_order(state, k)[:k]
+    return window_order(state, k, priority)[:k]
 
 
 def around_gpus(led: GpuLedger, n: int, host_gpus: tuple[int, ...],
@@ -207,7 +234,7 @@ class RoundBuilder:
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
                  cache: dict | None = None, priority: dict[int, int] | None = None,
-                 work_conserving: bool = False):
+                 work_conserving: bool = False, order: str = "attained"):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
         ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
@@ -217,13 +244,16 @@ class RoundBuilder:
         ``ObservationEncoder.las_rank``), which orders the host slots; default: the rank by
         attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard).
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
-        start (:meth:`masks`)."""
+        start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
+        (``las`` needs ``priority``)."""
         self.state = state
         self.work_conserving = work_conserving
         self.priority = priority
         self._hosts: list[int] | None = None  # hosts(), made when first asked after each change
         self.codec = codec
-        order = window_order(state, codec.window_k)
+        if check_window_order(order) == "las" and priority is None:
+            raise ValueError("order='las' needs priority, the 2D-LAS rank of every active job")
+        order = window_order(state, codec.window_k, priority if order == "las" else None)
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
         self.step_cap = 2 * codec.window_k + 2 + len(self._queue)

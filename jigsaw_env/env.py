@@ -9,7 +9,8 @@ STATE
     cluster's size.
 ACTIONS
     ``Discrete(K * ((5 + H) * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one
-    job of the round's window of K waiting and running jobs with a placement option (keep,
+    job of the round's window of K waiting and running jobs (ordered by attained service, or by
+    2D-LAS rank with ``window_order="las"``) with a placement option (keep,
     consolidated, spread, packed, paired, or ``host:r``: beside the job of host slot r on its GPUs,
     jigsaw_env/actions.py) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
@@ -65,7 +66,7 @@ from traces import load_trace, offered_load, parse_spec, synthetic
 from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
 from traces.models import default_throughput_fn, estimated_durations, fill_default_batch_sizes
 
-from .actions import ActionCodec, InvalidAction, RoundBuilder
+from .actions import ActionCodec, InvalidAction, RoundBuilder, check_window_order
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder, check_features
 from .free_running import DEFAULT_PACE, check_pace
@@ -165,7 +166,7 @@ class JigsawClusterEnv(gym.Env):
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
                  sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None,
-                 work_conserving: bool = False):
+                 work_conserving: bool = False, window_order: str = "attained"):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -195,6 +196,8 @@ class JigsawClusterEnv(gym.Env):
         log_rounds = _bool_arg("log_rounds", log_rounds)
         #: mask advance while the decision runs nothing and a window job could start
         self.work_conserving = _bool_arg("work_conserving", work_conserving)
+        #: how the window orders the active jobs (jigsaw_env.actions.WINDOW_ORDERS)
+        self.window_order = check_window_order(window_order)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
             raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
@@ -346,7 +349,8 @@ class JigsawClusterEnv(gym.Env):
     def _new_round(self) -> None:
         state = self.sim.state
         self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
-                                    self.encoder.las_rank(state), work_conserving=self.work_conserving)
+                                    self.encoder.las_rank(state), work_conserving=self.work_conserving,
+                                    order=self.window_order)
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:

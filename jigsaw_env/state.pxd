@@ -3,7 +3,7 @@
 # type whose listed attributes are C fields: compiled code reads them without a dictionary lookup.
 # Every name is an attribute the class sets (untyped: `object`); attributes not listed still work
 # through the instance dict (`__dict__`), as do class-level defaults. The Python source is unchanged
-# and stays the reference: tests/test_accel.py holds both modes to the same results.
+# and stays the reference: tests/sim/test_accel.py holds both modes to the same results.
 
 # dataclasses: their fields only (no __dict__, no weak references), as slotted dataclasses
 cdef class JobState:

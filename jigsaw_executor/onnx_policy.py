@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from jigsaw_env.actions import WINDOW_ORDERS
+
 FORMAT = "jigsaw-onnx-policy/1"
 _INT_KEYS = ("observation_size", "n_actions", "window_k", "spb_levels", "spb_slots", "job_features",
              "cluster_features")
@@ -140,6 +142,16 @@ class OnnxPolicy:
     def features(self) -> tuple[str, ...]:
         """:attr:`obs_features` (the name ``LearnedScheduler`` reads, as of ``LearnedAgent``)."""
         return self.obs_features
+
+    @property
+    def window_order(self) -> str:
+        """The window's order the policy was trained with (metadata ``env.window_order``;
+        ``attained`` for a policy exported without it)."""
+        order = (self.metadata["env"] or {}).get("window_order", "attained")
+        if order not in WINDOW_ORDERS:
+            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.window_order expected one of "
+                             f"{list(WINDOW_ORDERS)}, got {order!r})")
+        return order
 
     @property
     def config(self) -> dict:

@@ -406,6 +406,55 @@ class _AdvancingPolicy:
         return advance if mask[advance] else int(np.flatnonzero(mask)[0])
 
 
+class _PauseOneThenFillPolicy(_AdvancingPolicy):
+    """Each round: pause the first window slot that can be paused (a running job), then take the
+    first feasible action (the first undecided slot's first option) until only advance is left; so
+    it preempts a job a round and starts jobs in the window's order."""
+
+    def __init__(self, window_order: str):
+        self.window_order = window_order
+        self._paused = False
+
+    def act(self, obs, mask) -> int:
+        per_job = (len(mask) - 1) // self.window_k
+        if not self._paused:
+            pauses = np.flatnonzero(mask[per_job - 1:-1:per_job])
+            if pauses.size:
+                self._paused = True
+                return int(pauses[0]) * per_job + per_job - 1
+        a = int(np.flatnonzero(mask)[0])
+        if a == len(mask) - 1:
+            self._paused = False
+        return a
+
+
+def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace):
+    """The scheduler builds each round exactly as the env steps, in the window order the policy
+    was trained with; the two orders give different schedules on this trace."""
+    from agents.rl import LearnedScheduler
+    from jigsaw_env.env import JigsawClusterEnv
+
+    jobs = toy_trace.head(12)
+    frames = {}
+    for order in ("attained", "las"):
+        policy = _PauseOneThenFillPolicy(order)
+        sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
+        sim.run(LearnedScheduler(agent=policy, work_conserving=False).schedule)
+        env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=jobs, max_jobs=len(jobs), window_k=4,
+                               invalid_action="raise", window_order=order)
+        env.cluster, env.sim_config = sim.cluster, SimConfig(round_s=60.0)  # the scheduler's very cluster and config
+        obs, _ = env.reset(seed=0, options={"jobs": jobs})
+        policy = _PauseOneThenFillPolicy(order)
+        while True:
+            obs, _, term, trunc, _ = env.step(policy.act(obs, env.action_masks()))
+            if term or trunc:
+                break
+        assert term and sim.num_finished == len(jobs)
+        pd.testing.assert_frame_equal(env.sim.jobs_frame(), sim.jobs_frame())
+        frames[order] = sim.jobs_frame()
+    assert not frames["attained"]["start_s"].equals(frames["las"]["start_s"])
+
+
 def test_a_learned_scheduler_is_work_conserving_so_an_advancing_policy_still_finishes(toy_trace):
     from agents.rl import LearnedScheduler
     from jigsaw_env.simulator import PolicyStalled

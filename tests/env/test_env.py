@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import jigsaw_env
-from jigsaw_env.actions import InvalidAction
+from jigsaw_env.actions import InvalidAction, RoundBuilder
 from jigsaw_env.cost_table import CostTable, LayerGroup, register_table, unregister_table
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.state import JobStatus
@@ -282,6 +282,36 @@ def test_window_shows_waiting_jobs_by_least_attained_service():
     st = env.sim.state
     assert st.jobs[0].attained_gpu_s == pytest.approx(8 * 60.0) and st.jobs[0].status is not JobStatus.RUNNING
     assert env.builder.window == [1, 2] and env.builder._queue == [0]
+
+
+def test_a_las_window_lists_waiting_jobs_in_2d_las_order():
+    """The case above with ``window_order="las"``: job 0's 480 GPU-s keep it in the first 2D-LAS
+    queue (below 3,600 GPU-s) with jobs 1 and 2, where jobs are served by arrival, so the window
+    shows 0 and 1 (job 2 behind them): the order Tiresias and Jigsaw start them in."""
+    jobs = pd.DataFrame({"job_id": np.arange(3), "arrival_s": [0.0, 90.0, 90.0], "num_gpus": [8, 1, 1],
+                         "model": "envA", "batch_size": 8, "iterations": 1e6})
+    env = make_env(trace=jobs, max_jobs=3, window_k=2, window_order="las")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    env.step(env.codec.encode(0, "consolidated", 0))
+    env.step(env.codec.advance)
+    env.step(env.codec.encode(0, None))
+    env.step(env.codec.advance)
+    st = env.sim.state
+    assert st.jobs[0].attained_gpu_s == pytest.approx(8 * 60.0) and st.jobs[0].status is not JobStatus.RUNNING
+    assert env.builder.window == [0, 1] and env.builder._queue == [2]
+    rank = env.encoder.las_rank(st)
+    assert [rank[j] for j in (0, 1, 2)] == [0, 1, 2]
+
+
+def test_window_order_is_checked():
+    with pytest.raises(ValueError, match=r"window_order must be one of \['attained', 'las'\], got 'arrival'"):
+        make_env(window_order="arrival")
+    env = make_env()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="order='las' needs priority"):
+        RoundBuilder(env.sim.state, env.codec, order="las")
 
 
 def _hand_built_env(num_gpus: list[int], models: list[str]) -> JigsawClusterEnv:

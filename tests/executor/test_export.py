@@ -411,6 +411,20 @@ def test_bad_onnx_files(onnx_path, tmp_path):
         onnx.save(m, str(f))
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             OnnxPolicy(f)
+    # the window order the policy was trained with: its env's, 'attained' when absent, checked
+    assert OnnxPolicy(onnx_path).window_order == "attained"
+    for order, expect in (("las", "las"), ("arrival", None)):
+        m = onnx.load(str(onnx_path))
+        for p in m.metadata_props:
+            if p.key == "env":
+                p.value = json.dumps(dict(json.loads(p.value), window_order=order))
+        f = tmp_path / f"order-{order}.onnx"
+        onnx.save(m, str(f))
+        if expect is not None:
+            assert OnnxPolicy(f).window_order == expect
+        else:
+            with pytest.raises(ValueError, match=r"env.window_order expected one of \['attained', 'las'\], got 'arrival'"):
+                OnnxPolicy(f).window_order
 
 
 def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
