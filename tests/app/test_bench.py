@@ -282,6 +282,38 @@ def test_expert_ceiling_tiresias_translates_exactly():
     assert len(direct) == 2 and direct == pytest.approx(translated, rel=1e-12)
 
 
+def test_translation_gap_summary_hand_computed():
+    from bench.translation_gap import summarize
+
+    eps = [{"gpus": 16, "window_order": "attained", "seed": 0, "translated_h": 2.0, "expert_h": 1.0, "truncated": False},
+           {"gpus": 16, "window_order": "attained", "seed": 1, "translated_h": 3.0, "expert_h": 3.0, "truncated": True},
+           {"gpus": 16, "window_order": "las", "seed": 0, "translated_h": 1.0005, "expert_h": 1.0, "truncated": False},
+           {"gpus": 16, "window_order": "las", "seed": 1, "translated_h": 2.7, "expert_h": 3.0, "truncated": False}]
+    att, las = summarize(eps)
+    assert (att["window_order"], att["episodes"], att["truncated"]) == ("attained", 2, 1)
+    assert (att["expert_h"], att["translated_h"], att["gap_h"]) == pytest.approx((2.0, 2.5, 0.5))
+    assert (att["matched"], att["worst_ratio"]) == (0.5, 2.0)
+    assert (las["gap_h"], las["matched"], las["worst_ratio"]) == pytest.approx((-0.14975, 0.5, 1.0005))
+
+
+def test_translation_gap_plays_the_expert_and_refuses_bad_arguments(capsys):
+    """A synthetic training episode: Tiresias translated in its own (LAS) window order, and the
+    arguments' checks."""
+    from bench.translation_gap import main, measure
+
+    res = measure(range(2), [16], ["las"], expert="tiresias", trace="synthetic",
+                  progress=False)
+    assert [e["seed"] for e in res["episodes"]] == [0, 1] and res["summary"][0]["episodes"] == 2
+    for e in res["episodes"]:
+        assert e["gpus"] == 16 and e["steps"] > 0 and not e["truncated"] and e["expert_h"] > 0
+    for argv, msg in ((["--orders", "arrival"], "--orders takes some of attained,las"),
+                      (["--seeds", "5-2"], "expected a seed range"), (["--cluster-sizes", "0"], "GPU counts >= 1")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------- clone accuracy
 def test_clone_accuracy_round_sets_and_scores_hand_computed():
     import numpy as np
