@@ -3,22 +3,13 @@ from the sources' AST (tests and bench aside)."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("jigsaw_env", "agents", "traces", "jigsaw_executor", "train_agent.py")
+from test_import_layout import ROOT, package_sources  # the package code: the same files the import rules read
+
 MAX_FUNCTION_LINES = 100
 MAX_CLASS_LINES = 500
-
-
-def _files() -> list[Path]:
-    out = []
-    for name in SOURCES:
-        p = ROOT / name
-        out.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p])
-    return out
 
 
 def oversized(source: str, max_function: int = MAX_FUNCTION_LINES, max_class: int = MAX_CLASS_LINES) -> list[str]:
@@ -35,7 +26,7 @@ def oversized(source: str, max_function: int = MAX_FUNCTION_LINES, max_class: in
 
 
 def test_no_package_function_over_100_lines_nor_class_over_500():
-    files = _files()
+    files = package_sources()
     assert len(files) > 50
     found = [f"{f.relative_to(ROOT)}: {o}" for f in files for o in oversized(f.read_text())]
     assert not found, "\n".join(found)
