@@ -157,7 +157,7 @@ def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = 
     Jigsaw played as env actions then left new arrivals waiting for 2,251 h
     (docs/environment.md). By attained service, a job that Jigsaw's 2D-LAS ranks high (a promoted
     one, or a wide job in a high queue) can sit behind the window when K narrower jobs have run
-    less, and Jigsaw's decision to start it cannot be played (docs/environment.md, "Window").
+    less, and Jigsaw's decision to start it cannot be played (docs/environment.md, "The window").
     """
     jobs = state.jobs
     running, waiting = [], []
