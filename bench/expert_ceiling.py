@@ -50,7 +50,8 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
         log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
     return {"trace": trace, "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
-            "expert": expert, "window_order": window_order, "jct_h": jct, "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
+            "expert": expert, "window_order": window_order, "jct_h": jct,
+            "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
 
 
 def main(argv=None) -> int:
