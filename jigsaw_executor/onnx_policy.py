@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from jigsaw_env.actions import WINDOW_ORDERS
-
 FORMAT = "jigsaw-onnx-policy/1"
 _INT_KEYS = ("observation_size", "n_actions", "window_k", "spb_levels", "spb_slots", "job_features",
              "cluster_features")
@@ -147,6 +145,7 @@ class OnnxPolicy:
     def window_order(self) -> str:
         """The window's order the policy was trained with (metadata ``env.window_order``;
         ``attained`` for a policy exported without it)."""
+        from jigsaw_env.actions import WINDOW_ORDERS
         order = (self.metadata["env"] or {}).get("window_order", "attained")
         if order not in WINDOW_ORDERS:
             raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.window_order expected one of "
