@@ -30,7 +30,9 @@ cost table):
   8 (d_in + h) h FLOPs per token forward, x3 with backward);
 * ``M``: bytes touched per iteration, an estimate: 2 x the activations saved for backward (written
   in forward, read in backward) + 2 x (weights + gradients + optimizer state) (read and written);
-* ``mem``: the process's peak memory (the cost table's full-depth peak).
+* ``mem``: the process's peak memory (the cost table's full-depth peak);
+* ``e`` and ``rho``: how the alone time grows with the batch size on the same GPU
+  (:func:`batch_scaling`).
 
 GPU features (datasheets): peak FP32 TFLOP/s (K80 4.37 per GK210 GPU, P100 PCIe 9.3, V100 SXM2
 15.7), memory bandwidth (K80 240 GB/s per GK210 GPU = 480 per board / 2, P100 PCIe 732, V100 SXM2
@@ -86,6 +88,8 @@ class JobFeatures:
     flops: float
     bytes_touched: float
     mem_bytes: float
+    elasticity: float = 1.0  # d log t / d log B between this batch size and the next (batch_scaling)
+    busy_fit: float = 1.0    # (t - c) / t, c the intercept of t = c + w B over the job's batch sizes
 
 
 def job_features(pairs) -> dict:
@@ -103,6 +107,40 @@ def job_features(pairs) -> dict:
             act = tab.activation_peak_bytes(0)
             out[key] = JobFeatures(1.0 / alone, bs, per_sample[job] * bs, 2.0 * act + 2.0 * state,
                                    float(tab.process_peak_bytes(0)))
+    return batch_scaling(out)
+
+
+def batch_scaling(feats: dict) -> dict:
+    """``feats`` with each job's batch-scaling features, from the alone times of its job type at
+    the batch sizes measured on the same GPU (Gavel's alone throughputs, no pairs):
+
+    * ``elasticity``: ``log(t(B') / t(B)) / log(B' / B)`` with ``B'`` the next larger measured
+      batch size (the next smaller for the largest), clipped to [0.05, 1.5]: near 0 when a larger
+      batch costs no more time (the GPU idles behind fixed per-iteration work), 1 when time grows
+      with the batch;
+    * ``busy_fit``: ``(t - c) / t`` with ``c >= 0`` the intercept of the least-squares line
+      ``t = c + w B`` over the type's batch sizes, clipped to [0.05, 1]: the share of the time
+      that grows with the batch.
+    """
+    import dataclasses
+
+    by_type: dict = {}
+    for (gpu, job, bs), f in feats.items():
+        by_type.setdefault((gpu, job), {})[bs] = f.t
+    out = {}
+    for (gpu, job, bs), f in feats.items():
+        times = by_type[(gpu, job)]
+        sizes = sorted(times)
+        if len(sizes) == 1:
+            e, busy = 1.0, 1.0
+        else:
+            i = sizes.index(bs)
+            b1, b2 = (sizes[i], sizes[i + 1]) if i + 1 < len(sizes) else (sizes[i - 1], sizes[i])
+            e = math.log(times[b2] / times[b1]) / math.log(b2 / b1)
+            w, c = np.polyfit(np.array(sizes, float), np.array([times[b] for b in sizes]), 1)
+            busy = (f.t - max(c, 0.0)) / f.t
+        out[(gpu, job, bs)] = dataclasses.replace(f, elasticity=min(max(e, 0.05), 1.5),
+                                                  busy_fit=min(max(busy, 0.05), 1.0))
     return out
 
 
@@ -115,7 +153,8 @@ def feature_columns(gpu: str, f: JobFeatures) -> dict:
             "lbw": math.log(BANDWIDTH_GBS[gpu]), "lu": math.log(u), "lv": math.log(v),
             "lm": math.log(f.mem_bytes / cap), "lroof": math.log(max(u, v)), "lsum": math.log(u + v),
             "u": u, "v": v, "ltp": math.log(f.t * PEAK_TFLOPS[gpu]), "ltbw": math.log(f.t * BANDWIDTH_GBS[gpu]),
-            "lbusy": math.log(f.flops / peak + f.bytes_touched / bw) - math.log(f.t)}
+            "lbusy": math.log(f.flops / peak + f.bytes_touched / bw) - math.log(f.t),
+            "e": f.elasticity, "le": math.log(f.elasticity), "rho": f.busy_fit, "lrho": math.log(f.busy_fit)}
 
 
 # ----- candidate forms: each maps (features of a, features of b) to the terms multiplying coefficients
@@ -155,6 +194,10 @@ FORMS = {
     "t + peak (no batch)": _terms(("lt",), ("lt",), (), ("lp",)),
     "t, B + peak, other's t only": _terms(("lt", "lb"), ("lt",), (), ("lp",)),
     "t, B, m + peak": _terms(("lt", "lb", "lm"), ("lt", "lb", "lm"), (), ("lp",)),
+    "batch elasticity e + t + peak": _terms(("e", "lt"), ("e", "lt"), (), ("lp",)),
+    "log elasticity + t, B + peak": _terms(("le", "lt", "lb"), ("le", "lt", "lb"), (), ("lp",)),
+    "busy share (batch fit) + t, B + peak": _terms(("lrho", "lt", "lb"), ("lrho", "lt", "lb"), (), ("lp",)),
+    "busy share (batch fit), linear + peak": _terms(("rho",), ("rho",), (), ("lp",)),
 }
 
 
