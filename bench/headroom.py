@@ -19,14 +19,12 @@ bound and each agent's gap) and ``OUT/headroom.png``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+from bench.results_folder import run_record, write_results
 
 
 def fixed_config_scheduler(level: int, pattern):
@@ -182,7 +180,6 @@ def parse_loads(text: str) -> list[float]:
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace, add_study_window_arguments
-    from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_window_arguments(p)
@@ -209,18 +206,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, agents,
                   round_s=a.round_s)
-    res["wall_s"] = time.perf_counter() - t0
-    res["command"] = "python -m bench.headroom " + " ".join(argv if argv is not None else sys.argv[1:])
-    res["git_commit"] = git_commit()
-    res["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
+    res.update(run_record("bench.headroom", argv, t0))
     for load, part in res["loads"].items():
         print(f"load {load}: mean JCT (h) " + ", ".join(f"{k} {v:.3f}" for k, v in part["mean_jct_h"].items())
               + "; gap " + ", ".join(f"{k} {v:+.3f}" for k, v in part["gap_h"].items()))
     if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
-        write_md(out / "results.md", res)
+        out = write_results(a.out, res, write_md)
         plot(out / "headroom.png", res)
         print(f"wrote {out}/results.json, results.md, headroom.png")
     return 0

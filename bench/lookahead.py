@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import multiprocessing as mp
 import os
-import platform
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Iterator
+
+from bench.results_folder import run_record, write_results
 
 KINDS = ("defer", "level", "keep", "place")
 
@@ -158,7 +157,6 @@ def write_md(path: Path, res: dict) -> None:
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace, add_study_window_arguments
-    from jigsaw_env.evaluate import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_window_arguments(p, "--study-windows", "windows the held-out split is cut into (default 12)")
@@ -201,15 +199,10 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: r["window"])
     res = {"trace": trace, "gpus": a.gpus, "holdout": a.holdout, "window_jobs": a.window_jobs, "load": a.load,
            "windows": rows, "mean_base_h": float(np.mean([r["base_h"] for r in rows])),
-           "mean_improved_h": float(np.mean([r["improved_h"] for r in rows])), "wall_s": time.perf_counter() - t0,
-           "command": "python -m bench.lookahead " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "git_commit": git_commit(),
-           "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+           "mean_improved_h": float(np.mean([r["improved_h"] for r in rows])),
+           **run_record("bench.lookahead", argv, t0)}
     if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
-        write_md(out / "results.md", res)
+        out = write_results(a.out, res, write_md)
         print(f"wrote {out}/results.json, results.md")
     return 0
 

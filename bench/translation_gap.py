@@ -16,13 +16,12 @@ Writes ``OUT/results.json`` (every episode) and ``OUT/results.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
+
+from bench.results_folder import run_record, write_results
 
 #: an episode "matches" when the translation's mean JCT is within this relative distance
 MATCH_REL = 1e-3
@@ -150,18 +149,12 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
     res = measure(a.seeds, a.cluster_sizes, orders, a.expert, a.trace, progress=not a.no_progress)
-    from jigsaw_env.evaluate import git_commit
-    res.update(wall_s=time.perf_counter() - t0, machine=platform.processor() or platform.machine(),
-               command="python -m bench.translation_gap " + " ".join(argv if argv is not None else sys.argv[1:]),
-               git_commit=git_commit())
+    res.update(run_record("bench.translation_gap", argv, t0))
     for s in res["summary"]:
         print(f"{s['gpus']:>4} GPUs {s['window_order']:<9} {a.expert} {s['expert_h']:.3f} h, translated "
               f"{s['translated_h']:.3f} h ({s['gap_h']:+.3f}), matched {s['matched']:.0%}, worst {s['worst_ratio']:.2f}x")
     if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
-        write_md(out / "results.md", res)
+        out = write_results(a.out, res, write_md)
         print(f"wrote {out}/results.json and results.md")
     return 0
 

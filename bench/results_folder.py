@@ -1,0 +1,31 @@
+"""What the study benches (headroom, lookahead, translation_gap) record about a run and write to
+their ``--out`` folder."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def run_record(module: str, argv, t0: float) -> dict:
+    """The run's wall seconds since ``t0`` (``time.perf_counter``), command line, git commit and
+    machine, for its results."""
+    from jigsaw_env.evaluate import git_commit
+
+    return {"wall_s": time.perf_counter() - t0,
+            "command": f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "git_commit": git_commit(), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
+def write_results(out: str | Path, res: dict, write_md: Callable[[Path, dict], None]) -> Path:
+    """``OUT/results.json`` (``res``) and ``OUT/results.md`` (``write_md``), the folder made if
+    needed; returns the folder."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+    write_md(out / "results.md", res)
+    return out
