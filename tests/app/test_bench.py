@@ -588,3 +588,48 @@ def test_lookahead_rejects_bad_arguments(capsys):
             main(argv)
         assert e.value.code == 2
     assert "--windows must be" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- validation choice
+def test_validation_choice_picks_the_lowest_mean_over_every_window_and_never_a_stalled_one():
+    from bench.validation_choice import choose
+
+    jct = {"80 jobs, load 1": {"a": [1.0, 3.0], "b": [2.0, 2.5], "c": [0.5, float("nan")]},
+           "200 jobs, load 1": {"a": [4.0], "b": [3.0], "c": [0.1]}}
+    chosen, means = choose(jct, ["a", "b", "c"])
+    assert means["a"] == pytest.approx(8.0 / 3) and means["b"] == pytest.approx(7.5 / 3)
+    assert math.isnan(means["c"]) and chosen == "b"
+    assert choose({"s": {"c": [float("nan")]}}, ["c"])[0] is None
+
+
+def test_validation_choice_plays_validation_windows_and_pairs_with_the_baseline(tmp_path):
+    """Windows come from the validation split (job ids between the training and held-out
+    splits'); an agent played twice differs from itself by exactly 0 on every window."""
+    from bench.ppo_study import study_splits
+    from bench.validation_choice import measure
+
+    trace = "synthetic:jobs=600,seed=3"
+    res = measure("jigsaw,jigsaw,learned", trace, gpus=16, holdout=0.2, val=0.1, window_jobs=[20], loads=[1.0],
+                  windows=2, baseline="jigsaw", workers=1)
+    parts = study_splits(trace, 16, 0.2, val=0.1)
+    lo, hi = int(parts["val"]["job_id"].min()), int(parts["val"]["job_id"].max())
+    infos = res["window_info"]["20 jobs, load 1"]
+    assert len(infos) == 2 and all(lo <= i["first_job_id"] and i["last_job_id"] <= hi for i in infos)
+    same = res["vs_baseline"]["20 jobs, load 1"]["jigsaw-2"]
+    assert (same["mean"], same["ties"]) == (0.0, 2)
+    assert res["learned"] == ["learned"] and res["chosen"] == "learned"
+    jct = res["per_window_jct_h"]["20 jobs, load 1"]
+    assert all(x > 0 for x in jct["jigsaw"] + jct["learned"])
+
+
+def test_validation_choice_refuses_bad_arguments(capsys):
+    from bench.validation_choice import main
+
+    for argv, msg in ((["--agents", "jigsaw,learned", "--baseline", "fifo"], "--baseline 'fifo' is not among --agents"),
+                      (["--agents", "jigsaw,tiresias"], "holds no learned agent"),
+                      (["--agents", "jigsaw,learned", "--val", "0"], "--val must be in (0, 1)"),
+                      (["--agents", "jigsaw,learned", "--loads", "x"], "--loads must be comma-separated numbers")):
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--out", "unused", "--trace", "synthetic:jobs=600,seed=3", "--gpus", "16"])
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
