@@ -27,6 +27,8 @@ def test_learned_is_shipped_with_its_recipe_and_split():
     cfg = json.loads((LEARNED / "config.json").read_text())
     assert cfg["preset"] == "learned" and "--preset learned" in cfg["command"]
     assert cfg["env"]["trace"] == "philly" and cfg["sampling"]["holdout"] == 0.2
+    assert (cfg["env"]["window_order"], cfg["env"]["work_conserving"]) == ("las", True)
+    assert cfg["sampling"]["train_gpus"] == cfg["sampling"]["val_gpus"] == [16, 32, 64]
     shipped = cfg["shipped"]
     assert shipped["name"] == "learned" and shipped["model"] in ("best", "last")
     assert len(shipped["trace_sha256"]) == 64 and shipped["heldout_split"] == "last 20% of the jobs"
