@@ -109,11 +109,19 @@ def measure(agents: str, trace: str, gpus: int, holdout: float, val: float, wind
             diffs[key][lab] = {k: p[k] for k in ("mean", "lo", "hi", "wins", "losses", "ties", "missing")}
             diffs[key][lab]["verdict"] = verdict(p)
     chosen, means = choose(jct, learned)
-    return {"agents": labels, "refs": {s.label: s.ref for s in specs}, "learned": learned, "baseline": baseline,
+    return {"agents": labels, "refs": {s.label: _shown_path(s.ref) for s in specs}, "learned": learned, "baseline": baseline,
             "trace": trace, "gpus": gpus, "holdout": holdout, "val": val, "windows": windows,
             "window_jobs": window_jobs, "loads": loads, "per_window_jct_h": jct, "vs_baseline": diffs,
             "pooled_mean_jct_h": means, "chosen": chosen,
             "window_info": {key: [info for _, info in wins] for key, (_, wins) in settings.items()}}
+
+
+def _shown_path(ref: str) -> str:
+    """A RUN_DIR relative to the working folder when it lies inside it; anything else as given."""
+    try:
+        return str(Path(ref).relative_to(Path.cwd()))
+    except ValueError:
+        return ref
 
 
 def write_md(path: Path, res: dict) -> None:

@@ -602,6 +602,14 @@ def test_validation_choice_picks_the_lowest_mean_over_every_window_and_never_a_s
     assert choose({"s": {"c": [float("nan")]}}, ["c"])[0] is None
 
 
+def test_validation_choice_shows_run_dirs_inside_the_working_folder_relative(tmp_path, monkeypatch):
+    from bench.validation_choice import _shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert _shown_path(str(tmp_path / "runs" / "a")) == "runs/a"
+    assert _shown_path("/elsewhere/run") == "/elsewhere/run" and _shown_path("jigsaw") == "jigsaw"
+
+
 def test_validation_choice_plays_validation_windows_and_pairs_with_the_baseline(tmp_path):
     """Windows come from the validation split (job ids between the training and held-out
     splits'); an agent played twice differs from itself by exactly 0 on every window."""
