@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench.results_folder import run_record, write_results
+from bench.results_folder import run_line, run_record, write_results
 
 
 def fixed_config_scheduler(level: int, pattern):
@@ -123,7 +123,7 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
 def write_md(path: Path, res: dict) -> None:
     agents = res["agents"]
     lines = ["# Headroom on the study's windows: each agent against the alone bound", "",
-             f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
+             run_line(res), "",
              f"{res['windows']} windows of {res['window_jobs']} held-out jobs of `{res['trace']}` "
              f"on {res['gpus']} GPUs, rounds of {res['round_s']:g} s. Mean JCT in hours; *bound*: the mean of each job's JCT alone on the "
              "empty cluster at its best SPB configuration (`bench/headroom.py`); *gap*: agent - bound, the most "

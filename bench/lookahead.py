@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Iterator
 
-from bench.results_folder import run_record, write_results
+from bench.results_folder import run_line, run_record, write_results
 
 KINDS = ("defer", "level", "keep", "place")
 
@@ -141,7 +141,7 @@ def improve(cluster, cfg, jobs, base: str = "jigsaw") -> dict:
 def write_md(path: Path, res: dict) -> None:
     rows = res["windows"]
     lines = ["# Rollout improvement of Jigsaw (one-round alternatives, clairvoyant rollouts)", "",
-             f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
+             run_line(res), "",
              f"Held-out windows of {res['window_jobs']} jobs of `{res['trace']}` on {res['gpus']} GPUs at load "
              f"{res['load']} (`bench/lookahead.py`). Mean JCT in hours.", "",
              "| window | jigsaw | improved | improved - jigsaw | rounds | checked | rollouts | switches (defer/level/keep/place) | wall s |",

@@ -21,6 +21,12 @@ def run_record(module: str, argv, t0: float) -> dict:
             "git_commit": git_commit(), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
 
+def run_line(res: dict) -> str:
+    """The results.md line that names how ``res`` was made: its command, commit, machine and wall
+    seconds (the fields of :func:`run_record`)."""
+    return f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s)."
+
+
 def write_results(out: str | Path, res: dict, write_md: Callable[[Path, dict], None]) -> Path:
     """``OUT/results.json`` (``res``) and ``OUT/results.md`` (``write_md``), the folder made if
     needed; returns the folder."""

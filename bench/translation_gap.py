@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench.results_folder import run_record, write_results
+from bench.results_folder import run_line, run_record, write_results
 
 #: an episode "matches" when the translation's mean JCT is within this relative distance
 MATCH_REL = 1e-3
@@ -94,7 +94,7 @@ def summarize(episodes: list[dict]) -> list[dict]:
 
 def write_md(path: Path, res: dict) -> None:
     lines = [f"# {res['expert'].capitalize()} translated into env actions, on training episodes", "",
-             f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
+             run_line(res), "",
              f"Seeds {res['seeds'][0]}-{res['seeds'][1]} of the training split of `{res['trace']}` (80 jobs, load 1.0, "
              "work-conserving masks), per cluster size and window order. Mean JCT in hours; *matched*: episodes "
              f"where the translation lands within {MATCH_REL:.1%} of {res['expert']}; *worst*: the largest "

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.results_folder import run_record, write_results
+from bench.results_folder import run_line, run_record, write_results
 
 
 def validation_windows(trace: str, gpus: int, holdout: float, val: float, window_jobs: int, windows: int,
@@ -127,7 +127,7 @@ def _shown_path(ref: str) -> str:
 def write_md(path: Path, res: dict) -> None:
     base = res["baseline"]
     L = ["# Choosing a policy on validation windows", "",
-         f"`{res['command']}` at commit `{res['git_commit']}` ({res['machine']}, {res['wall_s']:.0f} s).", "",
+         run_line(res), "",
          f"{res['windows']} windows per setting from the validation split of `{res['trace']}` (validation share "
          f"{res['val']}, held-out share {res['holdout']}), {res['gpus']} GPUs. Mean JCT in hours; the differences "
          f"are each agent minus {base}, mean [95 % t-interval over the windows] (windows won/lost).", ""]
