@@ -44,12 +44,17 @@ demo: $(STAMP)
 		--load 1.5 --seeds 5 --baseline tiresias --out $(DEMO_OUT)
 	@echo "report: $(DEMO_OUT)/report.html"
 
+# TEST_WORKERS pytest-xdist processes, each running whole test files (--dist loadfile: one Ray
+# session per module stays one); TEST_WORKERS=0 runs the suite in this process
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(ACCEL_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # the inner loop: no slow tests, no compiled build (the sources run)
 test-fast: $(STAMP)
-	JIGSAW_PURE_PYTHON=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	JIGSAW_PURE_PYTHON=1 $(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(ACCEL_STAMP)
 	$(PY) -m bench

@@ -108,7 +108,7 @@ def build(jobs: int = 2, quiet: bool = True) -> dict:
     shutil.rmtree(staging, ignore_errors=True)  # (what a failed build left: every module is built anew)
     t0 = time.perf_counter()
     hashes = {m: source_hash(m) for m in MODULES}  # what is compiled is what is hashed
-    exts = [Extension(m, [str(source_of(m))]) for m in MODULES]
+    exts = [Extension(m, [str(source_of(m))], extra_compile_args=["-g0"]) for m in MODULES]
     exts = cythonize(exts, compiler_directives=_COMPILER_DIRECTIVES, build_dir=str(staging / "c"),
                      nthreads=max(1, jobs), quiet=quiet)
     cmd = build_ext(Distribution({"ext_modules": exts, "script_name": "jigsaw_env.accel"}))

@@ -200,6 +200,7 @@ def cloned():
     return make, demos, model, venv, hist
 
 
+@pytest.mark.slow
 def test_cloning_fits_the_expert_and_sets_the_statistics(cloned):
     make, demos, model, venv, hist = cloned
     assert len(demos) == sum(e["steps"] for e in demos.episodes) and demos.dones.sum() == 6
@@ -242,6 +243,7 @@ def _fit_probs(make, demos, power: float) -> np.ndarray:
         return dist.distribution.probs[0, :2].numpy()
 
 
+@pytest.mark.slow
 def test_width_power_weighs_states_not_actions(cloned):
     """Known answers of the weighted maximum likelihood on one observation (100 steps, actions 0
     and 1, 50 each): labels of one state (the same widest job, 4 GPUs) keep their 0.5/0.5 whatever
@@ -276,6 +278,7 @@ def test_dagger_labels_the_learners_states_with_the_expert(cloned):
     assert len(both) == len(demos) + len(new) and both.dones.sum() == demos.dones.sum() + new.dones.sum()
 
 
+@pytest.mark.slow
 def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
     import torch
 

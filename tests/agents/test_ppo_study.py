@@ -75,6 +75,7 @@ def _trace_spec(tmp_path) -> tuple[str, bool]:
     return f"csv:{to_canonical_csv(jobs, tmp_path / 'syn.csv')}", False
 
 
+@pytest.mark.slow
 def test_tiny_study_end_to_end(tmp_path):
     trace, _ = _trace_spec(tmp_path)
     out = tmp_path / "study"

@@ -109,6 +109,7 @@ def test_current_pairs_equals_the_plain_map_of_every_gpu(seed):
 
 
 @pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.slow
 def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
     from agents import common
 

@@ -88,6 +88,7 @@ def graph_content(path) -> tuple:
     return ops, weights, meta, [i.name for i in m.graph.input], [o.name for o in m.graph.output]
 
 
+@pytest.mark.slow
 def test_evaluate_learned_heldout_uses_its_recorded_split(tmp_path):
     data = require_data("philly/philly.csv")
     from jigsaw_env.cli import main

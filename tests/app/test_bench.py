@@ -457,6 +457,7 @@ def test_sync_methods_fit_recovers_a_known_link():
 
 
 # ---------------------------------------------------------------------------------- headroom
+@pytest.mark.slow
 def test_headroom_bound_is_below_every_agent_and_does_not_depend_on_arrivals():
     """The alone bound is a lower bound of every agent's mean JCT on every window, and one
     window's bound is the same at every load (only arrivals change with the load)."""

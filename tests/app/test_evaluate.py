@@ -300,6 +300,7 @@ def real_trace_run(tables_dir, tmp_path_factory):
     return spec, run, ids
 
 
+@pytest.mark.slow
 def test_evaluation_jobs_a_learned_agent_trained_on_are_flagged_and_heldout_removes_them(
         tables_dir, real_trace_run, tmp_path, capsys):
     spec, run, ids = real_trace_run

@@ -123,6 +123,7 @@ def _masked_random_episode(env: JigsawClusterEnv, rng: np.random.Generator, stat
     return steps
 
 
+@pytest.mark.slow
 def test_random_masked_play_invariants_and_coverage():
     stats = {"levels": set(), "options": set(), "shared_rounds": 0, "preemptions": 0, "episodes": 0, "metrics": []}
     env = make_env()
@@ -184,6 +185,7 @@ def test_round_log_is_kept_only_when_asked_and_changes_nothing_else():
     pd.testing.assert_frame_equal(quiet.cluster_frame(), logged.cluster_frame())
 
 
+@pytest.mark.slow
 def test_masks_are_exact_in_both_directions():
     env = make_env(invalid_action="raise")
     rng = np.random.default_rng(1)

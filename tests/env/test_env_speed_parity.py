@@ -119,6 +119,7 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
     (16, 8, 40, 1.5, {"max_workers_per_gpu": 3}, 4),       # three workers per GPU
     (32, 4, 40, 1.5, {"gpus_per_node": 4, "observe_remaining": False}, 5),
 ])
+@pytest.mark.slow
 def test_fast_paths_equal_from_scratch_recomputation(gpus, window_k, max_jobs, load, extra, seed):
     env = JigsawClusterEnv(gpus=gpus, window_k=window_k, max_jobs=max_jobs, load=load, **extra)
     steps = replay(env, seed=seed, policy_seed=100 + seed)

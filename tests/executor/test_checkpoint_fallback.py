@@ -33,6 +33,7 @@ def _copy(src, dst):
     return dst
 
 
+@pytest.mark.slow
 def test_the_last_two_checkpoints_are_kept_and_load_as_plain_data(saved):
     ck, _ = saved
     meta = read_checkpoint_meta(ck)
@@ -45,6 +46,7 @@ def test_the_last_two_checkpoints_are_kept_and_load_as_plain_data(saved):
     assert len(list(ck.glob("state-*.pt"))) == 2
 
 
+@pytest.mark.slow
 def test_a_truncated_newest_checkpoint_falls_back_to_the_previous(saved, tmp_path, caplog):
     ck = _copy(saved[0], tmp_path / "ck")
     newest = ck / read_checkpoint_meta(ck)["state_file"]
@@ -60,6 +62,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous(saved, tmp_pat
     assert [r.loss for r in res.reports[0]] == [r.loss for r in straight.reports[0][2:]]
 
 
+@pytest.mark.slow
 def test_the_only_checkpoint_unreadable_starts_again_at_iteration_0(tmp_path):
     ck = tmp_path / "ck"
     run_job_local("tiny_mlp", 1, 2, DECISIONS, checkpoint_dir=ck, resume=True, **KW)

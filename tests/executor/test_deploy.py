@@ -60,6 +60,7 @@ def _rounds(out):
             if json.loads(line).get("kind") == "round"]
 
 
+@pytest.mark.slow
 def test_demo_completes_every_job_with_preemption_and_level_change(demo):
     out, summary, _, wall = demo
     assert wall < 120
@@ -208,6 +209,7 @@ def test_job_larger_than_the_slots_is_refused_before_it_starts(tmp_path):
 
 
 @pytest.mark.timeout(300)  # a hang guard, not a speed target
+@pytest.mark.slow
 def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
     """A worker that fails at iteration 30 in every incarnation (``repeat``): the job is restarted
     from its checkpoint once (max_restarts=1), fails again, and the run fails with the count and the
@@ -229,6 +231,7 @@ def test_failing_worker_fails_the_job_with_its_error(ray_pieces, tmp_path):
     assert not pool.owned_by(0)
 
 
+@pytest.mark.slow
 def test_count_loopback_reports_the_kernels_bytes_beside_the_formulas(ray_pieces, demo, tmp_path):
     """With count_loopback a two-slot job's summary holds the loopback interface's count over its
     gradient syncs (docs/executor.md 4.1) beside the formula's bytes_sent, and the deploy summary
@@ -258,6 +261,7 @@ def test_count_loopback_reports_the_kernels_bytes_beside_the_formulas(ray_pieces
 
 
 # ---------------------------------------------------------------------------------- a trained policy, --address
+@pytest.mark.slow
 def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_path):
     """A MaskablePPO run on a 16-GPU simulated cluster (K = 4, 256 steps), exported to ONNX, drives
     the 2-slot live cluster through the same encoder; every logged observation and mask gives the
@@ -285,6 +289,7 @@ def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_
     assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]
 
 
+@pytest.mark.slow
 def test_address_connects_to_a_running_ray_cluster(tmp_path):
     """`ray start --head` (loopback, its own ports and temp folder, 2 CPUs, slot_0 and slot_1) in a
     subprocess; `jigsaw deploy --address` runs jobs on it (in a subprocess: its own Ray driver,
@@ -355,6 +360,7 @@ def test_address_connects_to_a_running_ray_cluster(tmp_path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_shipped_learned_policy_deploys_by_name(ray_pieces, tmp_path):
     """`jigsaw deploy --policy learned`: the ONNX graph shipped in the package (agents.shipped)
     drives the live cluster; every logged observation and mask gives the same action again."""

@@ -54,6 +54,7 @@ def quick(tmp_path_factory):
     return {"rc": rc, "wall": wall, "doc": doc, "root": root, "tables": tables, "before": before}
 
 
+@pytest.mark.slow
 def test_quick_run_output_structure(quick):
     assert quick["rc"] == 0
     doc = quick["doc"]

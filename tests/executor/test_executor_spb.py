@@ -261,6 +261,7 @@ def sync_methods_4():
                     for k, (grads, total) in out.items()} for r, out in res.items()}
 
 
+@pytest.mark.slow
 def test_sync_methods_bit_identical(sync_methods_4):
     """Ring over all ranks with -0.0 from non-contributors and reduce+broadcast over the
     contributors give bit-identical averaged gradients whenever the sum does not depend on the
@@ -304,6 +305,7 @@ def test_sync_methods_bit_identical(sync_methods_4):
                     assert g is None or (torch.signbit(g[::7]) & (g[::7] == 0)).all()
 
 
+@pytest.mark.slow
 def test_two_rank_jobs_bit_identical_across_sync_methods():
     # W = 2: every group has at most two contributors, so forced ring, forced reduce+broadcast and
     # the simulator's choice train to the same bits (parameters and optimizer state), iteration
@@ -411,6 +413,7 @@ def _check_job(res, model_name, decisions, world, average_over):
         assert torch.allclose(v.float(), ref.float(), rtol=1e-4, atol=1e-6), k
 
 
+@pytest.mark.slow
 def test_bn_job_matches_reference_and_simulator(bn_job):
     _check_job(bn_job, "tiny_bn_cnn", BN_DECISIONS, 3, "contributors")
     # BatchNorm statistics moved and stayed identical (they are in the state hash); buffer bytes apart
@@ -419,6 +422,7 @@ def test_bn_job_matches_reference_and_simulator(bn_job):
     assert all(r.bytes_by_collective for r in reps)
 
 
+@pytest.mark.slow
 def test_transformer_job_average_over_all(tf_job):
     _check_job(tf_job, "tiny_transformer", TF_DECISIONS, 4, "all")
     # static level 2 (t = 0): the light ranks keep fewer activations than the full-depth ones
@@ -437,6 +441,7 @@ def test_reports_are_complete(bn_job):
             assert x.peak_activation_bytes > 0
 
 
+@pytest.mark.slow
 def test_groups_without_contributors_keep_weights_and_optimizer_state(pause_resume):
     _, a, b, _ = pause_resume
     # a: after iterations 0-1 (full backprop); b: after iteration 2, where starts are (2, 3)
@@ -464,6 +469,7 @@ def test_pause_and_resume_is_identical(pause_resume):
     assert resumed == [x.loss for x in full.reports[0]]
 
 
+@pytest.mark.slow
 def test_buffer_broadcast_mode_and_single_worker_job():
     res = run_job_local("tiny_bn_cnn", 2, 2, Decision(2, "static"), batch_size=BS, device=DEVICE, seed=SEED,
                         buffer_sync="broadcast", timeout_s=30, job_timeout_s=60, evaluate=True)
@@ -479,6 +485,7 @@ def test_buffer_broadcast_mode_and_single_worker_job():
 # failures surface as job failures, never as hangs
 # --------------------------------------------------------------------------------------------
 @pytest.mark.timeout(60)  # a hang fails the test (the job's own bound is 60 s)
+@pytest.mark.slow
 def test_worker_exception_fails_the_job_with_rank_and_error():
     with pytest.raises(JobFailed, match=r"worker rank 1 failed: RuntimeError: injected failure on rank 1") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(2, "rotating"), batch_size=BS, device=DEVICE, fail_at=(1, 1),
@@ -487,6 +494,7 @@ def test_worker_exception_fails_the_job_with_rank_and_error():
 
 
 @pytest.mark.timeout(45)  # the 2 s store timeout fails the job, not the 60 s job bound
+@pytest.mark.slow
 def test_stalled_worker_times_out_instead_of_hanging():
     with pytest.raises(JobFailed, match=r"worker rank 0 failed") as ei:
         run_job_local("tiny_mlp", 2, 4, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 1), fail_mode="hang",
@@ -494,6 +502,7 @@ def test_stalled_worker_times_out_instead_of_hanging():
     assert ei.value.rank == 0 and "ranks [1] were still running" in str(ei.value)
 
 
+@pytest.mark.slow
 def test_crashed_worker_fails_the_job():
     with pytest.raises(JobFailed, match=r"rank 1 died \(exit code 3\)"):
         run_job_local("tiny_mlp", 2, 3, Decision(0), batch_size=BS, device=DEVICE, fail_at=(1, 0), fail_mode="exit",
@@ -538,6 +547,7 @@ def _sub_job_worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_job_inside_a_larger_world(tmp_path):
     from datetime import timedelta
 

@@ -88,6 +88,7 @@ def test_a_gloo_allreduce_raises_the_loopback_count_by_at_least_the_ring_bytes()
 
 @pytest.mark.skipif(not HAS_LO, reason="no loopback counters (/proc/net/dev) on this system")
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_an_spb_jobs_loopback_count_holds_its_formula_bytes():
     """A two-worker SPB job over gloo: the kernel's loopback count over the job is at least the
     formula's bytes (every iteration's gradient bytes and the initial state broadcast), and with

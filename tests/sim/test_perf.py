@@ -120,6 +120,7 @@ def test_long_lived_caches_leave_the_garbage_collector_little_to_walk():
     assert len(state_mod._JD_MEMO) == memo_before
 
 
+@pytest.mark.slow
 def test_cached_encoder_equals_a_fresh_encoder_at_every_step():
     # the per-round cache of the encoder gives the same vector as an encoder with no cache, over
     # whole episodes with random masked actions (and across resets that reuse job ids); the fresh
@@ -292,6 +293,7 @@ def test_step_tables_equal_the_numpy_formulas_bit_for_bit(barrier_s):
 
 
 @pytest.mark.parametrize("trace,gpus", [(None, 16), ("synthetic:jobs=200,load=4.0,seed=2", 32)])
+@pytest.mark.slow
 def test_jigsaw_memos_change_no_decision(synth, trace, gpus):
     # Jigsaw's memos (its spread-test, pairing-bound and rule-2 memos, the shared per-cost-model
     # caches of agents.common: default pairings, pairing plans and their preparation, best_solo,
@@ -325,6 +327,7 @@ def test_jigsaw_memos_change_no_decision(synth, trace, gpus):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
+@pytest.mark.slow
 def test_cached_masks_equal_fresh_masks_at_every_step():
     # the round builder's mask cache (per-job constants and their rows) against a builder with empty caches
     from jigsaw_env.env import JigsawClusterEnv
@@ -476,6 +479,7 @@ def test_kept_sharing_groups_give_the_pairs_of_a_scan_at_every_call(agent):
     assert seen["calls"] > 500 and seen["pairs"] > 300 and seen["several"] > 100, seen
 
 
+@pytest.mark.slow
 def test_running_index_in_env_episodes_and_hand_built_states():
     # the env steps the simulator with its builder's ledger (adopted as the allocation in force):
     # the index follows; a state built by hand (no simulator) reads statuses as before

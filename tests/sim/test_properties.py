@@ -468,6 +468,7 @@ def env_snapshot(env: JigsawClusterEnv) -> tuple:
 
 @settings(max_examples=30, **SETTINGS)
 @given(data=st.data())
+@pytest.mark.slow
 def test_env_invariants_under_masked_and_unmasked_actions(data):
     gpn = data.draw(st.sampled_from([1, 2, 4]))
     gpus = gpn * data.draw(st.integers(1, 3))

@@ -264,6 +264,7 @@ def test_incremental_step_on_a_larger_cluster_with_many_components():
 
 @pytest.mark.parametrize("agent,round_s", [("jigsaw", 300.0), ("tiresias", 300.0), ("gandiva+spb", 300.0),
                                             ("fifo", 300.0), ("jigsaw", None)])
+@pytest.mark.slow
 def test_run_with_quiet_rounds_equals_the_reference(agent, round_s):
     # run(): quiet rounds keep the allocation with step(None) and defer the write-back of the
     # job counters to the next policy call; the reference writes back every round
