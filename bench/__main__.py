@@ -40,8 +40,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
 
+def _data_dir() -> Path:
+    """The reference data folder: ``$JIGSAW_DATA``, default ``<project root>/../shared/data``."""
+    return Path(os.environ.get("JIGSAW_DATA", ROOT.parent / "shared" / "data"))
+
+
+def _shown_command(cmd: list[str]) -> str:
+    """``cmd`` as results.md shows it: ``python`` for this interpreter and ``$JIGSAW_DATA`` for the
+    data folder's path, so the command reads the same on every machine."""
+    return _cmd_str(cmd).replace(str(_data_dir()), "$JIGSAW_DATA")
+
+
 def _philly() -> Path | None:
-    p = Path(os.environ.get("JIGSAW_DATA", ROOT.parent / "shared" / "data")) / "philly" / "philly.csv"
+    p = _data_dir() / "philly" / "philly.csv"
     return p if p.is_file() else None
 
 
@@ -161,11 +172,12 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
         cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent]
         runs = [_run_json(cmd) for _ in range(repeats)]
         best = runs[0]
-        rows.append({**best, "repeats": repeats, "wall_s": statistics.median(r["wall_s"] for r in runs),
+        rows.append({**best, "trace": trace.replace(str(_data_dir()), "$JIGSAW_DATA"), "repeats": repeats,
+                     "wall_s": statistics.median(r["wall_s"] for r in runs),
                      "run_s": statistics.median(r["run_s"] for r in runs),
                      "gc_s": statistics.median(r["gc_s"] for r in runs),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-                     "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
+                     "command": _shown_command(cmd)})
     return rows
 
 
@@ -199,7 +211,7 @@ def _scaling_series(trace_of, sizes, gpus: int, load, agent: str, repeats: int) 
                      "active_job_rounds": ajr, "mean_active": ajr / max(runs[0]["rounds"], 1),
                      "us_per_active_job_round": 1e6 * run_s / max(ajr, 1),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-                     "command": _cmd_str(cmd).replace(str(ROOT.parent), "..")})
+                     "command": _shown_command(cmd)})
     jobs, secs = [r["jobs"] for r in rows], [r["run_s"] for r in rows]
     b, a = _fit_exponent(jobs, secs)
     per_round = [t / max(r["rounds"], 1) for t, r in zip(secs, rows)]

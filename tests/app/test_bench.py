@@ -642,3 +642,12 @@ def test_validation_choice_refuses_bad_arguments(capsys):
             main([*argv, "--out", "unused", "--trace", "synthetic:jobs=600,seed=3", "--gpus", "16"])
         assert e.value.code == 2
         assert msg in capsys.readouterr().err
+
+
+def test_results_commands_name_the_data_folder_by_its_variable(monkeypatch, tmp_path):
+    from bench import __main__ as bench_main
+
+    monkeypatch.setenv("JIGSAW_DATA", str(tmp_path))
+    cmd = [sys.executable, "-m", "bench.replay", "--trace", f"philly:{tmp_path}/philly/philly.csv", "--gpus", "512"]
+    assert bench_main._shown_command(cmd) == \
+        "python -m bench.replay --trace philly:$JIGSAW_DATA/philly/philly.csv --gpus 512"
