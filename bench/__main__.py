@@ -40,19 +40,24 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
 
-def _data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA``, default ``<project root>/../shared/data``."""
-    return Path(os.environ.get("JIGSAW_DATA", ROOT.parent / "shared" / "data"))
+def _shown(text: str) -> str:
+    """``text`` with the data folder's path (``traces.data_dir``) written ``$JIGSAW_DATA``, so a
+    command or trace reads the same on every machine."""
+    from traces import data_dir
+
+    return text.replace(str(data_dir()), "$JIGSAW_DATA")
 
 
 def _shown_command(cmd: list[str]) -> str:
-    """``cmd`` as results.md shows it: ``python`` for this interpreter and ``$JIGSAW_DATA`` for the
-    data folder's path, so the command reads the same on every machine."""
-    return _cmd_str(cmd).replace(str(_data_dir()), "$JIGSAW_DATA")
+    """``cmd`` as results.md shows it: ``python`` for this interpreter, ``$JIGSAW_DATA`` for the
+    data folder (:func:`_shown`)."""
+    return _shown(_cmd_str(cmd))
 
 
 def _philly() -> Path | None:
-    p = _data_dir() / "philly" / "philly.csv"
+    from traces import data_dir
+
+    p = data_dir() / "philly" / "philly.csv"
     return p if p.is_file() else None
 
 
@@ -172,7 +177,7 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
         cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent]
         runs = [_run_json(cmd) for _ in range(repeats)]
         best = runs[0]
-        rows.append({**best, "trace": trace.replace(str(_data_dir()), "$JIGSAW_DATA"), "repeats": repeats,
+        rows.append({**best, "trace": _shown(trace), "repeats": repeats,
                      "wall_s": statistics.median(r["wall_s"] for r in runs),
                      "run_s": statistics.median(r["run_s"] for r in runs),
                      "gc_s": statistics.median(r["gc_s"] for r in runs),
