@@ -68,8 +68,9 @@ DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --gamma 0.9995 --n-
 
 
 def _default_trace() -> str:
-    base = Path(os.environ.get("JIGSAW_DATA", ROOT.parent / "shared" / "data"))
-    return f"philly:{base / 'philly' / 'philly.csv'}"
+    from traces import data_dir
+
+    return f"philly:{data_dir() / 'philly' / 'philly.csv'}"
 
 
 # ----------------------------------------------------------------------------------------- statistics

@@ -4,19 +4,14 @@ Gandiva's measured pairs. No torch here: the light core install reads them too."
 from __future__ import annotations
 
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from traces.api import data_dir
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 GAVEL_FILE = "gavel/simulation_throughputs.json"
-
-
-def data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA`` or ``<project root>/../shared/data``."""
-    env = os.environ.get("JIGSAW_DATA")
-    return Path(env) if env else (PROJECT_ROOT.parent / "shared" / "data")
 
 
 @lru_cache(maxsize=4)

@@ -44,7 +44,7 @@ DEFAULT_SYNTHETIC_GPUS = 64
 
 def data_dir() -> Path:
     """The reference data folder: ``$JIGSAW_DATA``, else ``<project root>/../shared/data`` (an
-    empty or blank ``JIGSAW_DATA`` counts as unset, as ``jigsaw_env.table_builder.data_dir`` does)."""
+    empty or blank ``JIGSAW_DATA`` counts as unset). The one place the project resolves it."""
     env = os.environ.get("JIGSAW_DATA", "").strip()
     return Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"
 

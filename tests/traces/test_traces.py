@@ -445,6 +445,17 @@ def test_data_dir_default(monkeypatch):
     assert traces.data_dir() == Path("/x/y")
 
 
+def test_gavel_file_is_read_from_the_same_data_folder(monkeypatch):
+    from jigsaw_env import gavel_data
+
+    default = Path(traces.__file__).resolve().parent.parent.parent / "shared" / "data"
+    monkeypatch.setenv("JIGSAW_DATA", "  ")  # blank counts as unset, for traces and Gavel's file alike
+    assert traces.data_dir() == gavel_data.data_dir() == default
+    monkeypatch.setenv("JIGSAW_DATA", "/x/y")
+    with pytest.raises(FileNotFoundError, match="/x/y/gavel/simulation_throughputs.json"):
+        gavel_data.gavel_throughputs()
+
+
 def test_trace_format_error_is_a_value_error():
     e = TraceFormatError("f.csv", 7, "duration", "non-numeric duration", "abc")
     assert isinstance(e, ValueError) and str(e).startswith("f.csv: line 7: field 'duration': non-numeric duration")
