@@ -577,10 +577,10 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     the loads add up. The syncs share a link (eq. L1: summed) when the guest on the host's GPUs
     spans nodes exactly when the host does (every order of a candidate has the same signature)."""
     wa = len(host_gpus)
-    ok = _memory_ok(ph, pg, sub, capacity)
+    inv = _guest_on_gpu(sub, wa)
+    ok = _memory_ok(ph, pg, inv, capacity)
     if not ok.any():
         return ok, None, 0, None, None, None, False
-    inv = _guest_on_gpu(sub, wa)
     H = _lcm(ph.period, pg.period)
     la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
     zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
@@ -595,15 +595,12 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     return ok, inv, H, la0, zg, together, linked
 
 
-def _memory_ok(ph, pg, sub: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Per order of ``sub`` (orders x guest workers, host worker indices), whether every host GPU
-    holds its processes' peaks (bytes: the host's worker and the guest's on it) in ``capacity``."""
-    n, wa = len(sub), len(capacity)
-    sa = np.arange(n)
-    mem = np.broadcast_to(ph.peak_bytes, (n, wa)).copy()
-    for w in range(sub.shape[1]):
-        mem[sa, sub[:, w]] += pg.peak_bytes[w]
-    return np.all(mem <= capacity[None, :], axis=1)
+def _memory_ok(ph, pg, inv: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per order of :func:`_guest_on_gpu`'s ``inv`` (the guest worker on each host GPU, or the
+    guest's width for none), whether every host GPU holds its processes' peaks (bytes: the host's
+    worker and the guest's on it, if any) in ``capacity``."""
+    guest_peaks = np.append(pg.peak_bytes, 0.0)  # the last entry: no guest worker
+    return np.all(ph.peak_bytes[None, :] + guest_peaks[inv] <= capacity[None, :], axis=1)
 
 
 def _guest_on_gpu(sub: np.ndarray, wa: int) -> np.ndarray:
@@ -630,6 +627,16 @@ def _alone_shares(compute: np.ndarray, sync: np.ndarray) -> tuple:
     return duty, weights, (float(sync.sum()) / cycle if cycle > 0 else 0.0)
 
 
+def _alone_shares_of(costs: CostModel, prof) -> tuple:
+    """:func:`_alone_shares` of a profile, cached like :func:`profile_summary`."""
+    cache = _cache(costs, "alone_shares")
+    key = id(prof)
+    v = cache.get(key)
+    if v is None:
+        v = cache[key] = _alone_shares(prof.compute_s, prof.comm_s)
+    return v
+
+
 def _free_rates(state: ClusterState, host_gpus, ph, pg) -> tuple:
     """``(x_host, x_guest)``, each (host GPUs, host period, guest workers, guest period): the
     normalized rates of the host's worker on each host GPU in each phase and of each guest worker
@@ -637,18 +644,51 @@ def _free_rates(state: ClusterState, host_gpus, ph, pg) -> tuple:
     as the simulator's ``SharingModel.rates``)."""
     a_h = ph.compute_s.T[:, :, None, None]
     a_g = pg.compute_s.T[None, None, :, :]
-    shape = (a_h.shape[0], a_h.shape[1], a_g.shape[2], a_g.shape[3])
     sharing = state.sharing
     if not sharing.fitted:
-        half = np.full(shape, 0.5)
+        half = np.full((a_h.shape[0], a_h.shape[1], a_g.shape[2], a_g.shape[3]), 0.5)
         return half, half
     peaks = sharing.peaks_of(host_gpus)[:, None, None, None]
     with np.errstate(invalid="ignore"):
         xh, xg = pair_rates(np.where(a_h > 0, a_h, 1.0), np.where(a_g > 0, a_g, 1.0), ph.batch_size, pg.batch_size,
                             peaks, sharing.model)
-    # a time-sliced device (NaN peak) shares its time evenly
-    return (np.broadcast_to(np.where(np.isfinite(xh), xh, 0.5), shape),
-            np.broadcast_to(np.where(np.isfinite(xg), xg, 0.5), shape))
+    # (the host's times, the guest's and the peaks broadcast to the full shape); a time-sliced
+    # device (NaN peak) shares its time evenly
+    return np.where(np.isfinite(xh), xh, 0.5), np.where(np.isfinite(xg), xg, 0.5)
+
+
+@dataclass(frozen=True)
+class _FreeSlowdowns:
+    """What the free-pace score of a pair of profiles needs beyond the guest's order
+    (:func:`_free_slowdowns_of`). ``host[g, p, w]``: the factor by which the host's worker on host
+    GPU ``g`` in phase ``p`` slows beside guest worker ``w`` (eq. F1 with one co-runner; a last
+    column of ones for no guest worker); ``guest[g, w, q]``: guest worker ``w``'s in phase ``q``
+    on host GPU ``g``; ``host_sync_share``, ``guest_sync_share``: each job's sync share ``u``
+    alone (eq. F2)."""
+
+    host: np.ndarray
+    guest: np.ndarray
+    host_sync_share: float
+    guest_sync_share: float
+
+
+def _free_slowdowns_of(state: ClusterState, host_gpus, ph, pg) -> _FreeSlowdowns:
+    """:class:`_FreeSlowdowns` of a host profile on ``host_gpus`` and a guest profile, cached per
+    pair of profiles, sharing mode and model as :func:`_least_inverse_rates` is (a host profile
+    fixes its GPUs' types, hence their peaks)."""
+    cache = _cache(state.costs, _sharing_tag(state, "free_slowdowns"))
+    key = (id(ph), id(pg), state.sharing.model)
+    v = cache.get(key)
+    if v is None:
+        duty_h, pi_h, u_h = _alone_shares_of(state.costs, ph)
+        duty_g, pi_g, u_g = _alone_shares_of(state.costs, pg)
+        xh, xg = _free_rates(state, host_gpus, ph, pg)
+        f_h = (pi_g[None, None, :, :] / xh).sum(axis=3)
+        f_h = np.concatenate([(1.0 - duty_g) + duty_g * f_h, np.ones((len(host_gpus), f_h.shape[1], 1))], axis=2)
+        f_g = (pi_h[:, :, None, None] / xg).sum(axis=1)
+        f_g = (1.0 - duty_h)[:, None, None] + duty_h[:, None, None] * f_g
+        v = cache[key] = _FreeSlowdowns(f_h, f_g, u_h, u_g)
+    return v
 
 
 def _free_candidate_values(state: ClusterState, host_gpus, sub: np.ndarray, capacity: np.ndarray, ph, pg,
@@ -663,33 +703,28 @@ def _free_candidate_values(state: ClusterState, host_gpus, sub: np.ndarray, capa
     times (:func:`_alone_shares`), and ``x`` the pair's rates (:func:`_free_rates`), the host's
     compute on a GPU with guest worker ``w`` in phase ``p`` is ``a_h(p) * ((1 - d_w) + d_w * sum_q
     pi_w(q) / x_h(p, q))`` (eq. F1 with one co-runner), unchanged on a GPU without one; the
-    guest's likewise. A sync over a link the other's sync crosses takes ``s(p) * (1 + u_other)``
-    (eq. F2). Each job's iteration time is the mean over its phases of its slowest worker's
-    compute plus its sync (eq. F3), and the value is ``work_h / T_h + work_g / T_g``."""
+    guest's likewise (those factors: :func:`_free_slowdowns_of`, per pair of profiles). A sync
+    over a link the other's sync crosses takes ``s(p) * (1 + u_other)`` (eq. F2). Each job's
+    iteration time is the mean over its phases of its slowest worker's compute plus its sync (eq.
+    F3), and the value is ``work_h / T_h + work_g / T_g``."""
     wa, wb = len(host_gpus), sub.shape[1]
-    ok = _memory_ok(ph, pg, sub, capacity)
+    inv = _guest_on_gpu(sub, wa)
+    ok = _memory_ok(ph, pg, inv, capacity)
     if not ok.any():
         return None, None, None
-    inv = _guest_on_gpu(sub, wa)
-    duty_h, pi_h, u_h = _alone_shares(ph.compute_s, ph.comm_s)
-    duty_g, pi_g, u_g = _alone_shares(pg.compute_s, pg.comm_s)
-    xh, xg = _free_rates(state, host_gpus, ph, pg)
-    # host: F_h[g, p, w] the slowdown of its worker on GPU g in phase p beside guest worker w
-    # (a last column of ones: no guest worker), gathered per order into (orders, wa, Ph)
-    f_h = (pi_g[None, None, :, :] / xh).sum(axis=3)
-    f_h = np.concatenate([(1.0 - duty_g) + duty_g * f_h, np.ones((wa, f_h.shape[1], 1))], axis=2)
-    slow_h = f_h[_arange(wa)[None, :, None], _arange(ph.period)[None, None, :], inv[:, :, None]]
+    slow = _free_slowdowns_of(state, host_gpus, ph, pg)
+    # the host's slowdowns gathered per order into (orders, wa, Ph), the guest's into (orders, wb, Pg)
+    slow_h = slow.host[_arange(wa)[None, :, None], _arange(ph.period)[None, None, :], inv[:, :, None]]
     comp_h = ph.compute_s.T[None, :, :] * slow_h
-    # guest: F_g[g, w, q] the slowdown of its worker w in phase q on host GPU g
-    f_g = (pi_h[:, :, None, None] / xg).sum(axis=1)
-    f_g = (1.0 - duty_h)[:, None, None] + duty_h[:, None, None] * f_g
-    comp_g = pg.compute_s.T[None, :, :] * f_g[sub[:, :, None], _arange(wb)[None, :, None],
-                                               _arange(pg.period)[None, None, :]]
+    comp_g = pg.compute_s.T[None, :, :] * slow.guest[sub[:, :, None], _arange(wb)[None, :, None],
+                                                     _arange(pg.period)[None, None, :]]
     linked = syncs_share_a_link(state, host_gpus, [host_gpus[c] for c in sub[0]])
-    sync_h = ph.comm_s * (1.0 + u_g) if linked else ph.comm_s
-    sync_g = pg.comm_s * (1.0 + u_h) if linked else pg.comm_s
-    t_h = (comp_h.max(axis=1) + sync_h[None, :]).mean(axis=1)
-    t_g = (comp_g.max(axis=1) + sync_g[None, :]).mean(axis=1)
+    sync_h = ph.comm_s * (1.0 + slow.guest_sync_share) if linked else ph.comm_s
+    sync_g = pg.comm_s * (1.0 + slow.host_sync_share) if linked else pg.comm_s
+    # means over the phases, as sums over the period (what ndarray.mean computes, without its
+    # Python-level wrapper)
+    t_h = (comp_h.max(axis=1) + sync_h[None, :]).sum(axis=1) / ph.period
+    t_g = (comp_g.max(axis=1) + sync_g[None, :]).sum(axis=1) / pg.period
     values = np.where(ok, work_h / t_h + work_g / t_g, -np.inf)
     return values, np.where(ok, t_h, np.inf), np.where(ok, t_g, np.inf)
 
