@@ -265,6 +265,10 @@ class SharingModel:
         device, where :func:`shared_gpu_time` gives the sum)."""
         return np.array([GPU_PEAK_TFLOPS.get(self.gpu_types[g], np.nan) for g in gpus])
 
+    def distinct_peaks(self, gpus: Sequence[int]) -> set:
+        """The distinct values of :meth:`peaks_of` (Python floats; NaN for a time-sliced device)."""
+        return {GPU_PEAK_TFLOPS.get(self.gpu_types[g], math.nan) for g in gpus}
+
     def links_of(self, gpus: Sequence[int]) -> frozenset:
         """The links a job on ``gpus`` syncs over (eq. L1): each of its nodes' network interface
         when it spans nodes, else its node's intra-node fabric."""

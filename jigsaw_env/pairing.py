@@ -399,30 +399,43 @@ def _least_inverse_rates(state: ClusterState, host_gpus, ph, pg) -> tuple[float,
     key = (id(ph), id(pg), sharing.model)
     v = cache.get(key)
     if v is None:
-        v = cache[key] = _least_inverse_rates_of(sharing, host_gpus, ph, pg)
+        v = cache[key] = _least_inverse_rates_of(state, host_gpus, ph, pg)
     return v
 
 
-def _least_inverse_rates_of(sharing, host_gpus, ph, pg) -> tuple[float, float]:
+def _least_inverse_rates_of(state: ClusterState, host_gpus, ph, pg) -> tuple[float, float]:
     """:func:`_least_inverse_rates` under the fitted sharing, computed."""
-    ch, cg = ph.compute_s, pg.compute_s
-    if not (ch > 0).any() or not (cg > 0).any():
+    sharing = state.sharing
+    rh, rg = _log_compute_range(state.costs, ph), _log_compute_range(state.costs, pg)
+    if rh is None or rg is None:
         return 1.0, 1.0
-    th = (math.log(float(ch[ch > 0].min())), math.log(float(ch.max())))
-    tg = (math.log(float(cg[cg > 0].min())), math.log(float(cg.max())))
     bh, bg = math.log(ph.batch_size), math.log(pg.batch_size)
     model = sharing.model
     inv_h = inv_g = math.inf
-    for peak in set(sharing.peaks_of(host_gpus).tolist()):
+    for peak in sharing.distinct_peaks(host_gpus):
         if not math.isfinite(peak):  # a time-sliced device
             inv_h, inv_g = min(inv_h, 2.0), min(inv_g, 2.0)
             continue
         lp = math.log(peak)
-        for a in th:
-            for b in tg:
+        for a in rh:
+            for b in rg:
                 inv_h = min(inv_h, 1.0 + math.exp(model.combine(pair_terms(a, b, bh, bg, lp))))
                 inv_g = min(inv_g, 1.0 + math.exp(model.combine(pair_terms(b, a, bg, bh, lp))))
     return inv_h, inv_g
+
+
+def _log_compute_range(costs: CostModel, prof) -> tuple[float, float] | None:
+    """The logs of a profile's least positive compute time and of its largest (s), or None when
+    it never computes; cached like :func:`profile_summary`."""
+    cache = _cache(costs, "log_compute_range")
+    key = id(prof)
+    v = cache.get(key, False)
+    if v is False:
+        c = prof.compute_s
+        positive = c > 0
+        v = cache[key] = ((math.log(float(c[positive].min())), math.log(float(c.max())))
+                          if positive.any() else None)
+    return v
 
 
 def pair_step_lower_bound(state: ClusterState, host_load: float, host_slowest: float, host_sync: float,
@@ -607,10 +620,8 @@ def _guest_on_gpu(sub: np.ndarray, wa: int) -> np.ndarray:
     """``inv[o, g]``: the guest worker on host GPU ``g`` in order ``o`` of ``sub``, or the
     guest's width (no worker)."""
     n, wb = sub.shape
-    sa = np.arange(n)
     inv = np.full((n, wa), wb, dtype=np.int64)
-    for w in range(wb):
-        inv[sa, sub[:, w]] = w
+    inv[_arange(n)[:, None], sub] = _arange(wb)[None, :]
     return inv
 
 
