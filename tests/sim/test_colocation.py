@@ -364,6 +364,34 @@ def test_free_pace_one_step_estimate_by_hand():
     assert values[0] == -np.inf and t_h[0] == np.inf and np.isfinite(values[1])
 
 
+def test_free_pace_estimate_of_one_cost_model_is_kept_per_sharing_mode():
+    from types import SimpleNamespace
+
+    from jigsaw_env.pairing import _free_candidate_values
+
+    # the profiles of test_free_pace_one_step_estimate_by_hand, on one CostModel serving a fitted
+    # and a time-sliced simulator: the tables kept for the pair under one mode are not read
+    # under the other
+    host = JobProfile(level=0, pattern=Pattern.ROTATING, slots=(0,), period=2,
+                      compute_s=np.array([[1.0, 0.5], [0.5, 0.5]]), comm_s=np.array([1.0, 1.0]), bytes=np.zeros(2),
+                      peak_bytes=np.zeros(2), eta=1.0, batch_size=32)
+    guest = one_gpu_profile([2.0])
+    sub, cap = np.array([[0], [1]]), np.full(2, 1e12)
+    costs = _Costs()
+    fitted = SimpleNamespace(sharing=SharingModel("fitted", ("v100",) * 8, gpus_per_node=4), costs=costs)
+    sliced = SimpleNamespace(sharing=SharingModel("timeslice", ("v100",) * 8, gpus_per_node=4), costs=costs)
+    first = _free_candidate_values(fitted, (0, 1), sub, cap, host, guest, 1.0, 1.0)
+    _, t_h, t_g = _free_candidate_values(sliced, (0, 1), sub, cap, host, guest, 1.0, 1.0)
+    assert t_h.tolist() == pytest.approx([2.5, 2.0], rel=1e-12)  # the hand-computed time-sliced times
+    assert t_g.tolist() == pytest.approx([20 / 7, 18 / 7], rel=1e-12)
+    assert first[1].tolist() != pytest.approx([2.5, 2.0], rel=1e-6)  # (the fitted rates differ from 1/2)
+    again = _free_candidate_values(fitted, (0, 1), sub, cap, host, guest, 1.0, 1.0)
+    cold = SimpleNamespace(sharing=fitted.sharing, costs=_Costs())  # nothing kept yet
+    fresh = _free_candidate_values(cold, (0, 1), sub, cap, host, guest, 1.0, 1.0)
+    for kept, computed in ((first, again), (first, fresh)):
+        assert [a.tolist() for a in kept] == [a.tolist() for a in computed]
+
+
 def test_free_pace_one_step_estimate_slows_linked_syncs():
     from jigsaw_env.pairing import _free_candidate_values
 
