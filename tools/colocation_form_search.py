@@ -32,7 +32,11 @@ cost table):
   in forward, read in backward) + 2 x (weights + gradients + optimizer state) (read and written);
 * ``mem``: the process's peak memory (the cost table's full-depth peak);
 * ``e`` and ``rho``: how the alone time grows with the batch size on the same GPU
-  (:func:`batch_scaling`).
+  (:func:`batch_scaling`);
+* ``is:<job type>``: 1 for a worker of that Gavel job type, else 0. Forms with these terms give
+  each job type its own fitted sensitivity (as the slowed worker) or pressure (as the co-runner)
+  on top of the features, the same on every GPU type. A job type left out of the fit (the LOMO
+  folds, or a zoo model Gavel did not measure) gets 0, so it is predicted from its features.
 
 GPU features (datasheets): peak FP32 TFLOP/s (K80 4.37 per GK210 GPU, P100 PCIe 9.3, V100 SXM2
 15.7), memory bandwidth (K80 240 GB/s per GK210 GPU = 480 per board / 2, P100 PCIe 732, V100 SXM2
@@ -90,6 +94,7 @@ class JobFeatures:
     mem_bytes: float
     elasticity: float = 1.0  # d log t / d log B between this batch size and the next (batch_scaling)
     busy_fit: float = 1.0    # (t - c) / t, c the intercept of t = c + w B over the job's batch sizes
+    job: str = ""            # the Gavel job type
 
 
 def job_features(pairs) -> dict:
@@ -106,7 +111,7 @@ def job_features(pairs) -> dict:
             state = tab.meta["weights_bytes"] + tab.meta["gradient_bytes"] + tab.meta["optimizer_state_bytes"]
             act = tab.activation_peak_bytes(0)
             out[key] = JobFeatures(1.0 / alone, bs, per_sample[job] * bs, 2.0 * act + 2.0 * state,
-                                   float(tab.process_peak_bytes(0)))
+                                   float(tab.process_peak_bytes(0)), job=job)
     return batch_scaling(out)
 
 
@@ -154,7 +159,8 @@ def feature_columns(gpu: str, f: JobFeatures) -> dict:
             "lm": math.log(f.mem_bytes / cap), "lroof": math.log(max(u, v)), "lsum": math.log(u + v),
             "u": u, "v": v, "ltp": math.log(f.t * PEAK_TFLOPS[gpu]), "ltbw": math.log(f.t * BANDWIDTH_GBS[gpu]),
             "lbusy": math.log(f.flops / peak + f.bytes_touched / bw) - math.log(f.t),
-            "e": f.elasticity, "le": math.log(f.elasticity), "rho": f.busy_fit, "lrho": math.log(f.busy_fit)}
+            "e": f.elasticity, "le": math.log(f.elasticity), "rho": f.busy_fit, "lrho": math.log(f.busy_fit),
+            **{f"is:{job}": float(f.job == job) for job in ZOO_GAVEL_JOBS}}
 
 
 # ----- candidate forms: each maps (features of a, features of b) to the terms multiplying coefficients
@@ -164,6 +170,8 @@ def _terms(names_self, names_other=(), gaps=(), typ=()):
                 + [abs(a[n] - b[n]) for n in gaps] + [a[n] for n in typ])
     return f
 
+
+JOB_TYPE = tuple(f"is:{job}" for job in ZOO_GAVEL_JOBS)
 
 FORMS = {
     "t, B + gaps + peak": _terms(("lt", "lb"), ("lt", "lb"), ("lt", "lb"), ("lp",)),
@@ -198,6 +206,11 @@ FORMS = {
     "log elasticity + t, B + peak": _terms(("le", "lt", "lb"), ("le", "lt", "lb"), (), ("lp",)),
     "busy share (batch fit) + t, B + peak": _terms(("lrho", "lt", "lb"), ("lrho", "lt", "lb"), (), ("lp",)),
     "busy share (batch fit), linear + peak": _terms(("rho",), ("rho",), (), ("lp",)),
+    "t, B + peak + job type's sensitivity": _terms(("lt", "lb") + JOB_TYPE, ("lt", "lb"), (), ("lp",)),
+    "t, B + peak + job type's pressure": _terms(("lt", "lb"), ("lt", "lb") + JOB_TYPE, (), ("lp",)),
+    "t, B + peak + job type's sensitivity and pressure": _terms(("lt", "lb") + JOB_TYPE, ("lt", "lb") + JOB_TYPE, (),
+                                                                 ("lp",)),
+    "t + peak + job type's pressure": _terms(("lt",), ("lt",) + JOB_TYPE, (), ("lp",)),
 }
 
 
