@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from traces import data_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
@@ -43,8 +45,6 @@ PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 def _shown(text: str) -> str:
     """``text`` with the data folder's path (``traces.data_dir``) written ``$JIGSAW_DATA``, so a
     command or trace reads the same on every machine."""
-    from traces import data_dir
-
     return text.replace(str(data_dir()), "$JIGSAW_DATA")
 
 
@@ -55,8 +55,6 @@ def _shown_command(cmd: list[str]) -> str:
 
 
 def _philly() -> Path | None:
-    from traces import data_dir
-
     p = data_dir() / "philly" / "philly.csv"
     return p if p.is_file() else None
 

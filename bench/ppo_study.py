@@ -59,6 +59,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from traces import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "ppo_study"
 HEURISTICS = ("tiresias", "srtf", "jigsaw", "fifo")
@@ -68,8 +70,6 @@ DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --gamma 0.9995 --n-
 
 
 def _default_trace() -> str:
-    from traces import data_dir
-
     return f"philly:{data_dir() / 'philly' / 'philly.csv'}"
 
 
