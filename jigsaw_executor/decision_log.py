@@ -221,7 +221,10 @@ class ReplayResult:
     mismatches: the rounds (and steps) that differ, with both versions.
     jobs: per job, measured (live) vs simulated mean iteration time (over the rounds in which the
         job ran live; ``sim_iter_s_all`` over every simulated round) and JCT, relative errors.
-    rounds: per round and job, measured vs simulated iterations and mean iteration time.
+    rounds: per round and job, measured vs simulated iterations and mean iteration time. ``round``
+        is the live round whose decision the simulated round ran (a live round the simulator
+        jumped over, idle until the next arrival, has no row); rounds the simulator needs after
+        the last live one are numbered on from it.
     """
 
     decisions_match: bool
@@ -348,10 +351,14 @@ def simulate_log(header: dict, rounds: list[dict], restart_s: float | None = Non
     failed = {int(x) for x in failed}
     if failed:
         notes.append(f"job(s) {sorted(failed)} failed live (given up): simulated only in the logged rounds")
-    live_steps = _replay_rounds(sim, base, rounds, failed, notes)
-    _run_to_the_end(sim, base, header, rounds, failed, notes)
+    live_steps, live_round_of = _replay_rounds(sim, base, rounds, failed, notes)
+    live_round_of.update(_run_to_the_end(sim, base, header, rounds, failed, notes))
     jf = sim.jobs_frame().set_index("job_id")
     rf = sim.rounds_frame()
+    # the simulator counts its own rounds; a live round it skipped (it had jumped past that
+    # round's end to an arrival) has no simulated round, so the two counts drift apart. Every
+    # row is labelled with the live round whose decision it ran
+    rf["round"] = rf["round"].map(live_round_of)
     return _job_rows(header, rounds, jf, rf, live_steps), _round_rows(rf, live_steps), notes, float(restart_s)
 
 
@@ -397,10 +404,13 @@ def _done_live(rec: dict, sim_running) -> set[int]:
     return {int(j["job_id"]) for j in rec["state"]["jobs"] if j["status"] == JobStatus.DONE.value}
 
 
-def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[str]) -> dict[tuple[int, int], dict]:
+def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[str]
+                   ) -> tuple[dict[tuple[int, int], dict], dict[int, int]]:
     """Step the simulator through the logged rounds, each as long as the live one, with the logged
-    decision; the live outcomes by (round, job)."""
+    decision. Returns the live outcomes by (live round, job) and, per simulated round, the live
+    round it replayed."""
     live_steps: dict[tuple[int, int], dict] = {}
+    live_round_of: dict[int, int] = {}
     for rec in rounds:
         if _sim_finished(sim, failed):
             notes.append(f"the simulator finished every job before live round {rec['round']}")
@@ -430,15 +440,20 @@ def _replay_rounds(sim, base, rounds: list[dict], failed: set[int], notes: list[
                 if led.fits(j.job_id, jd):
                     dec[j.job_id] = jd
                     notes.append(f"round {rec['round']}: job {j.job_id} finished live but not in the simulator; kept")
-        sim.step(dec)
+        live_round_of[sim.step(dec).round] = int(rec["round"])
         for o in rec.get("outcome", {}).values():
             live_steps[(int(rec["round"]), int(o["job_id"]))] = o
-    return live_steps
+    return live_steps, live_round_of
 
 
-def _run_to_the_end(sim, base, header: dict, rounds: list[dict], failed: set[int], notes: list[str]) -> None:
-    """The simulator is slower than live: keep going with the last decision until it finishes."""
+def _run_to_the_end(sim, base, header: dict, rounds: list[dict], failed: set[int], notes: list[str]
+                    ) -> dict[int, int]:
+    """The simulator is slower than live: keep going with the last decision until it finishes.
+    Returns the round numbers these extra rounds are reported under (simulated round -> the
+    numbers after the last live round's)."""
     extra = 0
+    label = {}
+    after = int(rounds[-1]["round"]) if rounds else -1
     last = decision_from_dict(rounds[-1]["decision"]) if rounds else Decision()
     while not _sim_finished(sim, failed):
         st = sim.state
@@ -454,17 +469,19 @@ def _run_to_the_end(sim, base, header: dict, rounds: list[dict], failed: set[int
             if j.job_id not in led.decision and j.job_id not in failed:
                 led.place_and_add(j, "consolidated", 0)
         sim.config = replace(base, round_s=float(header["sim"].get("round_s") or 1.0))
-        sim.step(led.decision)
         extra += 1
+        label[sim.step(led.decision).round] = after + extra
         if extra > 100_000:
             notes.append("the simulator did not finish within 100000 extra rounds; stopped")
             break
     if extra:
         notes.append(f"the simulator needed {extra} round(s) after the last live one (slower than live)")
+    return label
 
 
 def _round_rows(rf, live_steps: dict[tuple[int, int], dict]) -> list[dict]:
-    """Per simulated round and job: the simulator's steps and iteration time beside the live ones."""
+    """Per simulated round and job (``rf``'s rounds labelled with live round numbers): the
+    simulator's steps and iteration time beside the live ones."""
     out_rounds = []
     for row in rf.itertuples():
         live = live_steps.get((int(row.round), int(row.job_id)))
