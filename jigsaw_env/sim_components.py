@@ -10,6 +10,8 @@ the running jobs (``sim._rjobs``). Formulas: docs/simulator.md, docs/colocation.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .engine import Component, Member
 from .free_running import FreeRunner, free_running
 from .placement import connected_groups
@@ -166,6 +168,14 @@ def form_free_group(sim, key: tuple, members: list[Member], formed_s: float) -> 
     sim._shared[key] = tuple([m.job_id for m in members])
 
 
+class _FreeRunningEntry(NamedTuple):
+    """A cached :func:`free_running` result and the profiles it was computed for (kept so that
+    the profile ids in its key stay theirs)."""
+
+    profiles: tuple
+    result: object
+
+
 def free_running_of(sim, members: list[Member]):
     """:func:`free_running` of ``members``, kept with the step tables: the result depends on
     the members' profiles and on which of the group's GPUs (their types and nodes) each uses,
@@ -177,12 +187,12 @@ def free_running_of(sim, members: list[Member]):
            tuple(sharing.gpu_type_of(g) for g in gpus), sharing.node_signature(gpus))
     cache = sim.costs.free_running
     hit = cache.get(key)
-    if hit is not None and all(p is m.profile for p, m in zip(hit[0], members)):
-        return hit[1]
+    if hit is not None and all(p is m.profile for p, m in zip(hit.profiles, members)):
+        return hit.result
     fr = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing)
     if len(cache) > 50_000:
         cache.clear()
-    cache[key] = (tuple(m.profile for m in members), fr)
+    cache[key] = _FreeRunningEntry(tuple(m.profile for m in members), fr)
     return fr
 
 

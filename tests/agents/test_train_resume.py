@@ -84,6 +84,7 @@ def checkpoints(run: Path) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard, not a speed target
 def test_killed_training_resumes_to_the_same_total(tables, tmp_path):
     run = tmp_path / "run"
     total = 1536
@@ -94,10 +95,8 @@ def test_killed_training_resumes_to_the_same_total(tables, tmp_path):
     log = open(tmp_path / "train.log", "wb")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
     try:
-        deadline = time.time() + 240
         while not (checkpoints(run) and checkpoints(run)[-1] >= 512):
             assert p.poll() is None, (tmp_path / "train.log").read_text()[-2000:]
-            assert time.time() < deadline, "no checkpoint at 512 steps within 240 s"
             time.sleep(0.01)
         os.kill(p.pid, signal.SIGKILL)
         p.wait(10)
@@ -181,6 +180,7 @@ def test_max_wall_s_stops_learning_and_saves(tables, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard, not a speed target
 def test_sigterm_saves_the_model(tables, tmp_path):
     """`kill PID` (SIGTERM) during learning saves model.zip like Ctrl-C does, and exits 130 with one line."""
     run = tmp_path / "run"
@@ -189,10 +189,8 @@ def test_sigterm_saves_the_model(tables, tmp_path):
            *tiny(tables, run, "--timesteps", "10000000", "--checkpoint-freq", "128", "--eval-freq", "1000000",
                  "--n-envs", "1", "--vec", "dummy", "--seed", "3")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
-    deadline = time.time() + 240
     while not checkpoints(run):
         assert p.poll() is None, p.stderr.read().decode()[-2000:]
-        assert time.time() < deadline, "no checkpoint within 240 s"
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=120)
@@ -204,15 +202,16 @@ def test_sigterm_saves_the_model(tables, tmp_path):
     assert (run / "model.zip").is_file() and cfg["trained_timesteps"] >= checkpoints(run)[-1] > 0
 
 
-def _wait_for(p, cond, what: str, limit_s: float = 240.0) -> None:
-    deadline = time.time() + limit_s
+def _wait_for(p, cond, what: str) -> None:
+    """Poll until ``cond()``; the process ending first fails the test with its stderr (a hang is
+    the test's timeout)."""
     while not cond():
-        assert p.poll() is None, p.stderr.read().decode()[-2000:]
-        assert time.time() < deadline, f"no {what} within {limit_s:.0f} s"
+        assert p.poll() is None, f"the run ended before its {what}: " + p.stderr.read().decode()[-2000:]
         time.sleep(0.05)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard, not a speed target
 @pytest.mark.parametrize("when", ["recording", "dagger"])
 def test_sigterm_in_the_warm_start_leaves_a_run_that_resume_finishes(tables, tmp_path, when):
     """SIGTERM while the expert is recorded (nothing saved yet) or during the first DAgger round
@@ -257,6 +256,7 @@ def test_sigterm_in_the_warm_start_leaves_a_run_that_resume_finishes(tables, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard, not a speed target
 def test_sigterm_to_the_process_group_with_subprocess_workers(tables, tmp_path):
     """SIGTERM to the whole process group (what `timeout` and Slurm send) while two SubprocVecEnv
     workers run: the workers ignore it, the trainer saves the model and exits 130, and `--resume`

@@ -37,7 +37,8 @@ def ray_pieces():
 
 @pytest.fixture(scope="module")
 def demo(ray_pieces, tmp_path_factory):
-    """The demo at 40 % of its iterations, 1.5-second rounds (about 25 s on 2 idle cores)."""
+    """The demo at 40 % of its iterations, 1.5-second rounds (about 25 s on 2 idle cores; the
+    timeout of the first test that asks for it is its hang guard)."""
     import shutil
 
     from jigsaw_env.cost_table import TABLES_DIR, table_filename
@@ -47,12 +48,11 @@ def demo(ray_pieces, tmp_path_factory):
     tables = tmp_path_factory.mktemp("tables")  # the shipped tiny tables, as a calibration folder
     for m in ("tiny_cnn", "tiny_mlp", "tiny_transformer"):
         shutil.copy(TABLES_DIR / table_filename(m, 32, "cpu"), tables)
-    t0 = time.time()
     summary, replay = deploy("jigsaw", demo_jobs(SLOTS, 0.4), slots=SLOTS, out=out, demo=True, round_s=1.5,
                              max_workers_per_gpu=MWPG, pool=pool, hub=hub, pin=False, allow_oversubscribe=True,
                              tables=tables)
     assert json.loads((out / "tables.json").read_text()) == {"tables": str(tables.resolve())}  # for --resume
-    return out, summary, replay, time.time() - t0
+    return out, summary, replay
 
 
 def _rounds(out):
@@ -61,9 +61,9 @@ def _rounds(out):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard (the demo fixture's run included), not a speed target
 def test_demo_completes_every_job_with_preemption_and_level_change(demo):
-    out, summary, _, wall = demo
-    assert wall < 120
+    out, summary, _ = demo
     jobs = summary["jobs"]
     assert len(jobs) >= 3
     for j in jobs.values():
@@ -91,26 +91,40 @@ def test_demo_completes_every_job_with_preemption_and_level_change(demo):
 
 
 def test_demo_decision_log_shows_preemption_and_level_change(demo):
+    """The log shows a preemption and an SPB level change (the policy's own, or the demo
+    scenario's where the policy made none by its round), and the live run did what each round's
+    logged decision says: every job that stepped ran on the logged slots at the logged level, a
+    job left out ran nothing, and a forced event is in the applied decision."""
     out = demo[0]
-    rounds = _rounds(out)
     prev: dict = {}
+    finished: set[int] = set()
     preempted = level_changed = False
-    for r in rounds:
+    for r in _rounds(out):
         dec = {int(k): v for k, v in r["decision"].items()}
         for jid, jd in prev.items():
-            if jid not in dec and jid not in r.get("finished", []):
+            if jid not in dec and jid not in finished:
                 preempted = True
             elif jid in dec and dec[jid]["level"] != jd["level"]:
                 level_changed = True
+        for o in r.get("outcome", {}).values():
+            jid = o["job_id"]
+            assert jid in dec, (r["round"], jid)
+            assert (o["gpus"], o["level"]) == (dec[jid]["gpus"], dec[jid]["level"]), (r["round"], o)
+            if o["finished"]:
+                finished.add(jid)
+        for f in r.get("forced", []):
+            if f["kind"] == "preempt":
+                assert f["job"] not in dec and str(f["job"]) not in r.get("outcome", {}), (r["round"], f)
+            else:
+                assert dec[f["job"]]["level"] == f["to"] and r["outcome"][str(f["job"])]["level"] == f["to"], f
         prev = dec
-    assert preempted or any(f["kind"] == "preempt" for r in rounds for f in r.get("forced", []))
-    assert level_changed
+    assert preempted and level_changed
 
 
 def test_demo_replay_gives_the_same_decisions(demo):
     from jigsaw_executor.decision_log import replay_decision_log
 
-    out, _, replay, _ = demo
+    out, _, replay = demo
     assert replay["decisions_match"], replay["mismatches"][:3]
     # every round that decided something is checked; idle rounds (no job arrived yet) decide nothing
     assert replay["rounds_checked"] == len([r for r in _rounds(out) if not r.get("idle")])
@@ -253,7 +267,7 @@ def test_count_loopback_reports_the_kernels_bytes_beside_the_formulas(ray_pieces
     text = io.StringIO()
     print_summary(summary, None, out, file=text)
     assert "MB lo" in text.getvalue() and "MB sent" in text.getvalue()
-    _, demo_summary, _, _ = demo
+    _, demo_summary, _ = demo
     assert all(d["loopback_bytes"] is None for d in demo_summary["jobs"].values())
     text = io.StringIO()
     print_summary(demo_summary, None, out, file=text)

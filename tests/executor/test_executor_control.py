@@ -296,14 +296,14 @@ class Ctl:
             refs.append(h.handle.run_worker.remote(spec))
         self.refs[(job_id, inc)] = refs
 
-    def wait_keys(self, keys, timeout=60.0) -> None:
-        deadline = time.time() + timeout
+    def wait_keys(self, keys) -> None:
+        """Poll the store until every key is there; a worker that failed raises its error (a hang
+        is the calling test's timeout)."""
         while not all(self.store.check([k]) for k in keys):
             for refs in self.refs.values():
                 done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
                 for d in done:
                     self.ray.get(d)  # raises a worker's failure
-            assert time.time() < deadline, f"timed out waiting for {keys}"
             time.sleep(0.005)
 
     def reports(self, job_id, inc, rnd, world):
@@ -338,6 +338,7 @@ def test_fast_digits_is_the_data_module_bit_for_bit():
                 assert np.array_equal(a[0].numpy(), b[0].numpy()) and np.array_equal(a[1].numpy(), b[1].numpy())
 
 
+@pytest.mark.timeout(180)  # a hang guard (the Ray session's start included), not a speed target
 def test_two_rank_job_paused_and_resumed_on_swapped_slots_equals_run_job_local(ray_env, tmp_path):
     """3 iterations on slots (0, 1), paused (checkpoint), resumed on (1, 0) for 3 more: the loaded
     weights are the paused ones, and the end state equals an uninterrupted 6-iteration run."""
@@ -371,6 +372,7 @@ def test_two_rank_job_paused_and_resumed_on_swapped_slots_equals_run_job_local(r
     assert straight_run.state_hashes[0] == done[0]["hash"] == done[1]["hash"]
 
 
+@pytest.mark.timeout(180)  # a hang guard (the Ray session's start included), not a speed target
 def test_new_records_apply_at_the_next_iteration_and_show_in_worker_reports(ray_env, tmp_path):
     from jigsaw_env.network import INTRA_NODE
     from jigsaw_env.spb import iteration_cost
@@ -413,6 +415,7 @@ def test_new_records_apply_at_the_next_iteration_and_show_in_worker_reports(ray_
     assert {d["status"] for d in c.finish(2, 0)} == {"stopped"}
 
 
+@pytest.mark.timeout(180)  # a hang guard (the Ray session's start included), not a speed target
 def test_colocated_jobs_step_in_lockstep_and_a_finished_one_leaves(ray_env, tmp_path):
     from jigsaw_executor.control import Keys, read_json
 
