@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from operator import mul
 from typing import Sequence
 
 import numpy as np
@@ -162,7 +163,7 @@ def _state_probabilities(slot: _SharedSlot, comp: list, duty: list) -> list:
     probability ``1 - d``, computing in a load group with ``d`` times the group's share of its
     compute on the GPU, independently of each other."""
     g = slot.gpu
-    probs = [1.0]
+    probs = None  # the product of the options so far (None: the empty product, [1.0])
     for o, grp, k in zip(slot.others, slot.groups, slot.sizes):
         c = comp[o][g]
         total = sum(c)
@@ -171,15 +172,16 @@ def _state_probabilities(slot: _SharedSlot, comp: list, duty: list) -> list:
         if total > 0:
             for q, x in zip(grp, c):
                 opt[q + 1] += d * x / total
-        probs = [p * w for p in probs for w in opt]
-    return probs
+        # (1.0 * w is w exactly: the first co-runner's options are the product so far)
+        probs = opt if probs is None else [p * w for p in probs for w in opt]
+    return [1.0] if probs is None else probs
 
 
 def _slot_time(slot: _SharedSlot, comp: list, duty: list) -> list:
     """Eq. F1 for every phase of ``slot``'s job on its GPU: its alone time times the mean inverse
     rate over the co-runners' joint states."""
     probs = _state_probabilities(slot, comp, duty)
-    return [a * sum(r * w for r, w in zip(row, probs)) for a, row in zip(slot.alone, slot.inv_rate)]
+    return [a * sum(map(mul, row, probs)) for a, row in zip(slot.alone, slot.inv_rate)]
 
 
 def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunning:
@@ -206,8 +208,9 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
         for i in range(n):
             per_gpu = list(comp[i].values())
             total = 0.0
-            for p, s in enumerate(sync[i]):
-                total += max(c[p] for c in per_gpu) + s
+            # per phase, its slowest GPU's compute plus its sync
+            for slowest, s in zip(per_gpu[0] if len(per_gpu) == 1 else map(max, zip(*per_gpu)), sync[i]):
+                total += slowest + s
             cycle.append(total)
             duty.append({g: sum(c) / total for g, c in comp[i].items()})
         return cycle, duty
@@ -217,18 +220,25 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
         cycle, duty = shares(comp, sync)
         syncing = [sum(sync[o]) / cycle[o] for o in range(n)]
         new_comp = [dict(c) for c in comp]
+        # the largest relative change of a time, as far as the stop needs it (once it is above
+        # the tolerance, the iteration goes on whatever the rest)
         change = 0.0
         for slot in slots:
             new = _slot_time(slot, comp, duty)
-            change = max(change, _relative_change(comp[slot.job][slot.gpu], new))
+            if change <= TOLERANCE:
+                change = max(change, _relative_change(comp[slot.job][slot.gpu], new))
             new_comp[slot.job][slot.gpu] = new
         new_sync = []
         for i in range(n):
+            if not any(linked[i]):  # no other job syncs over its links: its syncs take sync0
+                new_sync.append(sync0[i])
+                continue
             factor = 1.0
             for others in linked[i]:
                 factor = max(factor, 1.0 + sum(syncing[o] for o in others))
             new = [x * factor for x in sync0[i]]
-            change = max(change, _relative_change(sync[i], new))
+            if change <= TOLERANCE:
+                change = max(change, _relative_change(sync[i], new))
             new_sync.append(new)
         comp, sync = new_comp, new_sync
         if change <= TOLERANCE:
