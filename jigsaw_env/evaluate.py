@@ -674,7 +674,7 @@ class RunsFailed(ValueError):
                          f"{', '.join(agents)}); {first}{failures[0].error}; {where}")
 
 
-def _failure(task: Task, e: BaseException, show_load: bool = False) -> RunFailure:
+def run_failure(task: Task, e: BaseException, show_load: bool = False) -> RunFailure:
     """The failure of ``task``: its error as one line that names the agent and the seed (and the
     load when ``show_load``, the eta when it is swept)."""
     who = f"agent {task.agent.label}" + (f" ({task.agent.ref})" if task.agent.kind == "learned" else "")
@@ -712,7 +712,7 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
                 try:
                     rows[i] = run_task(t)
                 except Exception as e:  # noqa: BLE001 -- recorded, named, and raised after the others
-                    rows[i] = _failure(t, e, show_load)
+                    rows[i] = run_failure(t, e, show_load)
                 bar.update(1)
         else:
             tables = tasks[0].tables if tasks else None
@@ -724,7 +724,7 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
                         try:
                             rows[futs[f]] = f.result()
                         except Exception as e:  # noqa: BLE001 -- a worker's error (or a broken pool)
-                            rows[futs[f]] = _failure(tasks[futs[f]], e, show_load)
+                            rows[futs[f]] = run_failure(tasks[futs[f]], e, show_load)
                         bar.update(1)
                 except BaseException:
                     for f in futs:

@@ -459,7 +459,7 @@ class GpuLedger:
         if need is None:
             costs = st.costs
             need = self._pk[key] = max(costs.peak_list(job, level, pattern,
-                                                       costs._reference_gpus(n, st.cluster.main_gpu_type)))
+                                                       costs.reference_gpus(n, st.cluster.main_gpu_type)))
         return need
 
     def hosts(self) -> list[tuple[int, tuple[int, ...]]]:

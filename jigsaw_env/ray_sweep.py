@@ -208,7 +208,7 @@ def run_on_ray(tasks, cluster, address: str | None, owned: bool, progress: bool)
                     try:
                         out = ray.get(ref)
                     except ray.exceptions.RayTaskError as e:  # the run raised: a failed run, like a local one
-                        rows[i] = ev._failure(tasks[i], _cause(e), show_load)
+                        rows[i] = ev.run_failure(tasks[i], _cause(e), show_load)
                     except ray.exceptions.RayError as e:  # lost with its node or worker MAX_RETRIES + 1 times
                         t = tasks[i]
                         rows[i] = ev.RunFailure(

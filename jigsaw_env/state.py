@@ -281,7 +281,7 @@ class CostModel:
     def worker_peaks(self, job: JobState, level: int, pattern: Pattern, gpu_type: str | None = None) -> np.ndarray:
         """(W,) peak process memory (bytes) of the job's workers at this level/pattern."""
         t = gpu_type or self.cluster.main_gpu_type
-        gpus = self._reference_gpus(job.num_gpus, t)
+        gpus = self.reference_gpus(job.num_gpus, t)
         return self.profile(job, level, pattern, gpus).peak_bytes
 
     def peak_matrix(self, job: JobState, combos) -> np.ndarray:
@@ -312,7 +312,9 @@ class CostModel:
             self._peaks[key] = v
         return v
 
-    def _reference_gpus(self, n: int, gpu_type: str) -> tuple[int, ...]:
+    def reference_gpus(self, n: int, gpu_type: str) -> tuple[int, ...]:
+        """``n`` GPU ids that stand for any ``n`` GPUs of ``gpu_type`` when peaks are computed:
+        consecutive ids from the first node of that type on."""
         cl = self.cluster
         node = cl.gpu_types.index(gpu_type)
         start = node * cl.gpus_per_node

@@ -220,7 +220,7 @@ class SlotHost:
         from . import data, models, spb_worker  # noqa: F401
         import torch._dynamo  # noqa: F401 - the first optimizer imports it lazily (seconds)
 
-        data._digits_arrays()
+        data.digits_arrays()
         self.started = time.time()
         self.jobs_run = 0
 

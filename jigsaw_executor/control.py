@@ -97,6 +97,7 @@ import numpy as np
 from jigsaw_env.network import INTRA_NODE, Link
 from jigsaw_env.spb import Pattern, SPBConfig
 
+from .peer_failure import is_peer_failure
 from .store_seal import RecordSeal
 
 __all__ = ["ControlHub", "WorkerSpec", "run_worker", "Keys", "FastDigits", "CMD_NAMES", "ACTIONS",
@@ -369,11 +370,11 @@ class FastDigits:
     permutation computed once instead of at every call (the same batches, bit for bit: tested)."""
 
     def __init__(self, seed: int, world: int, batch_size: int):
-        from .data import DigitsData, _digits_arrays, mix_seed
+        from .data import DigitsData, digits_arrays, mix_seed
 
         self.data = DigitsData(seed=seed)
-        self.x, self.y = _digits_arrays()
-        self.train, _ = self.data._split()
+        self.x, self.y = digits_arrays()
+        self.train, _ = self.data.split()
         self.world, self.bs = int(world), int(batch_size)
         self.ipe = self.data.iterations_per_epoch(self.world, self.bs)
         self._mix = mix_seed
@@ -616,11 +617,10 @@ class _Worker:
         from this rank itself?"""
         if self.world < 2 or not isinstance(e, Exception) or "injected failure" in str(e):
             return False
-        from .launcher import _is_peer_failure
 
         import torch.distributed as dist
 
-        return isinstance(e, dist.DistError) or _is_peer_failure({"type": type(e).__name__, "message": str(e)})
+        return isinstance(e, dist.DistError) or is_peer_failure({"type": type(e).__name__, "message": str(e)})
 
     def _recoverable(self, e: BaseException) -> bool:
         return self.s.recovery == "partial" and not self.finishing and self.peer_failure(e)

@@ -33,7 +33,8 @@ def mix_seed(*parts: int) -> int:
 
 
 @lru_cache(maxsize=1)
-def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's digits: (1,797 x 64 float32 pixels scaled to [0, 1], int64 labels 0-9), loaded once."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -51,15 +52,17 @@ class DigitsData:
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
 
-    def _split(self) -> tuple[np.ndarray, np.ndarray]:
-        x, _ = _digits_arrays()
+    def split(self) -> tuple[np.ndarray, np.ndarray]:
+        """(training rows, held-out rows): sorted indices into :func:`digits_arrays`, the split
+        drawn from the seed."""
+        x, _ = digits_arrays()
         perm = np.random.default_rng(mix_seed(self.seed, 0xD161)).permutation(len(x))
         n_hold = int(round(len(x) * self.holdout_fraction))
         return np.sort(perm[n_hold:]), np.sort(perm[:n_hold])
 
     @property
     def train_size(self) -> int:
-        return len(self._split()[0])
+        return len(self.split()[0])
 
     def iterations_per_epoch(self, world_size: int, batch_size: int) -> int:
         per_iter = world_size * batch_size
@@ -75,7 +78,7 @@ class DigitsData:
             raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
         if iteration < 0 or batch_size < 1:
             raise ValueError(f"need iteration >= 0 and batch_size >= 1, got {iteration}, {batch_size}")
-        train, _ = self._split()
+        train, _ = self.split()
         ipe = self.iterations_per_epoch(world_size, batch_size)
         epoch, pos = divmod(int(iteration), ipe)
         perm = np.random.default_rng(mix_seed(self.seed, 0xE90C, epoch)).permutation(len(train))
@@ -84,14 +87,14 @@ class DigitsData:
 
     def batch(self, iteration: int, rank: int, world_size: int, batch_size: int,
               device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = _digits_arrays()
+        x, y = digits_arrays()
         idx = self.indices(iteration, rank, world_size, batch_size)
         xb, yb = torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
         return (xb.to(device), yb.to(device)) if device is not None else (xb, yb)
 
     def holdout(self, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = _digits_arrays()
-        _, hold = self._split()
+        x, y = digits_arrays()
+        _, hold = self.split()
         xb, yb = torch.from_numpy(x[hold]), torch.from_numpy(y[hold])
         return (xb.to(device), yb.to(device)) if device is not None else (xb, yb)
 

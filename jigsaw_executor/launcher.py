@@ -43,6 +43,7 @@ from jigsaw_env.spb import Pattern, SPBConfig
 
 from .data import DATA_SOURCES, DigitsData, default_source, make_batch_fn, mix_seed
 from .models import build_executor_model, executor_model_names
+from .peer_failure import is_peer_failure
 from .spb_worker import IterationReport, SPBTrainer, read_checkpoint_meta, select_checkpoint, state_hash
 from .transport import LoopbackWindow
 
@@ -334,16 +335,6 @@ def _stop(procs: Sequence[mp.process.BaseProcess], grace_s: float = 5.0) -> set[
     return stopped
 
 
-# errors that a worker gets *because* a peer died or stalled: not the root cause of a failure
-_PEER_FAILURE_PATTERNS = ("connection reset by peer", "connection closed by peer", "broken pipe", "timed out",
-                          "timeout", "socket closed", "connection refused", "epipe", "read error", "write error")
-
-
-def _is_peer_failure(rec: dict[str, Any]) -> bool:
-    text = f"{rec.get('type', '')} {rec.get('message', '')}".lower()
-    return any(p in text for p in _PEER_FAILURE_PATTERNS)
-
-
 def _failure(procs, out: Path, model_name: str, timed_out: float | None, exit_seen: dict[int, float],
              stopped: set[int]) -> JobFailed:
     """The job's failure: the root-cause rank is the earliest *primary* event (a Python error that
@@ -358,7 +349,7 @@ def _failure(procs, out: Path, model_name: str, timed_out: float | None, exit_se
                          f"ranks still running: {sorted(stopped)}", None, errors)
     silent = {r: p.exitcode for r, p in enumerate(procs)
               if r not in errors and r not in stopped and p.exitcode not in (None, 0)}
-    events = [(rec["time"], not _is_peer_failure(rec), r) for r, rec in errors.items()]
+    events = [(rec["time"], not is_peer_failure(rec), r) for r, rec in errors.items()]
     events += [(exit_seen.get(r, time.time()), True, r) for r in silent]
     primary = [e for e in events if e[1]]
     _, _, r = min(primary or events)

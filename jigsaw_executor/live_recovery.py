@@ -12,7 +12,8 @@ from typing import Callable
 from jigsaw_env.state import JobStatus
 
 from .control import Keys, read_json
-from .live_types import CheckpointLost, JobFailed, is_peer_failure, steps_to_finish
+from .live_types import CheckpointLost, JobFailed, steps_to_finish
+from .peer_failure import is_peer_failure
 
 __all__ = ["Recovery"]
 

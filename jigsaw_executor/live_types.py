@@ -24,7 +24,7 @@ from jigsaw_env.state import JobState
 from .decision_log import spb_from_dict, spb_to_dict
 
 __all__ = ["LiveJob", "LiveConfig", "JobFailed", "CheckpointLost", "RECOVERY_MODES", "live_cluster", "components_of",
-           "segments_of", "check_jobs", "job_state", "steps_to_finish", "is_peer_failure", "jsonable", "none_if_nan"]
+           "segments_of", "check_jobs", "job_state", "steps_to_finish", "jsonable", "none_if_nan"]
 
 RECOVERY_MODES = ("full", "partial")
 
@@ -174,12 +174,6 @@ def segments_of(decision: dict, pace: str) -> list[list[int]]:
 def steps_to_finish(job: JobState, eta: float) -> int:
     """The simulator's count (jigsaw_env.sim_advance.finish_time): iterations left at this eta."""
     return max(0, int(math.ceil(job.remaining / eta - 1e-9)))
-
-
-def is_peer_failure(rec: dict) -> bool:
-    from .launcher import _is_peer_failure as f
-
-    return f(rec)
 
 
 def job_state(j: LiveJob) -> JobState:

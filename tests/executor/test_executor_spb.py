@@ -325,7 +325,7 @@ def test_digits_sampler_deterministic_disjoint():
         assert all(len(i) == 16 for i in idx)
         assert len(set(np.concatenate(idx).tolist())) == 64
         assert all((d.indices(t, r, 4, 16) == idx[r]).all() for r in range(4))
-    hold = set(d._split()[1].tolist())
+    hold = set(d.split()[1].tolist())
     assert not hold & set(np.concatenate([d.indices(t, 0, 4, 16) for t in range(30)]).tolist())
 
 
