@@ -59,3 +59,24 @@ def toy_tables():
 def toy_cluster(num_gpus: int = 4, gpus_per_node: int = 4, **kw) -> ClusterSpec:
     """Toy cluster with the hand-computable links above (v100 nodes, 16 GiB unless overridden)."""
     return ClusterSpec.from_gpus(num_gpus, gpus_per_node=gpus_per_node, intra=TOY_INTRA, cross=TOY_CROSS, **kw)
+
+
+# `make test` runs pytest-xdist with --dist loadfile, which hands out whole files in collection
+# order: a long file collected late runs alone at the end while the other worker idles. The files
+# that take longest on 2 cores (pytest --durations=0) are collected first, longest first; every
+# other file, and the tests inside each file, keep their order.
+LONGEST_FILES_FIRST = (
+    "tests/executor/test_fault_tolerance.py",
+    "tests/app/test_bench.py",
+    "tests/agents/test_train_resume.py",
+    "tests/executor/test_deploy.py",
+    "tests/app/test_ray_scale.py",
+    "tests/env/test_env_speed_parity.py",
+    "tests/sim/test_perf.py",
+    "tests/sim/test_accel.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))  # a stable sort
