@@ -202,6 +202,8 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
              for i in range(n) for g in alone[i] if len(on_gpu[g]) > 1]
     # per job and link, the other jobs whose syncs cross it (eq. F2)
     linked = [[[o for o in range(n) if o != i and link in links[o]] for link in links[i]] for i in range(n)]
+    # the jobs whose links no other job's syncs cross: their syncs keep their alone times
+    unshared_sync = [not any(others) for others in linked]
 
     def shares(comp, sync):
         cycle, duty = [], []
@@ -209,7 +211,7 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
             per_gpu = list(comp[i].values())
             total = 0.0
             # per phase, its slowest GPU's compute plus its sync
-            for slowest, s in zip(per_gpu[0] if len(per_gpu) == 1 else map(max, zip(*per_gpu)), sync[i]):
+            for slowest, s in zip(map(max, zip(*per_gpu)), sync[i]):
                 total += slowest + s
             cycle.append(total)
             duty.append({g: sum(c) / total for g, c in comp[i].items()})
@@ -230,7 +232,7 @@ def free_running(jobs: Sequence[FreeRunner], sharing: SharingModel) -> FreeRunni
             new_comp[slot.job][slot.gpu] = new
         new_sync = []
         for i in range(n):
-            if not any(linked[i]):  # no other job syncs over its links: its syncs take sync0
+            if unshared_sync[i]:
                 new_sync.append(sync0[i])
                 continue
             factor = 1.0
