@@ -205,24 +205,31 @@ def test_metrics_recomputed_from_the_logs_trace_window(trace_window):
 # ----------------------------------------------------------------------------------------------- sweeps
 @pytest.mark.slow
 def test_eta_and_load_sweeps(tables_dir, tmp_path, capsys):
+    """The eta sweep reaches every run: eta scales SPB iterations only, so FIFO (never SPB) is
+    the same at every eta and FIFO+SPB slower at the lower eta. The load sweep scales the
+    arrivals: the same seed keeps the same jobs."""
     out = tmp_path / "sw"
-    rc, stdout, _ = _evaluate(["--agents", "fifo,srtf", "--trace", TRACE, "--gpus", "8", "--seeds", "1", "--max-jobs", "6",
-                               "--load", "0.8,1.6", "--eta-sweep", "0.7,1.0", "--out", str(out), "--tables", tables_dir,
-                               "--workers", "1", "--no-progress"], capsys)
+    rc, stdout, _ = _evaluate(["--agents", "fifo,fifo+spb", "--trace", TRACE, "--gpus", "8", "--seeds", "1",
+                               "--max-jobs", "6", "--load", "0.8,1.6", "--eta-sweep", "0.7,1.0", "--out", str(out),
+                               "--tables", tables_dir, "--workers", "1", "--no-progress"], capsys)
     assert rc == 0
     m = pd.read_csv(out / "metrics.csv")
     assert len(m) == 2 * 2 * 2
     assert sorted(m["load"].unique()) == [0.8, 1.6] and sorted(m["eta"].astype(float).unique()) == [0.7, 1.0]
+    jct = {(r.agent, r.load, float(r.eta)): r.avg_jct_s for r in m.itertuples()}
+    for load in (0.8, 1.6):
+        assert jct["fifo", load, 0.7] == jct["fifo", load, 1.0]
+        assert jct["fifo+spb", load, 0.7] > jct["fifo+spb", load, 1.0]
     assert (out / "runs" / "fifo" / "load0.8-eta0.7" / "0" / "jobs.csv").is_file()
     html = (out / "report.html").read_text()
     assert "JCT and efficiency vs offered load" in html and "Sensitivity to eta" in html
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["eta"]["values"] == [0.7, 1.0] and "eta_override" in meta["eta"]["source"]
     assert meta["load"]["values"] == [0.8, 1.6]
-    # arrivals are scaled with the load; the same seed keeps the same jobs
     j1 = pd.read_csv(out / "runs" / "fifo" / "load0.8-eta0.7" / "0" / "jobs.csv")
     j2 = pd.read_csv(out / "runs" / "fifo" / "load1.6-eta0.7" / "0" / "jobs.csv")
-    assert list(j1["model"]) == list(j2["model"]) and j1["arrival_s"].max() > j2["arrival_s"].max()
+    assert list(j1["model"]) == list(j2["model"]) and list(j1["iterations"]) == list(j2["iterations"])
+    np.testing.assert_allclose(j1["arrival_s"], 2.0 * j2["arrival_s"], rtol=1e-9)
     assert "agent" in stdout and "load" in stdout and "eta" in stdout
 
 

@@ -263,7 +263,8 @@ def test_count_loopback_reports_the_kernels_bytes_beside_the_formulas(ray_pieces
                         replay=False, count_loopback=True)
     j = summary["jobs"][0]
     assert j["status"] == "done" and j["iterations"] == 60 and j["bytes_sent"] > 0
-    assert isinstance(j["loopback_bytes"], int) and j["loopback_bytes"] > 0
+    # the kernel counts every byte of the job's syncs (and whatever else crossed loopback meanwhile)
+    assert isinstance(j["loopback_bytes"], int) and j["loopback_bytes"] >= j["bytes_sent"]
     text = io.StringIO()
     print_summary(summary, None, out, file=text)
     assert "MB lo" in text.getvalue() and "MB sent" in text.getvalue()

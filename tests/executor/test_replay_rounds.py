@@ -3,6 +3,8 @@ labelled with the live round whose decision it ran, also when the simulator, fas
 run, jumped over live rounds to the next arrival. docs/deploy.md section 5."""
 from __future__ import annotations
 
+import pytest
+
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
@@ -65,10 +67,19 @@ def test_rows_keep_the_live_round_numbers_when_the_simulator_jumps_ahead():
     assert ran == [(0, 0), (3, 1)]
     assert "round 1: job 0 already done in the simulator; left out" in notes
     # job 1's simulated steps sit beside its live ones (round 3), so both comparisons exist
+    # the simulated iteration is job 1's alone on its CPU slot; the live one 1.5 s / 100
+    alone_s = CostModel(cluster_from_dict(h["cluster"]), SPBConfig()).isolated_iteration_s(
+        JobState(1, 10.0, 1, MODEL, 32, 100))
+    live_s = 1.5 / 100
     row = next(r for r in rows if r["job_id"] == 1)
-    assert row["live_steps"] == 100 and row["sim_steps"] == 100 and row["iter_rel_err"] is not None
+    assert row["live_steps"] == 100 and row["sim_steps"] == 100
+    assert row["sim_iter_s"] == pytest.approx(alone_s, rel=1e-9)
+    assert row["live_iter_s"] == pytest.approx(live_s)
+    assert row["iter_rel_err"] == pytest.approx((alone_s - live_s) / live_s, rel=1e-9)
     j1 = next(j for j in jobs if j["job_id"] == 1)
-    assert j1["sim_iterations"] == 100 and j1["sim_iter_s"] is not None and j1["iter_rel_err"] is not None
+    assert j1["sim_iterations"] == 100 and j1["live_iterations"] == 100
+    assert j1["sim_iter_s"] == pytest.approx(alone_s, rel=1e-9)
+    assert j1["iter_rel_err"] == pytest.approx((alone_s - live_s) / live_s, rel=1e-9)
 
 
 def test_rounds_after_the_live_ones_are_numbered_after_the_last_live_round():

@@ -151,10 +151,15 @@ def test_tiny_models_run(name):
     assert torch.equal(h, m(x))
     m.train()
     opt = m.make_optimizer()
+    before = [p.detach().clone() for p in m.parameters()]
     loss = m.loss(m(x), y)
     loss.backward()
     m.optimizer_step(opt)
     assert math.isfinite(loss.item())
+    # the step moved the weights, downhill on this batch
+    assert any(not torch.equal(b, p) for b, p in zip(before, m.parameters()))
+    with torch.no_grad():
+        assert m.loss(m(x), y).item() < loss.item()
 
 
 # --------------------------------------------------------------------------------------------
