@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from jigsaw_env.actions import RoundBuilder
 from jigsaw_env.spb import Pattern
-from jigsaw_env.state import Decision, JobDecision, JobStatus
+from jigsaw_env.state import Decision, JobDecision
 
 from .base import Scheduler, available_schedulers, make_scheduler
 
@@ -110,9 +110,9 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     ones), else a pause, else the closest placement of the jobs left, else advance. Within each
     group jobs go larger first, then by window slot (``order="slot"``: a canonical order a policy
     can learn from the observation, which holds each slot's GPU count) or in the heuristic's own order
-    (``order="heuristic"``, which reproduced the heuristic's placements more often with menus
-    that could not express them all; on the 11 training-split tuning windows of bench/ppo_study's
-    setup, with the four-option menu, the two gave 2.527 and 2.533 h mean JCT for Jigsaw, so the
+    (``order="heuristic"``, which reproduces the heuristic's placements more often with a menu
+    that cannot express them all; on the 11 training-split tuning windows of bench/ppo_study's
+    setup, with the four-option menu, the two give 2.527 and 2.533 h mean JCT for Jigsaw, so the
     learnable one is the default)."""
     if order not in ("slot", "heuristic"):
         raise ValueError(f"order must be 'slot' or 'heuristic', got {order!r}")

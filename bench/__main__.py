@@ -1,4 +1,5 @@
-"""The benchmark runner: measures everything of the performance issue and writes bench/results.md.
+"""The benchmark runner: env speed, training throughput, ONNX latency, whole-trace replays, replay
+scaling and instruction counts, written to bench/results.md.
 
     python -m bench                      # full sizes (tens of minutes on 2 cores)
     python -m bench --quick --out DIR    # tiny sizes: checks that every part works (CI)
@@ -44,8 +45,10 @@ PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
 def _shown(text: str) -> str:
     """``text`` with the data folder's path (``traces.data_dir``) written ``$JIGSAW_DATA``, so a
-    command or trace reads the same on every machine."""
-    return text.replace(str(data_dir()), "$JIGSAW_DATA")
+    command or trace reads the same on every machine (:func:`bench.results_folder.portable_text`)."""
+    from bench.results_folder import portable_text
+
+    return portable_text(text)
 
 
 def _shown_command(cmd: list[str]) -> str:
@@ -226,7 +229,7 @@ def _scaling_series(trace_of, sizes, gpus: int, load, agent: str, repeats: int) 
 
 
 def part_scaling(quick: bool, repeats: int, agent: str = "tiresias") -> dict:
-    """Two series: Philly prefixes at a fixed offered load (the issue's 1k, 10k, 82k jobs), whose
+    """Two series: Philly prefixes at a fixed offered load (1k, 10k and all 82k jobs), whose
     queue lengths change along the trace, and the Philly-fitted synthetic trace with stationary
     arrivals (``stationary``), which separates the simulator's scaling from the trace's."""
     philly = _philly()
@@ -360,7 +363,7 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
               "| trace | GPUs | agent | jobs | rounds | rounds without a scheduler call | replay s | of it in the garbage collector s | total wall s | peak memory MiB | mean JCT h | command |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in res["replay"]:
-            gc_s = f"{r['gc_s']:.1f}" if r.get("gc_s") is not None else "n/a"  # not measured before 2026-11-26
+            gc_s = f"{r['gc_s']:.1f}" if r.get("gc_s") is not None else "n/a"  # absent from results.json files written without the field
             L.append(f"| {r['trace'].split(':')[0]} | {r['gpus']} | {r['agent']} | {r['jobs']:,} | {r['rounds']:,} | "
                      f"{r['quiet_rounds']:,} | {r['run_s']:.1f} | {gc_s} | {r['wall_s']:.1f} | {r['peak_rss_mib']:.0f} | "
                      f"{r['avg_jct_s'] / 3600:.2f} | `{r['command']}` |")
@@ -378,7 +381,7 @@ def write_markdown(res: dict, path: Path, quick: bool) -> None:
                   "|---:|---:|---:|---:|---:|---:|---:|---|"]
             for r in ser["rows"]:
                 ms = r.get("ms_per_job", 1000.0 * r["run_s"] / max(r["jobs"], 1))
-                act = f"{r['mean_active']:.1f}" if "mean_active" in r else "n/a"  # not measured before 2026-11-27
+                act = f"{r['mean_active']:.1f}" if "mean_active" in r else "n/a"  # absent from results.json files written without the field
                 us = f"{r['us_per_active_job_round']:.2f}" if "us_per_active_job_round" in r else "n/a"
                 L.append(f"| {r['jobs']:,} | {r['rounds']:,} | {act} | {r['run_s']:.2f} | {ms:.3f} | {us} | "
                          f"{r['peak_rss_mib']:.0f} | `{r['command']}` |")

@@ -43,6 +43,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
+from bench.results_folder import portable_text
+
 Policy = Callable[[np.ndarray, np.ndarray], int]
 
 
@@ -252,7 +254,7 @@ def measure(run_dirs: list[str], windows: list[int], trace: str, gpus: int, hold
             log(f"window {w} {label}: exact {sc['exact']:.3f} (acting {sc['exact_acting']:.3f}), in-round "
                 f"{sc['in_round']:.3f} (acting {sc['in_round_acting']:.3f}; with a job of >= {wide} GPUs undecided: "
                 f"{sc['in_round_wide_acting']:.3f} over {sc['wide_acting']} acting states)")
-    return {"trace": trace, "gpus": gpus, "holdout": holdout, "split": split, "val": val if split == "val" else None,
+    return {"trace": portable_text(trace), "gpus": gpus, "holdout": holdout, "split": split, "val": val if split == "val" else None,
             "windows": windows, "window_jobs": window_jobs,
             "load": load, "expert": expert_name, "wide": wide, "run_dirs": [str(Path(d).resolve()) for d in run_dirs],
             "rows": rows}
@@ -270,8 +272,8 @@ def write_md(path: Path, res: dict, command: str) -> str:
          f"{res['window_jobs']} jobs per window, load {res['load']}). `exact`: the policy's action does what the expert's "
          f"next one does; `in round`: what the expert does before the round ends (actions compared by effect). `wide`: states with a job of >= {w} GPUs "
          "undecided.", "",
-         f"| window | max GPUs | policy | states | acting | exact | exact, acting | in round | in round, acting | "
-         f"wide acting states | in round, wide acting |",
+         "| window | max GPUs | policy | states | acting | exact | exact, acting | in round | in round, acting | "
+         "wide acting states | in round, wide acting |",
          "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
         L.append(f"| {r['window']} | {r['max_gpus']} | {r['policy']} | {r['states']} | {r['acting']} | {_f(r['exact'])} | "
@@ -326,7 +328,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     res["wall_s"] = time.perf_counter() - t0
-    command = "python -m bench.clone_accuracy " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = portable_text("python -m bench.clone_accuracy " + " ".join(argv if argv is not None else sys.argv[1:]))
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

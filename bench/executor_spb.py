@@ -4,7 +4,7 @@
     python -m bench.executor_spb --models tiny_cnn --world 4 --iterations 12 --out /tmp/spb.json
 
 For every model: full backprop (level 0) and the half level (level 2) with the rotating and the
-static pattern, each a real ``jigsaw_executor.run_job_local`` job of ``--world`` gloo processes
+static pattern, each a real ``jigsaw_executor.launcher.run_job_local`` job of ``--world`` gloo processes
 (one thread each; on a 2-core machine 4 processes share 2 cores, so their times are noisy) on the
 same data. Reported per configuration:
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.results_folder import portable_text
+
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
             expert: str, window_ks: list[int], orders: list[str], log=print,
@@ -49,7 +51,7 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
                 jct.setdefault(f"{expert} as actions, K={k}, {order} order", []).append(s.metrics()["avg_jct_s"] / 3600)
         log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
-    return {"trace": trace, "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
+    return {"trace": portable_text(trace), "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
             "expert": expert, "window_order": window_order, "jct_h": jct,
             "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
 
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
                   orders, window_order=a.window_order)
     res["wall_s"] = time.perf_counter() - t0
     res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    res["command"] = "python -m bench.expert_ceiling " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["command"] = portable_text("python -m bench.expert_ceiling " + " ".join(argv if argv is not None else sys.argv[1:]))
     print("mean JCT over the windows (h): " + ", ".join(f"{k} {v:.3f}" for k, v in res["mean_jct_h"].items()))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench.results_folder import run_line, run_record, write_results
+from bench.results_folder import portable_text, run_line, run_record, write_results
 
 
 def fixed_config_scheduler(level: int, pattern):
@@ -115,7 +115,7 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
         out["loads"][str(load)] = {"windows": rows, "mean_jct_h": mean,
                                    "gap_h": {a: mean[a] - mean["bound"] for a in agents}}
     bar.close()
-    out.update(trace=trace, gpus=gpus, holdout=holdout, windows=windows, window_jobs=window_jobs,
+    out.update(trace=portable_text(trace), gpus=gpus, holdout=holdout, windows=windows, window_jobs=window_jobs,
                agents=list(agents), cluster=cluster_kwargs, round_s=cfg.round_s)
     return out
 

@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Iterator
 
-from bench.results_folder import run_line, run_record, write_results
+from bench.results_folder import portable_text, run_line, run_record, write_results
 
 KINDS = ("defer", "level", "keep", "place")
 
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
             print(f"window {r['window']}: jigsaw {r['base_h']:.4f} h, improved {r['improved_h']:.4f} h, "
                   f"{r['checked']} rounds checked, switches {r['switches']}", flush=True)
     rows.sort(key=lambda r: r["window"])
-    res = {"trace": trace, "gpus": a.gpus, "holdout": a.holdout, "window_jobs": a.window_jobs, "load": a.load,
+    res = {"trace": portable_text(trace), "gpus": a.gpus, "holdout": a.holdout, "window_jobs": a.window_jobs, "load": a.load,
            "windows": rows, "mean_base_h": float(np.mean([r["base_h"] for r in rows])),
            "mean_improved_h": float(np.mean([r["improved_h"] for r in rows])),
            **run_record("bench.lookahead", argv, t0)}

@@ -13,7 +13,7 @@ Tiresias's).
    run's budget), then MaskablePPO fine-tuning, ``--n-envs 2`` (SubprocVecEnv),
    episodes = windows of ``--max-jobs`` consecutive jobs from the *first* ``1 - holdout`` of the trace
    (``agents/rl_env.py: TrainingEnv``, split "train"), offered load ``--load``. Each run learns for
-   ``--train-s`` seconds of wall time (``train_agent.py --max-wall-s``; the issue allows 30 minutes
+   ``--train-s`` seconds of wall time (``train_agent.py --max-wall-s``; the budget is 30 minutes
    per run) or ``--timesteps``, whichever comes first; a watchdog sends SIGINT to a run still going
    at ``--budget-s`` (train_agent saves the model on KeyboardInterrupt) and the report says so.
 2. **Held-out windows.** The held-out split is exactly the one training never sees:
@@ -59,6 +59,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from bench.results_folder import portable_text
 from traces import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -362,8 +363,8 @@ def write_md(path: Path, res: dict) -> None:
         how.append(f"learning stops after {s['train_s']:.0f} s of wall time per run (`train_agent.py --max-wall-s`)")
     if s.get("timesteps"):
         how.append(f"or at --timesteps {s['timesteps']}")
-    L.append(f"- Wall-clock budget: {' '.join(how) or 'none'}; hard stop (SIGINT) at {s['budget_s']:.0f} s. The issue "
-             f"allows 30 minutes per run. Runs were sequential, under `nice -n 5`, `OMP_NUM_THREADS=1`, on a machine "
+    L.append(f"- Wall-clock budget: {' '.join(how) or 'none'}; hard stop (SIGINT) at {s['budget_s']:.0f} s. The "
+             f"budget is 30 minutes per run. Runs were sequential, under `nice -n 5`, `OMP_NUM_THREADS=1`, on a machine "
              f"shared with other work (the frames each run got are in the table below).")
     if s.get("val"):
         vg = re.search(r"--val-gpus[ =](\S+)", s.get("train_args") or "")
@@ -572,7 +573,7 @@ def main(argv=None) -> dict:
         if not (rdir / "model.zip").is_file():
             raise SystemExit(f"training seed {seed} left no model.zip (rc {r['rc']}); see {runs_dir / f'seed{seed}.log'}")
         c = run_config(rdir)
-        training.append({"seed": seed, "label": lab, "run_dir": os.path.relpath(rdir, out), "command": shown,
+        training.append({"seed": seed, "label": lab, "run_dir": os.path.relpath(rdir, out), "command": portable_text(shown),
                          "timesteps_requested": timesteps, "trained_timesteps": int(c.get("trained_timesteps") or 0),
                          "train_wall_s": float(c.get("train_wall_s") or float("nan")), "process_wall_s": r["wall_s"],
                          "rc": r["rc"], "interrupted_at_budget": r["interrupted_at_budget"],
@@ -622,8 +623,8 @@ def main(argv=None) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), python {platform.python_version()}",
         "git_commit": git_commit(),
-        "command": cmdline,
-        "setup": {"trace": a.trace, "trace_jobs": int(len(train_split) + n_val + len(held)), "gpus": a.gpus,
+        "command": portable_text(cmdline),
+        "setup": {"trace": portable_text(a.trace), "trace_jobs": int(len(train_split) + n_val + len(held)), "gpus": a.gpus,
                   "holdout": a.holdout, "train_jobs": int(len(train_split)), "val_jobs": int(n_val),
                   "heldout_jobs": int(len(held)),
                   "train_job_ids": [int(train_split["job_id"].iloc[0]), int(train_split["job_id"].iloc[-1])],

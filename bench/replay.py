@@ -1,6 +1,6 @@
 """Replay one trace with one scheduler; print wall time, peak memory and the metrics as JSON.
 
-    python -m bench.replay --trace philly:../shared/data/philly/philly.csv --gpus 512 --agent jigsaw
+    python -m bench.replay --trace philly:$JIGSAW_DATA/philly/philly.csv --gpus 512 --agent jigsaw
 
 Run in its own process by ``python -m bench`` so that the peak resident memory belongs to this
 replay alone (``peak_rss_mib``: the kernel's high-water mark of this process image). Round logs

@@ -5,19 +5,32 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 
+def portable_text(text: str) -> str:
+    """``text`` (a command line or a trace spec) with the data folder's absolute path
+    (``traces.data_dir``) written ``$JIGSAW_DATA``, so that what a results file records reads the
+    same on every machine. For display only: what runs keeps the path as given."""
+    from traces import data_dir
+
+    folder = data_dir()
+    if not folder.is_absolute():
+        folder = folder.resolve()
+    return re.sub(re.escape(str(folder)) + r"(?=[/\s'\"`,;)\]]|$)", "$JIGSAW_DATA", text)
+
+
 def run_record(module: str, argv, t0: float) -> dict:
-    """The run's wall seconds since ``t0`` (``time.perf_counter``), command line, git commit and
-    machine, for its results."""
+    """The run's wall seconds since ``t0`` (``time.perf_counter``), command line (the data folder
+    written ``$JIGSAW_DATA``, :func:`portable_text`), git commit and machine, for its results."""
     from jigsaw_env.evaluate import git_commit
 
     return {"wall_s": time.perf_counter() - t0,
-            "command": f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": portable_text(f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])),
             "git_commit": git_commit(), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bench.results_folder import run_line, run_record, write_results
+from bench.results_folder import portable_text, run_line, run_record, write_results
 
 #: an episode "matches" when the translation's mean JCT is within this relative distance
 MATCH_REL = 1e-3
@@ -68,7 +68,7 @@ def measure(seeds: Sequence[int], cluster_sizes: Sequence[int], orders: Sequence
                 episodes.append({"window_order": order, **play_episode(env, expert, seed)})
                 bar.update(1)
     bar.close()
-    return {"expert": expert, "trace": trace, "seeds": [min(seeds), max(seeds)], "cluster_sizes": list(cluster_sizes),
+    return {"expert": expert, "trace": portable_text(trace), "seeds": [min(seeds), max(seeds)], "cluster_sizes": list(cluster_sizes),
             "orders": list(orders), "episodes": episodes, "summary": summarize(episodes)}
 
 

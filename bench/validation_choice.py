@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.results_folder import run_line, run_record, write_results
+from bench.results_folder import portable_text, run_line, run_record, write_results
 
 
 def validation_windows(trace: str, gpus: int, holdout: float, val: float, window_jobs: int, windows: int,
@@ -110,7 +110,7 @@ def measure(agents: str, trace: str, gpus: int, holdout: float, val: float, wind
             diffs[key][lab]["verdict"] = verdict(p)
     chosen, means = choose(jct, learned)
     return {"agents": labels, "refs": {s.label: _shown_path(s.ref) for s in specs}, "learned": learned, "baseline": baseline,
-            "trace": trace, "gpus": gpus, "holdout": holdout, "val": val, "windows": windows,
+            "trace": portable_text(trace), "gpus": gpus, "holdout": holdout, "val": val, "windows": windows,
             "window_jobs": window_jobs, "loads": loads, "per_window_jct_h": jct, "vs_baseline": diffs,
             "pooled_mean_jct_h": means, "chosen": chosen,
             "window_info": {key: [info for _, info in wins] for key, (_, wins) in settings.items()}}

@@ -17,8 +17,8 @@ iteration beyond the plain training loop the other times measure (SPB trainer bo
 control read, the per-iteration command broadcast): every worker iteration pays it, whatever its
 start group (docs/spb_model.md eq. C1). It is 0 in every table that measures a plain training loop
 (all shipped tables) and is filled by ``jigsaw calibrate --device cpu --executor`` (docs/deploy.md
-section 5). A table with overhead 0 is written without the field, so its JSON and digest are what
-they were before the field existed.
+section 5). A table with overhead 0 is written without the field, so a plain training loop's
+table has one JSON form and one digest.
 
 Shipped tables live in ``jigsaw_env/tables/<model>-bs<batch>-<device>.json``.
 """

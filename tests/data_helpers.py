@@ -3,9 +3,9 @@
     from data_helpers import require_data
     path = require_data("philly/philly.csv")
 
-The folder is ``$JIGSAW_DATA`` (default ``<project root>/../shared/data``, see
-``traces.data_dir()``). A test that needs a file skips with a reason when it is absent, except
-under CI (``CI=true``), where a missing file is a failure, not a skip.
+The folder is the data folder (``JIGSAW_DATA``, resolved by ``traces.data_dir()``). A test that
+needs a file skips with a reason when it is absent, except under CI (``CI=true``), where a missing
+file is a failure, not a skip.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Public API::
     validate_jobs(df, origin) -> df          # the one validation every loader's output goes through
     to_canonical_csv(df, path)               # readable back with "csv:PATH"
     add_trace_arguments(parser); trace_from_args(args, cluster_gpus) -> Trace
-    data_dir() -> Path                       # $JIGSAW_DATA or <project>/../shared/data
+    data_dir() -> Path                       # the data folder (JIGSAW_DATA)
 
 Specs: ``philly:PATH``, ``philly-json:PATH``, ``alibaba2020:PATH``, ``alibaba2023:PATH``,
 ``helios:PATH``, ``gavel:PATH``, ``csv:PATH``, ``synthetic[:jobs=N,load=X,seed=S,...]``.

@@ -43,7 +43,7 @@ DEFAULT_SYNTHETIC_GPUS = 64
 
 
 def data_dir() -> Path:
-    """The reference data folder: ``$JIGSAW_DATA``, else ``<project root>/../shared/data`` (an
+    """The reference data folder (``JIGSAW_DATA``), else the project's default data folder (an
     empty or blank ``JIGSAW_DATA`` counts as unset). The one place the project resolves it."""
     env = os.environ.get("JIGSAW_DATA", "").strip()
     return Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"

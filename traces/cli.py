@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        description="Describe a trace: job count, GPU-count histogram, duration quantiles, "
                                    "arrival span, offered load against --gpus, and what was filtered.")
     d.add_argument("spec", nargs="?", default=None, metavar="KIND:PATH",
-                   help="trace to describe (overrides --trace), e.g. philly:../shared/data/philly/philly.csv")
+                   help="trace to describe (overrides --trace), e.g. philly:$JIGSAW_DATA/philly/philly.csv")
     d.add_argument("--gpus", type=positive_int("--gpus"), default=DEFAULT_DESCRIBE_GPUS,
                    help=f"cluster size for the offered load (default {DEFAULT_DESCRIBE_GPUS})")
     d.add_argument("--json", action="store_true", help="print JSON instead of text")

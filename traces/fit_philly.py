@@ -57,7 +57,7 @@ def render(f: dict) -> str:
     lines = [
         '"""Numbers fitted to the Philly trace; written by ``python -m traces.fit_philly`` -- do not edit.',
         "",
-        "Source: ../shared/data/philly/philly.csv (Microsoft Philly trace as processed by the Pollux",
+        "Source: $JIGSAW_DATA/philly/philly.csv (Microsoft Philly trace as processed by the Pollux",
         "authors: petuum/adaptdl, branch osdi21-artifact, simulator/traces/philly.csv, Apache-2.0),",
         "columns num_gpus, duration (seconds) and timestamp. Only derived figures are stored here.",
         'See docs/traces.md, "Synthetic generator".',

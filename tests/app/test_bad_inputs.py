@@ -7,8 +7,8 @@ machine's physical cores, ``{models}`` the models that have cost tables (shipped
 (onnxruntime, pickle, stable-baselines3) and that changes with its version. Every file a row names
 under ``{tmp}`` is made by the builder of that name below (names starting with ``missing`` are never
 made, ``out`` names outputs); a test checks that the rows and the builders match one to one. Rows under the "Known gaps"
-heading are strict xfails: the message is the one proposed for a fix in a file this change could
-not touch, so a fix turns the test into a failure that asks for the row to move up.
+heading are strict xfails: the message is the one line the command should print, so a command that
+prints it turns the test into a failure that asks for the row to move up to its section.
 """
 from __future__ import annotations
 

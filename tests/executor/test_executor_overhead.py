@@ -1,13 +1,14 @@
 """The live executor's per-iteration overhead as part of the cost model (docs/spb_model.md eq. C1,
 docs/deploy.md section 5), the calibrated link file, and the worker count of measured eta.
 
-* ``CostTable.executor_overhead_s`` round-trips through save/load; 0 (every shipped table) leaves
-  the JSON, the digest and every iteration time exactly as before the field existed;
+* ``CostTable.executor_overhead_s`` round-trips through save/load; 0 (every shipped table) is
+  not written, so the JSON and digest are those of a table without the field, and every iteration
+  time is eq. C1 without the overhead term;
 * a hand-computed case with overhead > 0 (per start, per phase with sync, and through the
   simulator);
 * bad values (negative, not a number) fail in one line naming the file and the field;
 * the link fit (eq. X2) and ``link.json`` reading;
-* eta keyed by worker count (``"<level>/<pattern>/w<W>"``) and older tables without it;
+* eta keyed by worker count (``"<level>/<pattern>/w<W>"``) and tables without it;
 * ``jigsaw calibrate --device cpu --executor`` on tiny_mlp writes the field and ``link.json``
   (slow: starts Ray).
 """
@@ -30,8 +31,8 @@ from jigsaw_env.spb import Pattern, SPBConfig, eta_for, eta_key, eta_measured_wo
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _old_compute_by_start(t: CostTable) -> np.ndarray:
-    """eq. C1 exactly as it was computed before the overhead term existed."""
+def _c1_without_overhead(t: CostTable) -> np.ndarray:
+    """eq. C1 without the overhead term."""
     a = t.arrays()
     fwd = a["forward_s"].sum()
     bw_w_suffix = np.cumsum(a["backward_weight_s"][::-1])[::-1]
@@ -48,7 +49,7 @@ def test_overhead_round_trips_through_save_and_load(tmp_path):
     assert d["executor_overhead_s"] == 0.0015
     back = CostTable.load(tmp_path / "t.json")
     assert back == t and back.executor_overhead_s == 0.0015 and back.digest() == t.digest()
-    # overhead 0 is not written: the JSON (and digest) of a plain-loop table is what it was
+    # overhead 0 is not written: the JSON (and digest) of a plain-loop table are those without the field
     z = make_toy4("_t_ovh_rt0")
     z.save(tmp_path / "z.json")
     assert "executor_overhead_s" not in json.loads((tmp_path / "z.json").read_text())
@@ -60,16 +61,16 @@ def test_shipped_tables_have_no_overhead_and_unchanged_times_and_digests():
         raw = json.loads(f.read_text())
         t = CostTable.load(f)
         assert t.executor_overhead_s == 0.0 and "executor_overhead_s" not in raw, f.name
-        assert t.to_dict() == raw, f.name  # same JSON, so the same digest as before the field
+        assert t.to_dict() == raw, f.name  # same JSON, so the digest of a table without the field
         # bit-for-bit eq. C1 without the overhead term (no "+ 0.0" rounding either)
-        assert np.array_equal(t.compute_by_start(), _old_compute_by_start(t)), f.name
-        assert t.iteration_time_s() == float(_old_compute_by_start(t)[0])
+        assert np.array_equal(t.compute_by_start(), _c1_without_overhead(t)), f.name
+        assert t.iteration_time_s() == float(_c1_without_overhead(t)[0])
 
 
-def test_overhead_zero_gives_exactly_the_old_iteration_time():
+def test_overhead_zero_gives_eq_c1_without_the_term():
     t = make_toy4("_t_ovh_zero")
     assert t.compute_by_start().tolist() == [11.0, 9.0, 7.0, 5.0]
-    assert np.array_equal(t.compute_by_start(), _old_compute_by_start(t))
+    assert np.array_equal(t.compute_by_start(), _c1_without_overhead(t))
     # two workers, level 3 rotating: phase k starts the workers at (k, k + 1) mod 4, so they
     # compute the plain start times; sync (toy link, 1000 B/s, 1000 B per group) is 1 s per group
     # with a contributor: 4, 3, 2 and 4 groups
@@ -175,24 +176,24 @@ def test_tables_folder_with_a_link_file_registers_only_tables(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- eta and W
-def test_eta_keyed_by_workers_and_older_tables():
+def test_eta_keyed_by_workers_and_tables_without_workers():
     base = make_toy4("_t_eta_w")
     spb = SPBConfig()
     slots = spb.start_slots(3, 4)
-    old = dataclasses.replace(base, meta={"eta": {"3/rotating": 0.9}})  # an older table: no W anywhere
-    assert eta_measured_workers(old) is None
+    no_w = dataclasses.replace(base, meta={"eta": {"3/rotating": 0.9}})  # a table with no W anywhere
+    assert eta_measured_workers(no_w) is None
     for w in (1, 2, 4, 8):
-        assert eta_for(old, 3, Pattern.ROTATING, spb, slots, w) == 0.9
-    new = dataclasses.replace(base, meta={"eta": {"3/rotating": 0.9, eta_key(3, "rotating", 2): 0.6},
+        assert eta_for(no_w, 3, Pattern.ROTATING, spb, slots, w) == 0.9
+    with_w = dataclasses.replace(base, meta={"eta": {"3/rotating": 0.9, eta_key(3, "rotating", 2): 0.6},
                                           "eta_source": {"workers": 4}})
     assert eta_key(3, "rotating", 2) == "3/rotating/w2" and eta_key(3, Pattern.STATIC) == "3/static"
-    assert eta_measured_workers(new) == 4
-    assert eta_for(new, 3, Pattern.ROTATING, spb, slots, 2) == 0.6   # measured at the job's W
-    assert eta_for(new, 3, Pattern.ROTATING, spb, slots, 4) == 0.9   # the default (measured at 4)
-    assert eta_for(new, 3, Pattern.ROTATING, spb, slots, 3) == 0.9   # no W = 3 value: the default
-    assert eta_for(new, 0, Pattern.ROTATING, spb, slots, 2) == 1.0
+    assert eta_measured_workers(with_w) == 4
+    assert eta_for(with_w, 3, Pattern.ROTATING, spb, slots, 2) == 0.6   # measured at the job's W
+    assert eta_for(with_w, 3, Pattern.ROTATING, spb, slots, 4) == 0.9   # the default (measured at 4)
+    assert eta_for(with_w, 3, Pattern.ROTATING, spb, slots, 3) == 0.9   # no W = 3 value: the default
+    assert eta_for(with_w, 0, Pattern.ROTATING, spb, slots, 2) == 1.0
     # no key at all: the eq. E1 prior (W = 1 static never skips: 1.0)
-    assert eta_for(new, 3, Pattern.STATIC, spb, slots, 1) == 1.0
+    assert eta_for(with_w, 3, Pattern.STATIC, spb, slots, 1) == 1.0
 
 
 def test_bench_eta_writes_worker_keyed_values(tmp_path):
@@ -209,18 +210,18 @@ def test_bench_eta_writes_worker_keyed_values(tmp_path):
     written = bench_eta.write_tables(doc, tables, by_workers=True)
     assert written
     for f in written:
-        t, old = CostTable.load(f), before[f.name]
+        t, orig = CostTable.load(f), before[f.name]
         w = doc["setup"]["world"]
-        for k, v in old.meta.get("eta", {}).items():  # the defaults are kept
+        for k, v in orig.meta.get("eta", {}).items():  # the defaults are kept
             assert t.meta["eta"][k] == v
         added = {k: v for k, v in t.meta["eta"].items() if k.endswith(f"/w{w}")}
         assert added == {f"{k}/w{w}": v for k, v in bench_eta.table_eta_values(doc, t.model).items()}
         assert t.meta["eta_source"][f"w{w}"]["workers"] == w
-        assert eta_measured_workers(t) == old.meta.get("eta_source", {}).get("workers")
+        assert eta_measured_workers(t) == orig.meta.get("eta_source", {}).get("workers")
         for k, v in added.items():
             lvl, pat, _ = k.split("/")
             assert job_profile(t, int(lvl), pat, w, Link(1e-5, 1e9)).eta == v
-        assert dataclasses.replace(t, meta={}, sources={}) == dataclasses.replace(old, meta={}, sources={})
+        assert dataclasses.replace(t, meta={}, sources={}) == dataclasses.replace(orig, meta={}, sources={})
 
 
 # ----------------------------------------------------------------------------------- the command

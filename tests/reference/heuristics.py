@@ -1,7 +1,7 @@
 """Plain from-scratch versions of the heuristics' fast paths, which tests/agents/test_scheduler_speed.py
 holds them to: 2D-LAS's order, quiet time and observation per job, the pairs in force, the
 pairing search without prepared candidates, and Jigsaw's exclusive pass written over boolean GPU
-masks instead of placement tables (``MaskJigsaw``, the code of commit 8337649). References: slow, written for clarity, never
+masks instead of placement tables (``MaskJigsaw``, a frozen copy of the pass at commit 8337649). References: slow, written for clarity, never
 used by the package.
 """
 from __future__ import annotations
@@ -152,8 +152,8 @@ def mask_consolidated(state, ledger, job, free):
 
 
 class MaskJigsaw(Jigsaw):
-    """Jigsaw with the exclusive pass of commit 8337649 (kept verbatim but for the docstring and
-    the ``settled`` argument, which it leaves empty: rule 2 then visits every job)."""
+    """Jigsaw with a frozen copy of the exclusive pass at commit 8337649 (the same code but for the
+    docstring and the ``settled`` argument, which it leaves empty: rule 2 then visits every job)."""
 
     def _exclusive(self, state, chosen, rest, pairs, rank, settled=None) -> tuple[GpuLedger, list[JobState]]:
         """A plain reference for the exclusive pass: free GPUs found from numpy masks of every GPU

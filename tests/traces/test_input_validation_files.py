@@ -414,7 +414,7 @@ def test_gzip_and_bom_files_load_like_the_plain_file(tmp_path):
         assert load_trace(f"{spec_kind}:{bomgz}", map_models=False).digest() == plain.digest()
 
 
-# parse-only digests of the fixtures, computed with the loaders before this change (commit 7caa73b)
+# parse-only reference digests of the fixtures (the loaders of 7caa73b)
 FIXTURE_DIGESTS = {
     "philly:philly_small.csv": "41d0fbf2196d35de",
     "csv:canonical_jobs.csv": "a9a0bbe4fb38e6cd",
