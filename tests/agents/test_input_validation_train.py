@@ -472,8 +472,8 @@ def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):
 
 
 def test_evaluate_refuses_a_load_it_cannot_apply(tmp_path, capsys):
-    # every kept job arrives at once: there is no inter-arrival time to scale, and the run used to
-    # go ahead at the trace's own timing while metrics.csv said load 1.0 (offered_load inf)
+    # every kept job arrives at once: there is no inter-arrival time to scale, so a run would go
+    # ahead at the trace's own timing while metrics.csv said load 1.0 (offered_load inf)
     from jigsaw_env.cli import main
 
     p = tmp_path / "burst.csv"

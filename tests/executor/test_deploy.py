@@ -62,7 +62,7 @@ def _rounds(out):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a hang guard (the demo fixture's run included), not a speed target
-def test_demo_completes_every_job_with_preemption_and_level_change(demo):
+def test_demo_completes_every_job_and_resumes_the_preempted_ones(demo):
     out, summary, _ = demo
     jobs = summary["jobs"]
     assert len(jobs) >= 3
@@ -74,8 +74,6 @@ def test_demo_completes_every_job_with_preemption_and_level_change(demo):
         assert 0.0 <= j["heldout_accuracy"] <= 1.0
     # every model learned something (10 classes: chance is 0.1)
     assert all(j["heldout_accuracy"] > 0.5 for j in jobs.values()), {k: j["heldout_accuracy"] for k, j in jobs.items()}
-    assert sum(j["preemptions"] for j in jobs.values()) >= 1
-    assert sum(j["level_changes"] for j in jobs.values()) >= 1
     assert any(j["bytes_sent"] > 0 for j in jobs.values())  # the 2-slot job communicates
     # the preemption resumed from its checkpoint: a second incarnation of the preempted job
     pre = [j for j in jobs.values() if j["preemptions"]]
@@ -90,22 +88,28 @@ def test_demo_completes_every_job_with_preemption_and_level_change(demo):
         assert (out / name).is_file(), name
 
 
-def test_demo_decision_log_shows_preemption_and_level_change(demo):
-    """The log shows a preemption and an SPB level change (the policy's own, or the demo
-    scenario's where the policy made none by its round), and the live run did what each round's
-    logged decision says: every job that stepped ran on the logged slots at the logged level, a
-    job left out ran nothing, and a forced event is in the applied decision."""
-    out = demo[0]
+def test_demo_counts_the_preemptions_and_level_changes_its_log_shows(demo):
+    """The live run did what each round's logged decision says: every job that stepped ran on the
+    logged slots at the logged level, a job left out ran nothing, and a forced event is in the
+    applied decision. Each job's preemptions (running, not finished, left out of the next decision)
+    and level changes (running on at another level or pattern) counted from the log are the
+    summary's, whether the policy made them or the demo scenario forced them where the policy made
+    none by its round (docs/deploy.md)."""
+    out, summary, _ = demo
     prev: dict = {}
     finished: set[int] = set()
-    preempted = level_changed = False
+    preemptions: dict[int, int] = {}
+    level_changes: dict[int, int] = {}
+    forced = {"preempt": 0, "level": 0}
     for r in _rounds(out):
         dec = {int(k): v for k, v in r["decision"].items()}
         for jid, jd in prev.items():
-            if jid not in dec and jid not in finished:
-                preempted = True
-            elif jid in dec and dec[jid]["level"] != jd["level"]:
-                level_changed = True
+            if jid in finished:
+                continue
+            if jid not in dec:
+                preemptions[jid] = preemptions.get(jid, 0) + 1
+            elif (dec[jid]["level"], dec[jid]["pattern"]) != (jd["level"], jd["pattern"]):
+                level_changes[jid] = level_changes.get(jid, 0) + 1
         for o in r.get("outcome", {}).values():
             jid = o["job_id"]
             assert jid in dec, (r["round"], jid)
@@ -113,12 +117,20 @@ def test_demo_decision_log_shows_preemption_and_level_change(demo):
             if o["finished"]:
                 finished.add(jid)
         for f in r.get("forced", []):
+            if f["kind"] not in forced:
+                continue  # the idle guard's starts
+            forced[f["kind"]] += 1
             if f["kind"] == "preempt":
                 assert f["job"] not in dec and str(f["job"]) not in r.get("outcome", {}), (r["round"], f)
             else:
                 assert dec[f["job"]]["level"] == f["to"] and r["outcome"][str(f["job"])]["level"] == f["to"], f
         prev = dec
-    assert preempted and level_changed
+    jobs = {int(k): j for k, j in summary["jobs"].items()}
+    assert {jid: j["preemptions"] for jid, j in jobs.items()} == {jid: preemptions.get(jid, 0) for jid in jobs}
+    assert {jid: j["level_changes"] for jid, j in jobs.items()} == {jid: level_changes.get(jid, 0) for jid in jobs}
+    # the demo shows both events, the scenario forcing at most one of each
+    assert sum(preemptions.values()) >= 1 and sum(level_changes.values()) >= 1
+    assert forced["preempt"] <= 1 and forced["level"] <= 1
 
 
 def test_demo_replay_gives_the_same_decisions(demo):
