@@ -32,10 +32,11 @@ from jigsaw_env.actions import level_pattern_combos
 from jigsaw_env.las import LASQueues, parse_thresholds  # noqa: F401 (re-exported: the heuristics' priority)
 # the pairing search and its per-CostModel caches live in the core (the env's pair-with-host
 # options choose a guest's GPUs with it); re-exported here, where the heuristics read them
-from jigsaw_env.pairing import (_MAX_CACHE, _MAX_PREP, Config, PairingHit, PairPlan, _cache, _caches_of,  # noqa: F401
-                                _lcm, _search_pairing, _search_pairing_phases, _sharing_tag, guest_orders,
-                                host_layout, pair_step_lower_bound, pair_value_bound, phase_difference, phase_mod,
-                                placement_sig, profile_summary, search_pairing, syncs_share_a_link, _signature)
+from jigsaw_env.pairing import (MAX_PREP_ENTRIES, Config, PairingHit, PairPlan,  # noqa: F401
+                                caches_of, guest_orders, host_layout, named_cache, pair_step_lower_bound,
+                                pair_value_bound, phase_difference, phase_mod, placement_sig, profile_summary,
+                                search_pairing, search_pairing_at, search_pairing_phases, sharing_tag,
+                                syncs_share_a_link, workers_signature)
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus, job_decision
@@ -140,7 +141,7 @@ def spb_configs(state: ClusterState, job: JobState) -> list[Config]:
     static pattern, dropping choices whose start slots repeat an earlier one (a shallow model at a
     low level) and the static pattern of a one-worker job (its only worker is always full depth)."""
     key = (job.model, job.batch_size, job.num_gpus)
-    cache = _cache(state.costs, "configs")
+    cache = named_cache(state.costs, "configs")
     out = cache.get(key)
     if out is None:
         out, seen = [], set()
@@ -173,7 +174,7 @@ def best_solo(state: ClusterState, job: JobState, gpus: Sequence[int], current: 
     running job's configuration does not flip on rounding noise.
     """
     key = (job.model, job.batch_size, placement_sig(state, gpus), allow_spb)
-    cache = _cache(state.costs, "solo")
+    cache = named_cache(state.costs, "solo")
     hit = cache.get(key)
     if hit is None:
         cfgs = spb_configs(state, job) if allow_spb else [LEVEL0]
@@ -232,11 +233,11 @@ def order_signatures(state: ClusterState, node_sig: tuple[int, ...], types_sig: 
     tuple(host_gpus[c] for c in order))`` for each order, read from the layout alone (the nodes'
     numbering does not change whether an order spans nodes). Cached per layout and width: a few
     hundred layouts stand for the hundreds of thousands of GPU tuples a replay meets."""
-    cache = _cache(state.costs, "order_sigs")
+    cache = named_cache(state.costs, "order_sigs")
     key = (node_sig, types_sig, wb)
     v = cache.get(key)
     if v is None:
-        v = cache[key] = tuple([_signature([node_sig[c] for c in o],
+        v = cache[key] = tuple([workers_signature([node_sig[c] for c in o],
                                            None if types_sig is None else [types_sig[c] for c in o])
                                 for o in guest_orders(len(node_sig), wb)])
     return v
@@ -251,7 +252,7 @@ def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> 
     orders are grouped by it, in order of first appearance); and each GPU's memory. Two hosts on
     different nodes, or spread over nodes in different patterns that give every order the same
     signature (a one-worker guest never spans nodes), are searched once. Cached per (GPUs, wb)."""
-    cache = _cache(state.costs, "pair_layout")
+    cache = named_cache(state.costs, "pair_layout")
     key = (host_gpus, wb)
     v = cache.get(key)
     if v is None:
@@ -259,7 +260,7 @@ def pairing_layout(state: ClusterState, host_gpus: tuple[int, ...], wb: int) -> 
         reads = (placement_sig(state, host_gpus), order_signatures(state, sig[0], sig[1], wb), sig[2])
         # never emptied (one entry per distinct reading): an id keeps its meaning for as long as
         # the cached searches keyed by it live
-        ids = _caches_of(state.costs).setdefault("pair_layout_ids", {})
+        ids = caches_of(state.costs).setdefault("pair_layout_ids", {})
         v = cache[key] = (ids.setdefault(reads, len(ids)), cap)
     return v
 
@@ -278,26 +279,26 @@ def default_pairing(state: ClusterState, host: JobState, host_gpus: tuple[int, .
     lid, cap = pairing_layout(state, host_gpus, wb)
     rel = phase_difference(state, host, guest, wa)
     key = (host.model, host.batch_size, host.num_gpus, lid, guest.model, guest.batch_size, wb, rel)
-    cache = _cache(state.costs, _sharing_tag(state, "pair_default"))
+    cache = named_cache(state.costs, sharing_tag(state, "pair_default"))
     hit = cache.get(key, False)
     if hit is False:
         all_orders = guest_orders(wa, wb)
         prep_key = key[:-1]
         if not all_orders:
             hit = cache[key] = None
-        elif wa > 1 and prep_key in _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP):
+        elif wa > 1 and prep_key in named_cache(state.costs, sharing_tag(state, "pair_prep"), limit=MAX_PREP_ENTRIES):
             # a second phase difference of the same pair (its candidates are prepared: an
             # earlier phase was searched): most pairs that are asked twice are asked about
             # many phases, so search every phase at once (one pass over the candidates, the
             # phases stacked in numpy) and keep them all
             pm = phase_mod(state)
-            found = _search_pairing_phases(state, host, host_gpus, guest, spb_configs(state, host),
+            found = search_pairing_phases(state, host, host_gpus, guest, spb_configs(state, host),
                                            spb_configs(state, guest), all_orders, cap, range(pm), prep_key)
             for r, res in enumerate(found):
                 cache[prep_key + (r,)] = res
             hit = found[rel]
         else:
-            hit = cache[key] = _search_pairing(state, host, host_gpus, guest, spb_configs(state, host),
+            hit = cache[key] = search_pairing_at(state, host, host_gpus, guest, spb_configs(state, host),
                                                spb_configs(state, guest), all_orders, cap, 0, rel, prep_key)
     return hit
 

@@ -33,14 +33,14 @@ Config = tuple[int, Pattern]  # (SPB level, pattern)
 _CACHES: "weakref.WeakKeyDictionary[CostModel, dict]" = weakref.WeakKeyDictionary()
 
 
-_MAX_CACHE = 200_000
+MAX_CACHE_ENTRIES = 200_000
 
 
-_MAX_PREP = 4_000
+MAX_PREP_ENTRIES = 4_000
 
 
 class _LastLookup:
-    """The CostModel :func:`_caches_of` looked up last (a weak reference) and its caches, kept at
+    """The CostModel :func:`caches_of` looked up last (a weak reference) and its caches, kept at
     hand: most lookups in a row are of the same model."""
 
     __slots__ = ("ref", "caches")
@@ -53,7 +53,7 @@ class _LastLookup:
 _LAST = _LastLookup()
 
 
-def _caches_of(costs: CostModel) -> dict:
+def caches_of(costs: CostModel) -> dict:
     """The per-CostModel dict of named caches (the last one looked up is kept at hand)."""
     last = _LAST
     ref = last.ref
@@ -73,7 +73,7 @@ def free_pace(state: ClusterState) -> bool:
     return sharing is not None and sharing.pace == "free"
 
 
-def _sharing_tag(state: ClusterState, name: str) -> str:
+def sharing_tag(state: ClusterState, name: str) -> str:
     """A cache name per sharing mode and pace: a pairing's value depends on how the pair shares
     its GPUs and how it steps, and one CostModel may serve simulators of either."""
     sharing = state.sharing
@@ -94,10 +94,10 @@ def phase_difference(state: ClusterState, host: JobState, guest: JobState, width
     return (guest.iteration - host.iteration) % phase_mod(state)
 
 
-def _cache(costs: CostModel, name: str, limit: int = _MAX_CACHE) -> dict:
+def named_cache(costs: CostModel, name: str, limit: int = MAX_CACHE_ENTRIES) -> dict:
     """A named cache of ``costs`` (emptied when it grows past ``limit`` entries: every entry is a
     pure function of its key, so recomputing one gives the same value)."""
-    per = _caches_of(costs)
+    per = caches_of(costs)
     c = per.get(name)
     if c is None or len(c) > limit:
         c = per[name] = {}
@@ -108,16 +108,16 @@ def placement_sig(state: ClusterState, gpus: Sequence[int]) -> tuple:
     """What a job's profile depends on in its GPUs: their number, whether they span nodes, and
     (on a mixed cluster) their types. Cached per GPU tuple."""
     key = gpus if type(gpus) is tuple else tuple(gpus)
-    cache = _cache(state.costs, "psig")
+    cache = named_cache(state.costs, "psig")
     sig = cache.get(key)
     if sig is None:
         cl = state.cluster
-        sig = cache[key] = _signature([g // cl.gpus_per_node for g in key],
+        sig = cache[key] = workers_signature([g // cl.gpus_per_node for g in key],
                                       None if state.costs.homogeneous else [cl.gpu_type(g) for g in key])
     return sig
 
 
-def _signature(nodes: Sequence, types: Sequence | None) -> tuple:
+def workers_signature(nodes: Sequence, types: Sequence | None) -> tuple:
     """The placement signature of workers on ``nodes`` (node numbers in any numbering) with GPU
     ``types`` (None on a cluster of one type): :func:`placement_sig`'s value, also read from a
     host's layout by :func:`order_signatures`."""
@@ -131,7 +131,7 @@ def host_layout(state: ClusterState, gpus: tuple[int, ...]) -> tuple[tuple, np.n
     signature: everything a pairing on these GPUs depends on in them -- each GPU's node as the
     index of its first appearance (the node layout), the GPU types on a mixed cluster (else None)
     and each GPU's memory. capacity: the memories as a read-only float64 array."""
-    cache = _cache(state.costs, "layout")
+    cache = named_cache(state.costs, "layout")
     v = cache.get(gpus)
     if v is None:
         cl = state.cluster
@@ -203,18 +203,14 @@ def guest_orders(wa: int, wb: int, max_orders: int = 32) -> tuple[tuple[int, ...
     return tuple(out)
 
 
-def _lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
-
-
 def phase_mod(state: ClusterState) -> int:
     """A common multiple of every SPB cycle length (lcm of 1..num_slots): phases matter modulo it."""
-    per = _caches_of(state.costs)
+    per = caches_of(state.costs)
     m = per.get("phase_mod")
     if m is None:
         m = 1
         for p in range(1, state.spb.num_slots + 1):
-            m = _lcm(m, p)
+            m = math.lcm(m, p)
         per["phase_mod"] = m
     return m
 
@@ -222,7 +218,7 @@ def phase_mod(state: ClusterState) -> int:
 def profile_summary(costs: CostModel, prof) -> tuple[float, float, float]:
     """(mean over the cycle of the summed compute of all workers, of the slowest worker's compute,
     of the sync time) of a profile: the ingredients of a lower bound on a shared step."""
-    cache = _cache(costs, "summary")
+    cache = named_cache(costs, "summary")
     key = id(prof)  # profiles live in the CostModel's cache for its whole life
     v = cache.get(key)
     if v is None:
@@ -231,7 +227,7 @@ def profile_summary(costs: CostModel, prof) -> tuple[float, float, float]:
     return v
 
 
-def _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest,
+def search_pairing_at(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, i_host, i_guest,
                     prep_key=None):
     """Branch and bound over (host config, guest config, order group). A lower bound on the mean
     shared step -- the busiest GPU carries at least the average load over the host's GPUs and at
@@ -376,7 +372,7 @@ def free_value_bound(state: ClusterState, host_gpus, wb: int, ph, pg, iso_h: flo
 def _worker_summary(costs: CostModel, prof) -> tuple[float, float]:
     """(the least of a profile's workers' compute summed over its cycle, the mean over the cycle
     of its lightest worker's compute), seconds, cached like :func:`profile_summary`."""
-    cache = _cache(costs, "worker_summary")
+    cache = named_cache(costs, "worker_summary")
     key = id(prof)
     v = cache.get(key)
     if v is None:
@@ -395,7 +391,7 @@ def _least_inverse_rates(state: ClusterState, host_gpus, ph, pg) -> tuple[float,
     sharing = state.sharing
     if not sharing.fitted:
         return 2.0, 2.0
-    cache = _cache(state.costs, "least_inverse_rates")
+    cache = named_cache(state.costs, "least_inverse_rates")
     key = (id(ph), id(pg), sharing.model)
     v = cache.get(key)
     if v is None:
@@ -427,7 +423,7 @@ def _least_inverse_rates_of(state: ClusterState, host_gpus, ph, pg) -> tuple[flo
 def _log_compute_range(costs: CostModel, prof) -> tuple[float, float] | None:
     """The logs of a profile's least positive compute time and of its largest (s), or None when
     it never computes; cached like :func:`profile_summary`."""
-    cache = _cache(costs, "log_compute_range")
+    cache = named_cache(costs, "log_compute_range")
     key = id(prof)
     v = cache.get(key, False)
     if v is False:
@@ -469,7 +465,7 @@ def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, cap
         return _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity)
     # entries hold arrays per visited candidate (up to tens of kB): a smaller bound keeps a
     # whole-trace replay's memory under its 2 GiB target (200k entries took it to 2.7 GiB)
-    cache = _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP)
+    cache = named_cache(state.costs, sharing_tag(state, "pair_prep"), limit=MAX_PREP_ENTRIES)
     prep = cache.get(prep_key)
     if prep is None:
         prep = cache[prep_key] = _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders,
@@ -477,9 +473,9 @@ def _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, cap
     return prep
 
 
-def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, phases,
+def search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, phases,
                            prep_key=None) -> list:
-    """``[_search_pairing(..., 0, r, prep_key) for r in phases]`` in one pass over the candidates:
+    """``[search_pairing_at(..., 0, r, prep_key) for r in phases]`` in one pass over the candidates:
     the same branch and bound for every guest phase offset ``r`` at once, each phase leaving the
     search where its own would stop (its best value above the next candidate's bound), its step
     means computed in one numpy expression over the phases still searching. The same floats: the
@@ -489,7 +485,7 @@ def _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
     Philly jobs with Jigsaw took 7 % longer.) Under the free pace no score reads the phases:
     every phase gets the one search's answer."""
     if free_pace(state):
-        hit = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, 0, prep_key)
+        hit = search_pairing_at(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity, 0, 0, prep_key)
         return [hit] * len(phases)
     wa, wb, iso_h, iso_g, cands, cols, capacity = _pair_prep(state, host, host_gpus, guest, host_cfgs, guest_cfgs,
                                                              orders, capacity, prep_key)
@@ -545,7 +541,7 @@ def _arange(n: int) -> np.ndarray:
 
 
 def _pair_candidates(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity) -> tuple:
-    """The phase-independent part of :func:`_search_pairing`: ``(wa, wb, iso_h, iso_g, cands,
+    """The phase-independent part of :func:`search_pairing_at`: ``(wa, wb, iso_h, iso_g, cands,
     cols, capacity)`` with the candidates sorted by decreasing bound (ties by enumeration rank),
     each a list ``[-bound, rank, host cfg, guest cfg, order indices, host profile, guest profile,
     arrays]`` where ``arrays`` is None until the search first visits the candidate and fills it in
@@ -594,7 +590,7 @@ def _candidate_arrays(state: ClusterState, host_gpus, sub: np.ndarray, capacity:
     ok = _memory_ok(ph, pg, inv, capacity)
     if not ok.any():
         return ok, None, 0, None, None, None, False
-    H = _lcm(ph.period, pg.period)
+    H = math.lcm(ph.period, pg.period)
     la0 = np.ascontiguousarray(ph.compute_s[_arange(H) % ph.period].T)  # (wa, H)
     zg = np.concatenate([pg.compute_s.T, np.zeros((1, pg.period))], axis=0)  # (wb + 1, period)
     sharing = state.sharing
@@ -640,7 +636,7 @@ def _alone_shares(compute: np.ndarray, sync: np.ndarray) -> tuple:
 
 def _alone_shares_of(costs: CostModel, prof) -> tuple:
     """:func:`_alone_shares` of a profile, cached like :func:`profile_summary`."""
-    cache = _cache(costs, "alone_shares")
+    cache = named_cache(costs, "alone_shares")
     key = id(prof)
     v = cache.get(key)
     if v is None:
@@ -687,7 +683,7 @@ def _free_slowdowns_of(state: ClusterState, host_gpus, ph, pg) -> _FreeSlowdowns
     """:class:`_FreeSlowdowns` of a host profile on ``host_gpus`` and a guest profile, cached per
     pair of profiles, sharing mode and model as :func:`_least_inverse_rates` is (a host profile
     fixes its GPUs' types, hence their peaks)."""
-    cache = _cache(state.costs, _sharing_tag(state, "free_slowdowns"))
+    cache = named_cache(state.costs, sharing_tag(state, "free_slowdowns"))
     key = (id(ph), id(pg), state.sharing.model)
     v = cache.get(key)
     if v is None:
@@ -776,20 +772,20 @@ def search_pairing(state: ClusterState, host: JobState, host_gpus: Sequence[int]
     rel = phase_difference(state, host, guest, wa)
     key = (host.model, host.batch_size, sig, guest.model, guest.batch_size, wb, rel,
            tuple(host_cfgs), tuple(guest_cfgs), tuple(orders))
-    cache = _cache(state.costs, _sharing_tag(state, "pair"))
+    cache = named_cache(state.costs, sharing_tag(state, "pair"))
     hit = cache.get(key, False)
     if hit is not False:
         return None if hit is None else hit.plan(host_gpus, orders)
     prep_key = key[:6] + key[7:]
-    if wa > 1 and prep_key in _cache(state.costs, _sharing_tag(state, "pair_prep"), limit=_MAX_PREP):
+    if wa > 1 and prep_key in named_cache(state.costs, sharing_tag(state, "pair_prep"), limit=MAX_PREP_ENTRIES):
         # a second phase difference of the same candidates (free-running pairs drift through
         # them round after round): search every difference at once and keep them all
-        every = _search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
+        every = search_pairing_phases(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
                                        range(phase_mod(state)), prep_key)
         for r, res in enumerate(every):
             cache[key[:6] + (r,) + key[7:]] = res
         found = every[rel]
     else:
-        found = cache[key] = _search_pairing(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
+        found = cache[key] = search_pairing_at(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, capacity,
                                              0, rel, prep_key)
     return None if found is None else found.plan(host_gpus, orders)

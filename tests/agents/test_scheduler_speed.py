@@ -120,8 +120,8 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         return wrapper
 
     joint, searches = [0], [0]
-    monkeypatch.setattr(common, "_search_pairing_phases", counted(common._search_pairing_phases, joint))
-    monkeypatch.setattr(common, "_search_pairing", counted(common._search_pairing, searches))
+    monkeypatch.setattr(common, "search_pairing_phases", counted(common.search_pairing_phases, joint))
+    monkeypatch.setattr(common, "search_pairing_at", counted(common.search_pairing_at, searches))
     rng = random.Random(7 + mixed)
     if mixed:
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "k80"))
@@ -165,7 +165,7 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
                 got.host_cfg, got.guest_cfg, got.value, got.x_host, got.x_guest, got.step_s)
             assert other.guest_gpus == tuple(shift[g] for g in got.guest_gpus)
         # every other phase difference of the same pair: the second one asked searches all of them
-        # at once (_search_pairing_phases), each as the plain search of its own phase
+        # at once (search_pairing_phases), each as the plain search of its own phase
         for d in range(12) if wa > 1 else ():
             guest.iteration = host.iteration + d
             want_d = plain_search(st, host, gpus, guest, spb_configs(st, host), spb_configs(st, guest),
@@ -180,7 +180,7 @@ def test_pairing_search_equals_the_plain_search_bit_for_bit(mixed, monkeypatch):
         # explicit candidate sets (the non-default path) and a non-zero host phase
         order = [guest_orders(wa, wb)[0]]
         for ih in (0, 3):
-            a = common._search_pairing(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
+            a = common.search_pairing_at(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             b = plain_search(st, host, gpus, guest, spb_configs(st, host), [(0, Pattern.ROTATING)], order, cap, ih, 5)
             # a PairingHit (a named tuple) against the reference's plain tuple: the same values
             assert repr(a if a is None else tuple(a)) == repr(b if b is None else tuple(b))
@@ -208,13 +208,13 @@ def test_pairings_shared_across_host_gpus_that_read_the_same_equal_their_own_sea
     from agents import common
 
     searches = [0]
-    search = common._search_pairing
+    search = common.search_pairing_at
 
     def counted(*a, **k):
         searches[0] += 1
         return search(*a, **k)
 
-    monkeypatch.setattr(common, "_search_pairing", counted)
+    monkeypatch.setattr(common, "search_pairing_at", counted)
     rng = random.Random(11 + mixed)
     if mixed:
         cluster = ClusterSpec(num_nodes=4, gpus_per_node=4, gpu_types=("v100", "p100", "v100", "v100"))

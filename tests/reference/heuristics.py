@@ -7,11 +7,12 @@ used by the package.
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
 from agents.common import (LASQueues, best_solo, consolidated_gpus, job_decision, placement_sig,
-                           profile_summary, _lcm)
+                           profile_summary)
 from agents.jigsaw import Jigsaw, nodes_spanned
 from jigsaw_env.placement import GpuLedger
 from jigsaw_env.spb import Pattern
@@ -120,7 +121,7 @@ def plain_search(state, host, host_gpus, guest, host_cfgs, guest_cfgs, orders, c
         ok = np.all(mem <= capacity[None, :], axis=1)
         if not ok.any():
             continue
-        H = _lcm(ph.period, pg.period)
+        H = math.lcm(ph.period, pg.period)
         ks = np.arange(H)
         pha = (i_host + ks) % ph.period
         phb = (i_guest + ks) % pg.period

@@ -308,7 +308,7 @@ def test_jigsaw_memos_change_no_decision(synth, trace, gpus):
     class Forgetful(Jigsaw):
         def schedule(self, state):
             self._memo_costs = None
-            common._caches_of(state.costs).clear()  # every named cache of this cost model
+            common.caches_of(state.costs).clear()  # every named cache of this cost model
             state_mod._JD_MEMO.clear()
             self.forgot += 1
             return super().schedule(state)
