@@ -59,7 +59,7 @@ import pandas as pd
 
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat,
                               expert_names, policy_actor)
-from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, _json_kind, algo_class, read_run_config, run_window_order,
+from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_window_order,
                        spaces_signature)
 from agents.rl_env import ENV_KEYS, make_env_fn
 from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize, write_vecnormalize
@@ -1029,7 +1029,7 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
             raise ValueError(f"{cfg_path}: missing field {field!r} ({what}); --resume needs the config "
                              f"`jigsaw train` wrote")
         if not ok(v):
-            raise ValueError(f"{cfg_path}: field {field!r}: expected {what}, got {_json_kind(v)}")
+            raise ValueError(f"{cfg_path}: field {field!r}: expected {what}, got {json_kind(v)}")
     unknown = sorted(set(cfg["env"]) - set(ENV_KEYS))
     if unknown:
         raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")

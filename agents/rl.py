@@ -103,7 +103,7 @@ def is_run_dir(path: str | Path) -> bool:
     return p.is_dir() and (p / "config.json").is_file()
 
 
-def _json_kind(v: Any) -> str:
+def json_kind(v: Any) -> str:
     """What a JSON value is, for an error message: "null", "a number (123)", "a list", ..."""
     if v is None:
         return "null"
@@ -132,22 +132,22 @@ def check_run_config(cfg: Any, cfg_path: str | Path) -> dict:
     naming the file, the field and what was expected."""
     shape = CONFIG_SHAPE.format(algos=list(ALGOS))
     if not isinstance(cfg, dict):
-        raise ValueError(f"{cfg_path}: expected {shape}; got {_json_kind(cfg)}")
+        raise ValueError(f"{cfg_path}: expected {shape}; got {json_kind(cfg)}")
     for key in ("algo", "env", "spaces"):
         if key not in cfg:
             raise ValueError(f"{cfg_path}: missing field {key!r}; expected a config written by `jigsaw train`")
     algo = cfg["algo"]
     if not isinstance(algo, str) or algo.lower().replace("-", "_") not in ALGOS:
-        raise ValueError(f"{cfg_path}: field 'algo': expected one of {list(ALGOS)}, got {_json_kind(algo)}")
+        raise ValueError(f"{cfg_path}: field 'algo': expected one of {list(ALGOS)}, got {json_kind(algo)}")
     for key, what in (("env", "the env options"), ("spaces", "window_k, spb_levels, spb_slots, ..."),
                       ("sampling", "the episode sampling options"), ("hyperparameters", "the algorithm's options")):
         if key in cfg and not isinstance(cfg[key], dict) and not (key in ("sampling", "hyperparameters")
                                                                   and cfg[key] is None):
-            raise ValueError(f"{cfg_path}: field {key!r}: expected a JSON object ({what}), got {_json_kind(cfg[key])}")
+            raise ValueError(f"{cfg_path}: field {key!r}: expected a JSON object ({what}), got {json_kind(cfg[key])}")
     k = cfg["spaces"].get("window_k")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"{cfg_path}: field 'spaces.window_k': expected an integer >= 1 (the policy's window K), "
-                         f"got {_json_kind(k) if 'window_k' in cfg['spaces'] else 'nothing'}")
+                         f"got {json_kind(k) if 'window_k' in cfg['spaces'] else 'nothing'}")
     return cfg
 
 

@@ -191,7 +191,7 @@ def training_job_ids(config: dict) -> frozenset[int] | None:
     te = TrainingEnv(split="train", holdout=float(sampling.get("holdout", 0.2)), trace=trace, gpus=int(env["gpus"]),
                      gpus_per_node=int(env.get("gpus_per_node", 8)), max_jobs=1,
                      trace_gpu_type=sampling.get("trace_gpu_type"))
-    return frozenset(int(x) for x in te._load_split()["job_id"])
+    return frozenset(int(x) for x in te.split_jobs()["job_id"])
 
 
 class TrainingEnv(JigsawClusterEnv):
@@ -260,7 +260,9 @@ class TrainingEnv(JigsawClusterEnv):
         return max(1, n), 0.5 + 0.5 * self.difficulty
 
     # ----- episode jobs
-    def _load_split(self) -> pd.DataFrame:
+    def split_jobs(self) -> pd.DataFrame:
+        """This env's split of the trace (its job table, loaded once): the jobs its episodes'
+        windows are drawn from."""
         if self._split_jobs is None:
             cap = max(self._clusters)  # jobs are capped per episode to its cluster (cut_splits is by position)
             full = load_trace(str(self.trace), cluster_gpus=cap, max_gpus=cap, gpu_type=self.trace_gpu_type).jobs
@@ -293,7 +295,7 @@ class TrainingEnv(JigsawClusterEnv):
             eff_load = base_load * mult
             return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
                               max_gpus=self.cluster.num_gpus, gpu_type=self.trace_gpu_type).jobs
-        part = self._load_split()
+        part = self.split_jobs()
         around = None
         if self.wide_share > 0 and rng.random() < self.wide_share:
             if self._wide_pos is None:

@@ -17,7 +17,7 @@ Tiresias's).
    per run) or ``--timesteps``, whichever comes first; a watchdog sends SIGINT to a run still going
    at ``--budget-s`` (train_agent saves the model on KeyboardInterrupt) and the report says so.
 2. **Held-out windows.** The held-out split is exactly the one training never sees:
-   ``TrainingEnv(split="eval")._load_split()`` (the last ``holdout`` of the jobs by arrival). From it,
+   ``TrainingEnv(split="eval").split_jobs()`` (the last ``holdout`` of the jobs by arrival). From it,
    ``--windows`` windows of ``--window-jobs`` consecutive jobs at evenly spaced offsets
    ``i * (len - n) // (W - 1)`` (deterministic; the same for every agent and seed), arrivals shifted
    to 0 and scaled to the offered load (``agents.rl_env.scale_to_load``, as training does).

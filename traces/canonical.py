@@ -8,7 +8,7 @@ import pandas as pd
 
 from ._io import parse_integer, parse_number, read_delimited
 from ._loader import LoaderResult, build_jobs
-from .schema import CANONICAL_COLUMNS, SOURCE_PREFIXES, STATUSES, BadRows, TraceFormatError, _is_source_column
+from .schema import CANONICAL_COLUMNS, SOURCE_PREFIXES, STATUSES, BadRows, TraceFormatError, is_source_column
 
 CANONICAL_DEFAULT_GPU_TYPE = "v100"
 
@@ -22,7 +22,7 @@ def load_canonical_csv(path: str | Path, *, skip_bad_rows: bool = False) -> Load
     df, ln = raw.df, raw.lines
     cols = list(df.columns)
     for c in cols:
-        if c not in CANONICAL_COLUMNS and not _is_source_column(c):
+        if c not in CANONICAL_COLUMNS and not is_source_column(c):
             raise TraceFormatError(path, 1, c, "unknown column", hint=False,
                                    detail=f"canonical columns: {list(CANONICAL_COLUMNS)}; source-specific "
                                           f"ones need a prefix from {list(SOURCE_PREFIXES)}")
@@ -57,7 +57,7 @@ def load_canonical_csv(path: str | Path, *, skip_bad_rows: bool = False) -> Load
 
     status = text("status")
     vc = text("vc")
-    extras = {c: df[c].to_numpy(dtype=object)[keep] for c in cols if _is_source_column(c)}
+    extras = {c: df[c].to_numpy(dtype=object)[keep] for c in cols if is_source_column(c)}
     d, i, g = dur[keep], it[keep], gpus[keep]
     return build_jobs(
         "csv", str(path), bad, rows_read=raw.rows_read, arrival=arr[keep], num_gpus=g, duration_s=d,

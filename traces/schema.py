@@ -159,7 +159,7 @@ def _fail(origin: str, column: str, df: pd.DataFrame, mask: np.ndarray, what: st
     raise ValueError(f"{origin}: column '{column}': job_id {jid}: {what}, got {val!r}")
 
 
-def _is_source_column(name: str) -> bool:
+def is_source_column(name: str) -> bool:
     return any(name.startswith(p) and len(name) > len(p) for p in SOURCE_PREFIXES)
 
 
@@ -175,7 +175,7 @@ def _check_columns(df: pd.DataFrame, origin: str) -> None:
                          f"{list(CANONICAL_COLUMNS)}")
     if "duration_s" not in df.columns and "iterations" not in df.columns:
         raise ValueError(f"{origin}: needs a 'duration_s' or an 'iterations' column")
-    unknown = [c for c in df.columns if c not in CANONICAL_COLUMNS and not _is_source_column(str(c))]
+    unknown = [c for c in df.columns if c not in CANONICAL_COLUMNS and not is_source_column(str(c))]
     if unknown:
         raise ValueError(f"{origin}: unknown column(s) {unknown}; source-specific columns must start "
                          f"with one of {list(SOURCE_PREFIXES)}")

@@ -191,7 +191,7 @@ def test_real_trace_windows_come_from_the_right_split(tables_dir, tmp_path):
     parts = {}
     for split in ("train", "val", "eval"):
         env = TrainingEnv(split=split, val=0.2, gpus=8, trace=f"csv:{tmp_path / 't.csv'}", max_jobs=5, window_k=4)
-        parts[split] = env._load_split()["job_id"].tolist()
+        parts[split] = env.split_jobs()["job_id"].tolist()
     assert parts == {"train": list(range(30)), "val": list(range(30, 40)), "eval": list(range(40, 50))}
     from agents.rl_env import training_job_ids
     cfg = {"env": {"trace": f"csv:{tmp_path / 't.csv'}", "gpus": 8}, "sampling": {"holdout": 0.2, "val": 0.2}}
