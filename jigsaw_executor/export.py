@@ -266,8 +266,9 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def metadata_for(run: LoadedRun, opset: int) -> dict[str, str]:
-    """The ONNX metadata_props (all values strings; lists and objects as JSON)."""
+def metadata_for(run: LoadedRun, opset: int, run_label: str | None = None) -> dict[str, str]:
+    """The ONNX metadata_props (all values strings; lists and objects as JSON); ``run_label``
+    names the run folder in ``run_dir`` (default: its absolute path)."""
     sp = run.config["spaces"]
     env = run.config.get("env") or {}
     v = _versions()
@@ -302,7 +303,7 @@ def metadata_for(run: LoadedRun, opset: int) -> dict[str, str]:
         "config_sha256": file_sha256(run.run_dir / "config.json"),
         "model_sha256": file_sha256(run.model_path),
         "model_file": str(run.model_path.relative_to(run.run_dir)),
-        "run_dir": str(run.run_dir.resolve()),
+        "run_dir": run_label if run_label is not None else str(run.run_dir.resolve()),
         "trained_timesteps": str(int(getattr(run.model, "num_timesteps", 0) or 0)),
         "seed": json.dumps(run.config.get("seed")),
         "git_commit": str(run.config.get("git_commit", "unknown")),
@@ -378,10 +379,12 @@ def _check_out(out: Path) -> None:
 
 
 def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: bool = False,
-                  opset: int = DEFAULT_OPSET, check: int = 256, seed: int = 0) -> dict:
+                  opset: int = DEFAULT_OPSET, check: int = 256, seed: int = 0, run_label: str | None = None) -> dict:
     """Export RUN_DIR's policy to ``out`` (default RUN_DIR/policy.onnx, policy-best.onnx with
     ``best``); verify it with onnx.checker and, on ``check`` random observations and masks, that
-    onnxruntime picks the SB3 model's actions. Returns a summary dict."""
+    onnxruntime picks the SB3 model's actions. ``run_label``: how the metadata's ``run_dir``
+    names the run (default its absolute path; the shipped policies use their folder in the
+    project). Returns a summary dict."""
     if opset < MIN_OPSET:
         raise ValueError(f"--opset must be >= {MIN_OPSET}, got {opset}")
     try:
@@ -412,9 +415,10 @@ def export_policy(run_dir: str | Path, out: str | Path | None = None, *, best: b
         _onnx_export(module, d, a, tmp, opset)
         model = onnx.load(str(tmp))
         del model.metadata_props[:]
-        for k, v in metadata_for(run, opset).items():
+        for k, v in metadata_for(run, opset, run_label).items():
             model.metadata_props.add(key=k, value=v)
-        model.doc_string = (f"jigsaw policy from {run.model_path}: obs float32 [N, {d}] + mask bool [N, {a}] -> "
+        # the model file by name (its digest is in the metadata): no path of the exporting machine
+        model.doc_string = (f"jigsaw policy from {run.model_path.name}: obs float32 [N, {d}] + mask bool [N, {a}] -> "
                             f"action int64 [N] (masked argmax), logits float32 [N, {a}]")
         model.producer_name = "jigsaw export"
         onnx.checker.check_model(model, full_check=True)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from agents.shipped import POLICIES_DIR, SHIPPED_NAMES
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _statistics(run_dir: Path, model: str) -> Path:
     from agents.vecnorm_file import stats_path
@@ -29,6 +31,15 @@ def _statistics(run_dir: Path, model: str) -> Path:
     if found is None:
         raise FileNotFoundError(f"{run_dir}: no observation statistics beside the {model} model")
     return found
+
+
+def _portable(run_dir: Path) -> str:
+    """``run_dir`` as the shipped config records it: relative to the project when inside it (no
+    path of the packing machine), else as given."""
+    try:
+        return run_dir.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(run_dir)
 
 
 def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> Path:
@@ -46,7 +57,7 @@ def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> 
         raise FileNotFoundError(f"{run_dir}: no {src.relative_to(run_dir)} (model {model!r})")
     trace = cfg["env"]["trace"]
     trace_file = Path(parse_spec(trace)[1])
-    cfg["shipped"] = {"name": name, "from_run": str(run_dir.resolve()), "model": model,
+    cfg["shipped"] = {"name": name, "from_run": _portable(run_dir), "model": model,
                       "trace": trace, "trace_sha256": file_sha256(trace_file),
                       "heldout_split": cfg["sampling"]["eval_split"], "val_split": cfg["sampling"]["val_split"]}
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=POLICIES_DIR))
@@ -54,7 +65,7 @@ def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> 
         shutil.copy(src, tmp / "model.zip")
         shutil.copy(_statistics(run_dir, model), tmp / "vecnormalize.npz")
         (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str) + "\n")
-        export_policy(tmp, tmp / "policy.onnx", check=256)
+        export_policy(tmp, tmp / "policy.onnx", check=256, run_label=_portable(POLICIES_DIR / name))
         size_mb = sum(f.stat().st_size for f in tmp.iterdir()) / 1e6
         if size_mb > max_mb:
             raise ValueError(f"the shipped policy would be {size_mb:.2f} MB, over --max-mb {max_mb:g}")
