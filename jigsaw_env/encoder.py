@@ -179,6 +179,7 @@ class ObservationEncoder:
         self._las = LASQueues()                      # the jobs' LAS queue, kept across rounds
         self._las_t: float | None = None             # the time it was last updated (s)
         self._las_rank: dict[int, int] | None = None  # this round's 2D-LAS rank of each active job
+        self._rows: dict[int, np.ndarray] = {}      # this round's job rows (float32), made on first use
 
     def reset(self) -> None:
         """Start a new episode: forget the LAS queue's history. The per-round caches follow the
@@ -264,6 +265,7 @@ class ObservationEncoder:
         self._las_rank = None  # the 2D-LAS ranks, likewise
         self._fill = self._las_fill(state)
         self._block_window = None
+        self._rows = {}
         return stats
 
     def _las_fill(self, state: ClusterState) -> dict[int, tuple[float, float, float, float]]:
@@ -287,7 +289,15 @@ class ObservationEncoder:
                 skipped += 1
         return out
 
-    def _job_row(self, state: ClusterState, jid: int) -> tuple:
+    def _job_row(self, state: ClusterState, jid: int) -> np.ndarray:
+        """One job's row (float32, :meth:`_job_row_values`), made once per round: the state does
+        not change within a round, and what does (features 2, 3 and 26) is written per step."""
+        row = self._rows.get(jid)
+        if row is None:
+            row = self._rows[jid] = np.array(self._job_row_values(state, jid), dtype=np.float32)
+        return row
+
+    def _job_row_values(self, state: ClusterState, jid: int) -> tuple:
         """One job's JOB_FEATURES values, with features 2, 3 and 26 (set per step) zero."""
         j = state.jobs[jid]
         c = self._job_consts.get(jid)
@@ -330,11 +340,9 @@ class ObservationEncoder:
         # sliding window changed are rewritten
         prev = self._block_window
         if prev is None or len(prev) != w:
-            flat = []
-            for jid in win:
-                flat.extend(self._job_row(state, jid))
             block = self._block = np.zeros(kf, dtype=np.float32)
-            block[:w * JOB_FEATURES] = flat
+            if w:
+                block[:w * JOB_FEATURES] = np.concatenate([self._job_row(state, jid) for jid in win])
         else:
             block = self._block
             for slot, jid in enumerate(win):
