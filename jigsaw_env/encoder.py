@@ -179,6 +179,7 @@ class ObservationEncoder:
         self._las = LASQueues()                      # the jobs' LAS queue, kept across rounds
         self._las_t: float | None = None             # the time it was last updated (s)
         self._las_rank: dict[int, int] | None = None  # this round's 2D-LAS rank of each active job
+        self._las_order: list = []                   # this round's active jobs in 2D-LAS order
         self._rows: dict[int, np.ndarray] = {}      # this round's job rows (float32), made on first use
 
     def reset(self) -> None:
@@ -213,7 +214,7 @@ class ObservationEncoder:
         self._round_part(state)
         rank = self._las_rank
         if rank is None:
-            rank = self._las_rank = {j.job_id: i for i, j in enumerate(self._las.order_active(state))}
+            rank = self._las_rank = {j.job_id: i for i, j in enumerate(self._las_order)}
         return rank
 
     def _job_static(self, state: ClusterState, job) -> tuple[float, float, float, float]:
@@ -263,22 +264,23 @@ class ObservationEncoder:
             self._las_t = state.time_s
         self._rank_ids = None  # the arrival ranks, made when a row first needs them this round
         self._las_rank = None  # the 2D-LAS ranks, likewise
+        self._las_order = self._las.order_active(state)
         self._fill = self._las_fill(state)
         self._block_window = None
         self._rows = {}
         return stats
 
     def _las_fill(self, state: ClusterState) -> dict[int, tuple[float, float, float, float]]:
-        """Features 22-25 of every active job (module docstring): walk the 2D-LAS order
-        (:meth:`LASQueues.order`, with this encoder's queue) taking each job whose GPUs fit in the
-        GPUs left, as ``agents.common.select_by_budget`` does."""
+        """Features 22-25 of every active job (module docstring): walk this round's 2D-LAS order
+        (:meth:`LASQueues.order_active` with this encoder's queue) taking each job whose GPUs fit
+        in the GPUs left, as ``agents.common.select_by_budget`` does."""
         G = state.cluster.num_gpus
         ahead = 0
         left = G
         skipped = 0
         out = {}
         log1p = math.log1p
-        for j in self._las.order_active(state):
+        for j in self._las_order:
             n = j.num_gpus
             takes = n <= left
             out[j.job_id] = (min(2.0, ahead / G) / 2, left / G, 1.0 if takes else 0.0, min(1.0, log1p(skipped) / 4))
