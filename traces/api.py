@@ -212,18 +212,22 @@ class _Source:
 
 
 def _generate_synthetic(params_text: str, *, cluster_gpus: int | None, load_scale: float | None,
-                        sample: int | None, max_jobs: int | None, seed: int, models: Sequence[str]) -> _Source:
+                        sample: int | None, max_jobs: int | None, seed: int, models: Sequence[str],
+                        max_gpus: int | None, cap_to_cluster: bool) -> _Source:
     """Generate a ``synthetic[:k=v,...]`` trace. Parameters in the spec win over the options: its
     ``gpus`` over ``cluster_gpus`` (else 64 GPUs), its ``jobs`` over ``max_jobs``/``sample``, its
-    ``seed`` over ``seed``; ``load_scale`` over its ``load`` (the two may not disagree)."""
+    ``seed`` over ``seed``; ``load_scale`` over its ``load`` (the two may not disagree). Drawn
+    for the GPU cap :func:`load_trace` applies (``synthetic.generate``'s ``gpu_cap``)."""
     params = synthetic.parse_params(params_text)
     synthetic.check_spec_load(params, load_scale)
     target_load = load_scale if load_scale is not None else params.get("load", synthetic.DEFAULTS["load"])
     load_cluster = params["gpus"] if "gpus" in params else (cluster_gpus or DEFAULT_SYNTHETIC_GPUS)
     n_jobs = params["jobs"] if "jobs" in params else (max_jobs or sample or synthetic.DEFAULTS["jobs"])
+    cap = _gpu_cap("synthetic", max_gpus=max_gpus, cluster_gpus=cluster_gpus, load_cluster=load_cluster,
+                   cap_to_cluster=cap_to_cluster)
     loaded = synthetic.generate(jobs=n_jobs, load=target_load, seed=params.get("seed", seed), gpus=load_cluster,
                                 diurnal=params.get("diurnal", False), start_hour=params.get("start_hour", 0.0),
-                                models=params.get("models", tuple(models)))
+                                models=params.get("models", tuple(models)), gpu_cap=cap)
     return _Source(loaded=loaded, load_cluster=load_cluster, target_load=target_load, path="")
 
 
@@ -424,7 +428,8 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
 
     if kind == "synthetic":
         source = _generate_synthetic(rest, cluster_gpus=cluster_gpus, load_scale=load_scale, sample=sample,
-                                     max_jobs=max_jobs, seed=seed, models=models)
+                                     max_jobs=max_jobs, seed=seed, models=models, max_gpus=max_gpus,
+                                     cap_to_cluster=cap_to_cluster)
     else:
         source = _read_file(kind, rest, cluster_gpus=cluster_gpus, load_scale=load_scale,
                             skip_bad_rows=skip_bad_rows)

@@ -146,8 +146,13 @@ def _diurnal_points(u: np.ndarray, span: float, start_hour: float) -> np.ndarray
 
 
 def generate(jobs: int = 500, load: float = 1.0, seed: int = 0, gpus: int = 64, diurnal: bool = False,
-             start_hour: float = 0.0, models: Sequence[str] = ZOO_MODELS) -> LoaderResult:
-    """Draw a synthetic trace (see the module docstring). Returns a loader result (canonical jobs)."""
+             start_hour: float = 0.0, models: Sequence[str] = ZOO_MODELS, gpu_cap: int | None = None) -> LoaderResult:
+    """Draw a synthetic trace (see the module docstring). Returns a loader result (canonical jobs).
+
+    ``gpu_cap``: the GPU count jobs will be capped to (``traces.load_trace`` caps them at the
+    cluster size). The span ``S`` is computed from the capped counts, so the capped trace's
+    offered load is ``load`` as drawn and its arrivals need no rescaling, which would move a
+    diurnal trace's arrivals off its hours of the day. The returned counts are not capped."""
     if jobs < 1:
         raise ValueError(f"synthetic: jobs must be >= 1, got {jobs}")
     _check_value("load", load)
@@ -163,7 +168,8 @@ def generate(jobs: int = 500, load: float = 1.0, seed: int = 0, gpus: int = 64, 
     counts = np.asarray([FIT.GPU_COUNTS[v] for v in values], dtype=np.float64)
     g = r_gpu.choice(values, size=jobs, p=counts / counts.sum())
     d = sample_durations(g, r_dur.random(jobs))
-    span = float(np.sum(g * d)) / (gpus * load)
+    g_load = g if gpu_cap is None else np.minimum(g, gpu_cap)
+    span = float(np.sum(g_load * d)) / (gpus * load)
     if jobs == 1:
         arrival = np.zeros(1)
     else:

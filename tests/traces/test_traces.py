@@ -300,12 +300,17 @@ def test_synthetic_model_mix_and_diurnal():
     assert set(c.index) == {"resnet50", "vgg16"} and abs(c["resnet50"] / 2000 - 0.5) < 0.05
     from traces import _philly_fit as FIT
     prof = np.asarray(FIT.HOURLY_SHARE)
-    for diurnal, lo, hi in ((1, 0.9, 1.0), (0, -1.0, 0.6)):
-        tr = load(f"synthetic:jobs=20000,seed=2,diurnal={diurnal},start_hour=5,load=0.05", map_models=False)
-        hours = ((tr.jobs["arrival_s"].to_numpy() / 3600.0 + 5.0) % 24).astype(int)
-        share = np.bincount(hours, minlength=24) / len(hours)
-        r = np.corrcoef(share, prof)[0, 1]
-        assert lo <= r <= hi, (diurnal, r)
+    # seeds 4 and 5 draw jobs wider than the 64-GPU cluster: capped, with the load still exact, and
+    # their arrivals still on Philly's hours (the span is drawn for the capped counts, not rescaled)
+    for seed, capped in ((2, 0), (4, 2), (5, 1)):
+        for diurnal, lo, hi in ((1, 0.95, 1.0), (0, -0.35, 0.35)):
+            tr = load(f"synthetic:jobs=20000,seed={seed},diurnal={diurnal},start_hour=5,load=0.05", map_models=False)
+            assert tr.summary["capped_gpus"] == capped and tr.summary["load"]["arrival_scale"] == 1.0
+            assert tr.offered_load(64) == pytest.approx(0.05, rel=1e-12)
+            hours = ((tr.jobs["arrival_s"].to_numpy() / 3600.0 + 5.0) % 24).astype(int)
+            share = np.bincount(hours, minlength=24) / len(hours)
+            r = np.corrcoef(share, prof)[0, 1]
+            assert lo <= r <= hi, (seed, diurnal, r)
 
 
 @pytest.mark.data
