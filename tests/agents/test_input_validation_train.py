@@ -368,12 +368,21 @@ def test_train_option_ranges(extra, message, tmp_path, capsys):
     assert not run.exists()
 
 
-def test_what_the_minibatch_bounds_allow():
-    """One sample in a rollout is fine where no advantage is normalized (A2C), and so are two."""
+@pytest.mark.parametrize("allowed, refused", [
+    # one sample in a rollout: fine where no advantage is normalized (A2C), not under PPO
+    (["--algo", "a2c", "--n-steps", "1", "--n-envs", "1"], ["--algo", "ppo", "--n-steps", "1", "--n-envs", "1"]),
+    # two samples make a minibatch of two; a minibatch size of one is refused
+    (["--n-steps", "1", "--n-envs", "2", "--batch-size", "2"], ["--n-steps", "1", "--n-envs", "2", "--batch-size", "1"]),
+    # a last minibatch of one sample: PPO tolerates it, MaskablePPO (the default) does not
+    (["--algo", "ppo", "--n-steps", "65", "--n-envs", "1", "--batch-size", "64"],
+     ["--n-steps", "65", "--n-envs", "1", "--batch-size", "64"]),
+])
+def test_what_the_minibatch_bounds_allow(allowed, refused):
+    """Each allowed setting beside the one step over the bound that is refused."""
     parse = train_agent.build_parser().parse_args
-    train_agent._check_new_run(parse(["--algo", "a2c", "--n-steps", "1", "--n-envs", "1"]))
-    train_agent._check_new_run(parse(["--n-steps", "1", "--n-envs", "2", "--batch-size", "2"]))
-    train_agent._check_new_run(parse(["--algo", "ppo", "--n-steps", "65", "--n-envs", "1", "--batch-size", "64"]))
+    train_agent._check_new_run(parse(allowed))
+    with pytest.raises(ValueError, match="minibatch|rollout of one sample"):
+        train_agent._check_new_run(parse(refused))
 
 
 @pytest.mark.filterwarnings("ignore:std\\(\\)")

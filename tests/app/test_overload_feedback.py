@@ -40,8 +40,10 @@ def test_simulate_json_piped_is_quiet(capsys):
 
 def test_simulate_progress_on_request(capsys):
     assert main(["simulate", *OVERLOADED, "--json", "--progress"]) == 0
-    err = capsys.readouterr().err
-    assert "warning: offered load" not in err and err.strip()  # the bar, on request, even with --json
+    out, err = capsys.readouterr()
+    # the bar, on request, even with --json: it counts the 30 jobs to the end, and stdout stays JSON
+    assert "warning: offered load" not in err and "simulating:" in err and "30/30" in err
+    assert json.loads(out)["gpus"] == 8
 
 
 def test_simulate_at_a_normal_load_says_nothing(capsys):
