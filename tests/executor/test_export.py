@@ -434,9 +434,10 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
         assert rc == 2 and len(lines) == 1, (rc, lines)
         return lines[0]
 
-    assert "not found" in err_of(tmp_path / "nope")
+    assert err_of(tmp_path / "nope") == f"jigsaw export: error: run directory not found: {tmp_path / 'nope'}"
     (tmp_path / "empty").mkdir()
-    assert "config.json" in err_of(tmp_path / "empty")
+    assert err_of(tmp_path / "empty") == (f"jigsaw export: error: {tmp_path / 'empty'} is not a training run: expected "
+                                          "config.json, model.zip and vecnormalize.npz (written by `jigsaw train`)")
 
     def copy(name):
         d = tmp_path / name
@@ -445,13 +446,14 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
 
     d = copy("nomodel")
     (d / "model.zip").unlink()
-    assert "model.zip" in err_of(d)
+    assert err_of(d) == f"jigsaw export: error: {d}: expected the trained model model.zip (is training finished?)"
+    corrupt = "not a stable-baselines3 model (not a zip archive; corrupted?)"
     d = copy("corrupt")
     (d / "model.zip").write_bytes(b"PK\x03\x04 truncated")
-    assert "model.zip" in err_of(d)
+    assert err_of(d) == f"jigsaw export: error: {d / 'model.zip'}: {corrupt}"
     d = copy("corrupt2")
     (d / "model.zip").write_bytes((run_dir / "model.zip").read_bytes()[:4000])
-    assert "model.zip" in err_of(d)
+    assert err_of(d) == f"jigsaw export: error: {d / 'model.zip'}: {corrupt}"
     import zipfile
     d = copy("foreignzip")
     with zipfile.ZipFile(d / "model.zip", "w") as z:
@@ -459,10 +461,10 @@ def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
     assert "cannot load it as a maskable_ppo model" in err_of(d)
     d = copy("badvn")
     (d / "vecnormalize.npz").write_bytes(b"\x80\x04garbage")
-    assert "vecnormalize.npz" in err_of(d)
+    assert err_of(d).startswith(f"jigsaw export: error: {d / 'vecnormalize.npz'}: cannot read the VecNormalize statistics")
     d = copy("novn")
     (d / "vecnormalize.npz").unlink()
-    assert "vecnormalize.npz" in err_of(d)
+    assert err_of(d) == f"jigsaw export: error: {d}: expected vecnormalize.npz (the observation statistics)"
     d = copy("pklvn")
     (d / "vecnormalize.npz").rename(d / "vecnormalize.pkl")
     assert "vecnormalize.pkl: VecNormalize statistics as a pickle" in err_of(d)
