@@ -451,32 +451,33 @@ class RoundBuilder:
             mask = np.zeros(c.n, dtype=bool)
             mask[c.advance] = True
             return self._masks_exhaustive(mask)
-        menu = self._menu_masks()
+        rows = self._menu_rows()
         if c.host_slots == 0:
-            return menu
-        # the menu's rows, widened by the host options' columns (before each row's pause entry)
-        base = c.n_menu * c.n_lp
-        rows = menu[:-1].reshape(c.window_k, base + 1)
-        mask = np.zeros((c.window_k, c.per_job), dtype=bool)
-        mask[:, :base] = rows[:, :base]
-        mask[:, -1] = rows[:, -1]
-        self._host_columns(mask)
-        return np.append(mask.reshape(-1), True)
+            rows.append(b"\1")
+            return np.frombuffer(bytearray(b"".join(rows)), dtype=bool)
+        # each slot's menu row, widened by the host options' columns before its pause entry
+        hosts = self._host_columns()
+        parts = []
+        for row, cols in zip(rows, hosts):
+            parts += (row[:-1], cols, row[-1:])
+        parts.append(b"\1")
+        return np.frombuffer(bytearray(b"".join(parts)), dtype=bool)
 
-    def _host_columns(self, mask: np.ndarray) -> None:
-        """Fill the ``host:r`` columns of ``mask`` (window slots x ``per_job``)."""
+    def _host_columns(self) -> list[bytes]:
+        """The ``host:r`` columns of each window slot (``host_slots x n_lp`` entries per slot)."""
         c = self.codec
         hosts = self.hosts()
-        if not hosts:
-            return
         n_lp = c.n_lp
-        base = c.n_menu * n_lp
+        blank = bytes(c.host_slots * n_lp)
+        if not hosts:
+            return [blank] * c.window_k
         combos = c.combos
         jobs, dec, cache = self.state.jobs, self.ledger.decision, self._need_cache
         widths = [len(dec[hid].gpus) for hid in hosts]
         none = bytes(n_lp)
-        end = base + len(hosts) * n_lp
+        pad = bytes((c.host_slots - len(hosts)) * n_lp)  # the host slots without a job
         around: dict = {}  # (width, host, emptied GPUs) -> the GPUs placed around the host (_around_row)
+        out = [blank] * c.window_k
         for slot, jid in enumerate(self.window):
             if jid in self.acted:
                 continue
@@ -498,7 +499,9 @@ class RoundBuilder:
                 if row is None:
                     row = cache[key] = bytes([pair_fits(self.state, self.ledger, job, hid, level, pattern) for level, pattern in combos])
                 rows.append(row)
-            mask[slot, base:end] = np.frombuffer(b"".join(rows), dtype=bool)
+            rows.append(pad)
+            out[slot] = b"".join(rows)
+        return out
 
     def _around_row(self, job, hid: int, emptied: tuple[int, ...], memo: dict) -> bytes:
         """The ``host:r`` mask row (per combo) of ``job`` placed around host ``hid``: the GPUs of
@@ -519,6 +522,13 @@ class RoundBuilder:
     def _menu_masks(self) -> np.ndarray:
         """The mask over the menu's actions alone (the layout of a codec without host slots:
         window slots x (menu options x combos + pause), then advance), on a homogeneous cluster."""
+        rows = self._menu_rows()
+        rows.append(b"\1")
+        return np.frombuffer(bytearray(b"".join(rows)), dtype=bool)
+
+    def _menu_rows(self) -> list[bytes]:
+        """Each window slot's row of :meth:`_menu_masks` (menu options x combos, then pause), as
+        bytes; zeros for an empty slot or a job acted on this round."""
         c = self.codec
         st = self.state
         base = self.ledger
@@ -577,14 +587,11 @@ class RoundBuilder:
                 if row is None:
                     keep = self._keep_row(job, gpus, [0.0] * len(gpus)) if running else info.blank
                     row = info.alone_rows[key] = keep + info.nlc * 3
-                parts.append(row)
-                parts.append(info.fit_bytes(hm.min_without(n, jid)))
-                parts.append(b"\1")
+                parts.append(row + info.fit_bytes(hm.min_without(n, jid)) + b"\1")
                 continue
             parts.append(self._shared_row(job, jd, info, n_free, om, hm, running))
         parts.extend([zero] * (c.window_k - len(self.window)))
-        parts.append(b"\1")
-        return np.frombuffer(bytearray(b"".join(parts)), dtype=bool)
+        return parts
 
     def _open_mem(self) -> np.ndarray:
         """Sorted memory of the GPUs under the worker cap."""
