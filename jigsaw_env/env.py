@@ -298,8 +298,8 @@ class JigsawClusterEnv(gym.Env):
             df = self._full_trace  # the checked table (rescaled when load is given)
         else:
             spec = str(self.trace)
-            if spec.split(":", 1)[0] == "synthetic":
-                opts = spec.split(":", 1)[1] if ":" in spec else ""
+            kind, opts = parse_spec(spec)  # the kind as the loader reads it (any case, spaces around)
+            if kind == "synthetic":
                 parts = [p for p in opts.split(",") if p]
                 keys = {p.split("=", 1)[0].strip() for p in parts}
                 if "jobs" not in keys:

@@ -57,7 +57,8 @@ import agents
 from agents import available_schedulers, make_scheduler
 from agents.base import is_import_path, scheduler_class
 from agents.rl import EvalSpaces, LearnedAgent, describe, is_run_dir, read_run_config
-from agents.rl_env import SYNTHETIC_SEED_SPLIT, same_trace_file, scale_to_load, training_job_ids, window_of
+from agents.rl_env import (SYNTHETIC_SEED_SPLIT, is_synthetic, same_trace_file, scale_to_load, training_job_ids,
+                            window_of)
 from agents.shipped import is_shipped_name, shipped_policy
 from traces import add_trace_arguments, digest_of, load_trace, offered_load, parse_spec
 from traces.models import default_throughput_fn, estimated_durations
@@ -551,7 +552,7 @@ def _plan(args) -> _Plan:
     if heldout and not any(s.kind == "learned" for s in specs):
         raise ValueError("--heldout needs at least one RUN_DIR among --agents (it removes what they trained on)")
     exclude = frozenset().union(*trained_on.values()) if heldout and trained_on else None
-    syn_offset = SYNTHETIC_SEED_SPLIT if heldout and (args.trace or "synthetic").startswith("synthetic") else 0
+    syn_offset = SYNTHETIC_SEED_SPLIT if heldout and is_synthetic(args.trace or "synthetic") else 0
     sets = {(load, seed): job_set(args, cluster.num_gpus, syn_offset + seed, load, exclude)
             for load in loads for seed in seeds}
     overlap = training_overlap(trained_on, [j for j, _ in sets.values()])
@@ -604,7 +605,7 @@ def _metadata(args, plan: _Plan, ray_info, tasks, rows, failures) -> dict:
     eta_vals, eta_src = eta_table(job_frames, cluster, plan.base_cfg.spb)
     combined = hashlib.sha256("".join(i["digest"] for _, i in sets.values()).encode()).hexdigest()[:16]
     nominal = sorted({_nominal_load(args, ld) for ld in plan.loads}, key=lambda x: (x is None, x or 0))
-    synthetic = (args.trace or "synthetic").startswith("synthetic")
+    synthetic = is_synthetic(args.trace or "synthetic")
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "jigsaw evaluate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["evaluate"] else " ".join(sys.argv),

@@ -520,3 +520,17 @@ def test_a_job_wider_than_a_host_slot_is_placed_around_it():
     env.step(c.advance)
     r = env.sim.state.jobs[0]
     assert env.sim.state.jobs[2].placement == (0, 1, 2, 3) and r.placement == (0, 1) and r.migrations == 0
+
+
+def test_a_synthetic_spec_is_recognised_in_any_case_and_spacing():
+    """The loader reads the kind case- and space-insensitively; the env draws a new synthetic
+    trace per reset for every spelling (not one fixed trace cut into windows)."""
+    def jobs(spec):
+        env = JigsawClusterEnv(gpus=8, max_jobs=10, trace=spec, load=2.0)
+        env.reset(seed=3)
+        return env.sim.jobs_frame()[["job_id", "num_gpus", "arrival_s", "model"]]
+
+    ref = jobs("synthetic")
+    assert ref["job_id"].tolist() == list(range(10))
+    for spec in ("Synthetic", " synthetic", "SYNTHETIC"):
+        pd.testing.assert_frame_equal(jobs(spec), ref)
