@@ -246,7 +246,7 @@ class TrainingEnv(JigsawClusterEnv):
         self.trace_gpu_type = trace_gpu_type
         self.difficulty = 1.0
         self.set_difficulty(difficulty)
-        self._split_jobs: pd.DataFrame | None = None
+        self._split_jobs: dict[int, pd.DataFrame] = {}  # per cluster size (GPUs)
 
     # ----- curriculum
     def set_difficulty(self, d: float) -> None:
@@ -260,11 +260,15 @@ class TrainingEnv(JigsawClusterEnv):
         return max(1, n), 0.5 + 0.5 * self.difficulty
 
     # ----- episode jobs
-    def split_jobs(self) -> pd.DataFrame:
-        """This env's split of the trace (its job table, loaded once): the jobs its episodes'
-        windows are drawn from."""
-        if self._split_jobs is None:
-            cap = max(self._clusters)  # jobs are capped per episode to its cluster (cut_splits is by position)
+    def split_jobs(self, gpus: int | None = None) -> pd.DataFrame:
+        """This env's split of the trace as loaded for a cluster of ``gpus`` GPUs (default: its
+        largest; each loaded once): the jobs its episodes' windows are drawn from. Jobs wider than
+        the cluster are capped to it and their iterations computed at the capped width, as
+        ``load_trace`` does, so a job alone runs as long as it ran in the trace. Capping drops no
+        job, so every size's split holds the same jobs in the same rows."""
+        cap = max(self._clusters) if gpus is None else int(gpus)
+        part = self._split_jobs.get(cap)
+        if part is None:
             full = load_trace(str(self.trace), cluster_gpus=cap, max_gpus=cap, gpu_type=self.trace_gpu_type).jobs
             n = len(full)
             part = cut_splits(full, self.holdout, self.val)[self.split]
@@ -275,8 +279,8 @@ class TrainingEnv(JigsawClusterEnv):
                 raise ValueError(f"trace {self.trace!r} has {n} jobs: too few for a {self.split} split "
                                  f"(holdout {self.holdout:.0%}{val}); expected at least "
                                  f"{int(math.ceil(1 / min(fracs)))}")
-            self._split_jobs = part.reset_index(drop=True)
-        return self._split_jobs
+            part = self._split_jobs[cap] = part.reset_index(drop=True)
+        return part
 
     def _episode_jobs(self, seed: int) -> pd.DataFrame:
         rng = np.random.default_rng(seed)
@@ -295,15 +299,13 @@ class TrainingEnv(JigsawClusterEnv):
             eff_load = base_load * mult
             return load_trace(synthetic_spec(spec, n, eff_load, syn_seed), cluster_gpus=self.cluster.num_gpus,
                               max_gpus=self.cluster.num_gpus, gpu_type=self.trace_gpu_type).jobs
-        part = self.split_jobs()
+        part = self.split_jobs(self.cluster.num_gpus)
         around = None
         if self.wide_share > 0 and rng.random() < self.wide_share:
-            if self._wide_pos is None:
-                self._wide_pos = np.flatnonzero(part["num_gpus"].to_numpy() >= self.wide_gpus)
+            if self._wide_pos is None:  # the rows of wide jobs, as wide as the largest cluster lets them be
+                self._wide_pos = np.flatnonzero(self.split_jobs()["num_gpus"].to_numpy() >= self.wide_gpus)
             around = self._wide_pos
         df = window_of(part, n, rng, around)
-        if int(df["num_gpus"].max()) > self.cluster.num_gpus:  # window_of's frame is a copy
-            df["num_gpus"] = df["num_gpus"].clip(upper=self.cluster.num_gpus)
         if load is not None or mult != 1.0:
             if load is None:
                 load = offered_load(df, self.cluster.num_gpus, estimated_durations(df, default_throughput_fn()))

@@ -414,3 +414,26 @@ def test_train_gpus_bad_values_one_line_exit_2(tables_dir, tmp_path, capsys):
     assert rc == 2 and len(err) == 1
     assert "--val-gpus: a cluster of 12 GPUs: gpus (12) must be a multiple of gpus_per_node (8)" in err[0]
     assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+
+
+def test_a_job_capped_to_a_smaller_episode_cluster_keeps_its_duration(tmp_path):
+    """With cluster_sizes, a job wider than an episode's cluster is capped to it and its iterations
+    computed at the capped width (as load_trace does): alone it runs its trace duration."""
+    from agents.rl_env import TrainingEnv
+    from jigsaw_env.spb import isolated_throughput
+
+    n = 40
+    pd.DataFrame({"job_id": np.arange(n), "arrival_s": np.arange(n) * 60.0,
+                  "num_gpus": np.where(np.arange(n) % 4 == 0, 16, 2), "duration_s": 3600.0,
+                  "model": "resnet50", "batch_size": 32}).to_csv(tmp_path / "t.csv", index=False)
+    env = TrainingEnv(split="train", gpus=16, cluster_sizes=[8, 16], trace=f"csv:{tmp_path / 't.csv'}",
+                      max_jobs=8, window_k=4, load=None)
+    widths = set()
+    for s in range(12):
+        env.reset(seed=s)
+        g, gpu_type = env.cluster.num_gpus, env.cluster.main_gpu_type
+        for j in env.sim.state.jobs.values():
+            widths.add((g, j.num_gpus))
+            alone = j.iterations / isolated_throughput(j.model, j.batch_size, j.num_gpus, gpu_type)
+            assert alone == pytest.approx(3600.0, rel=1e-3), (g, j.job_id, j.num_gpus)
+    assert {(8, 8), (16, 16), (8, 2), (16, 2)} <= widths  # both clusters, capped and uncapped wide jobs
