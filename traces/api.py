@@ -410,9 +410,9 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
     (canonical names); ``sample`` (seeded draw of N jobs); ``max_jobs`` (first N by arrival); GPU
     cap (``max_gpus``, and never more than ``cluster_gpus``); GPU type (``gpu_type`` overrides,
     else the job's own, else the format's default); model mapping and iterations
-    (``map_models``); ``load_scale`` (inter-arrival times scaled so the offered load against
-    ``cluster_gpus`` equals it; for ``synthetic`` it is the generator's target load); arrival_s
-    shifted so the first kept job arrives at 0.
+    (``map_models``); arrival_s shifted so the first kept job arrives at 0 (``time_offset_s``,
+    seconds before scaling); ``load_scale`` (arrival times scaled so the offered load against
+    ``cluster_gpus`` equals it; for ``synthetic`` it is the generator's target load).
 
     Extra keywords: ``throughput_fn(model, batch_size, num_gpus, gpu_type) -> iterations/s``
     (default ``jigsaw_env.spb.isolated_throughput``), ``batch_size_fn(model) -> int`` (default
