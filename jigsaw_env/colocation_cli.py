@@ -61,10 +61,17 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     cluster = ClusterSpec.from_gpus(1, gpus_per_node=1, gpu_type=gpu_type)
     costs = CostModel(cluster, SPBConfig())
     sharing_model = SharingModel(sharing, (gpu_type,))
-    members = []
+    members, peaks = [], []
     for i, ((model, batch), level) in enumerate(zip(pair, levels)):
         job = JobState(job_id=i, arrival_s=0.0, num_gpus=1, model=model, batch_size=batch, iterations=1.0)
         members.append(Member(i, costs.profile(job, level, Pattern.ROTATING, (0,)), (0,), 0))
+        peaks.append(float(costs.worker_peaks(job, level, Pattern.ROTATING).max()))
+    capacity = float(cluster.memory_of(0))
+    if sum(peaks) > capacity:  # the ledger's test: the simulator refuses this placement
+        gib = 2.0 ** 30
+        raise ValueError(f"--pair {pair[0][0]}:{pair[0][1]},{pair[1][0]}:{pair[1][1]}: the two workers do not fit "
+                         f"on one {gpu_type} ({peaks[0] / gib:.2f} + {peaks[1] / gib:.2f} GiB > {capacity / gib:.2f} "
+                         f"GiB at their peaks); the simulator refuses this placement")
     free = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing_model)
     pair_comp = Component(members, 0.0, sharing=None if sharing == "timeslice" else sharing_model)
     step_s = pair_comp.cycle / pair_comp.H  # mean seconds per lockstep step (one iteration of each job)

@@ -87,7 +87,7 @@ def _run_show(args) -> int:
     print(f"  iteration alone, full backprop, 1 GPU: {1e3 * rec['iteration_s']:.3f} ms; process peak "
           f"{rec['process_peak_bytes_full'] / 2**30:.2f} GiB; parameters {rec['param_bytes'] / 2**20:.1f} MiB")
     for w, rows in rec["spb"].items():
-        print(f"  {w} worker(s), one node: level/pattern  iteration (ms)  vs full  MB per sync  peak GiB (max/min)  eta")
+        print(f"  {w} worker(s), one node: level/pattern  iteration (ms)  vs full  MB on the wire  peak GiB (max/min)  eta")
         for r in rows:
             print(f"    {r['level']}/{r['pattern']:<9} {1e3 * r['iteration_s']:>14.3f} {r['relative_to_full']:>8.3f}"
                   f" {r['bytes_per_iteration'] / 1e6:>12.2f} {r['peak_bytes_max'] / 2**30:>9.2f}/"

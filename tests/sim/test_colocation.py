@@ -228,6 +228,22 @@ def test_predict_timeslice_adds_up_to_one(capsys):
     assert out["lockstep"]["combined"] == pytest.approx(1.0)
 
 
+def test_predict_refuses_a_pair_that_does_not_fit_and_every_measured_pair_fits():
+    """The memory test is the ledger's: two resnet50:128 workers (11.02 GiB each at their peak)
+    exceed a 16 GiB V100; every pair Gavel measured fits, on its GPU type, so predict answers it."""
+    from jigsaw_env.colocation_cli import predict
+    from jigsaw_env.colocation_fit import load_pairs
+    from jigsaw_env.zoo import MODELS
+
+    with pytest.raises(ValueError, match=r"do not fit on one v100 \(11\.02 \+ 11\.02 GiB > 16\.00 GiB"):
+        predict((("resnet50", 128), ("resnet50", 128)), "v100")
+    zoo_of = {c.gavel_job: name for name, c in MODELS.items() if c.gavel_job}
+    pairs = load_pairs(require_data("gavel/simulation_throughputs.json"))
+    kinds = {(p.gpu_type, (zoo_of[p.job_a], p.batch_a), (zoo_of[p.job_b], p.batch_b)) for p in pairs}
+    for gpu, a, b in sorted(kinds):
+        assert predict((a, b), gpu)["combined"] > 0
+
+
 def test_check_json_and_plot(tmp_path, capsys):
     require_data("gavel/simulation_throughputs.json")
     assert main(["colocation", "check", "--json", "--out", str(tmp_path)]) == 0
