@@ -37,24 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results_folder import portable_text
 from traces import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("env", "train", "onnx", "replay", "scaling", "instructions")
 
 
-def _shown(text: str) -> str:
-    """``text`` with the data folder's path (``traces.data_dir``) written ``$JIGSAW_DATA``, so a
-    command or trace reads the same on every machine (:func:`bench.results_folder.portable_text`)."""
-    from bench.results_folder import portable_text
-
-    return portable_text(text)
-
-
 def _shown_command(cmd: list[str]) -> str:
     """``cmd`` as results.md shows it: ``python`` for this interpreter, ``$JIGSAW_DATA`` for the
-    data folder (:func:`_shown`)."""
-    return _shown(_cmd_str(cmd))
+    data folder (:func:`bench.results_folder.portable_text`)."""
+    return portable_text(_cmd_str(cmd))
 
 
 def _philly() -> Path | None:
@@ -178,7 +171,7 @@ def part_replay(quick: bool, repeats: int) -> list[dict]:
         cmd = _py() + ["-m", "bench.replay", "--trace", trace, "--gpus", str(gpus), "--agent", agent]
         runs = [_run_json(cmd) for _ in range(repeats)]
         best = runs[0]
-        rows.append({**best, "trace": _shown(trace), "repeats": repeats,
+        rows.append({**best, "trace": portable_text(trace), "repeats": repeats,
                      "wall_s": statistics.median(r["wall_s"] for r in runs),
                      "run_s": statistics.median(r["run_s"] for r in runs),
                      "gc_s": statistics.median(r["gc_s"] for r in runs),

@@ -36,14 +36,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from bench.results_folder import portable_text
+from bench.results_folder import command_line, portable_text
 
 Policy = Callable[[np.ndarray, np.ndarray], int]
 
@@ -328,7 +327,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     res["wall_s"] = time.perf_counter() - t0
-    command = portable_text("python -m bench.clone_accuracy " + " ".join(argv if argv is not None else sys.argv[1:]))
+    command = command_line("bench.clone_accuracy", argv)
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-from bench.results_folder import portable_text
+from bench.results_folder import command_line, portable_text
 
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
@@ -84,7 +83,7 @@ def main(argv=None) -> int:
                   orders, window_order=a.window_order)
     res["wall_s"] = time.perf_counter() - t0
     res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    res["command"] = portable_text("python -m bench.expert_ceiling " + " ".join(argv if argv is not None else sys.argv[1:]))
+    res["command"] = command_line("bench.expert_ceiling", argv)
     print("mean JCT over the windows (h): " + ", ".join(f"{k} {v:.3f}" for k, v in res["mean_jct_h"].items()))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

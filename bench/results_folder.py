@@ -24,13 +24,19 @@ def portable_text(text: str) -> str:
     return re.sub(re.escape(str(folder)) + r"(?=[/\s'\"`,;)\]]|$)", "$JIGSAW_DATA", text)
 
 
+def command_line(module: str, argv=None) -> str:
+    """``python -m MODULE ARGS`` as run (``argv``, default the process's arguments), written
+    portably (:func:`portable_text`)."""
+    return portable_text(f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+
 def run_record(module: str, argv, t0: float) -> dict:
     """The run's wall seconds since ``t0`` (``time.perf_counter``), command line (the data folder
     written ``$JIGSAW_DATA``, :func:`portable_text`), git commit and machine, for its results."""
     from jigsaw_env.evaluate import git_commit
 
     return {"wall_s": time.perf_counter() - t0,
-            "command": portable_text(f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])),
+            "command": command_line(module, argv),
             "git_commit": git_commit(), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
 

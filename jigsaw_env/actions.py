@@ -519,16 +519,9 @@ class RoundBuilder:
         ml = led.bytes_per_gpu
         return self._keep_row(job, gpus, [0.0 if g in emptied else ml[g] for g in gpus])
 
-    def _menu_masks(self) -> np.ndarray:
-        """The mask over the menu's actions alone (the layout of a codec without host slots:
-        window slots x (menu options x combos + pause), then advance), on a homogeneous cluster."""
-        rows = self._menu_rows()
-        rows.append(b"\1")
-        return np.frombuffer(bytearray(b"".join(rows)), dtype=bool)
-
     def _menu_rows(self) -> list[bytes]:
-        """Each window slot's row of :meth:`_menu_masks` (menu options x combos, then pause), as
-        bytes; zeros for an empty slot or a job acted on this round."""
+        """Each window slot's mask row over the menu's actions (menu options x combos, then pause),
+        as bytes, on a homogeneous cluster; zeros for an empty slot or a job acted on this round."""
         c = self.codec
         st = self.state
         base = self.ledger

@@ -19,8 +19,9 @@ from .cost_table import check_table_exists
 from .engine import Component, Member
 from .free_running import FreeRunner, free_running
 from .interference import FIT_FILE, GPU_PEAK_TFLOPS, SHARING_MODES, SharingModel, fitted_model
+from .placement import GpuLedger
 from .spb import Pattern, SPBConfig
-from .state import CostModel, JobState
+from .state import ClusterState, CostModel, Decision, JobDecision, JobState, JobStatus
 
 
 def _parse_levels(text: str) -> tuple[int, int]:
@@ -48,6 +49,22 @@ def parse_pair(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
     return out[0], out[1]
 
 
+def _check_pair_fits(cluster: ClusterSpec, costs: CostModel, jobs: list[JobState], decisions: list[JobDecision],
+                     pair, gpu_type: str) -> None:
+    """ValueError (one line) unless both workers fit on the GPU, by the simulator's ledger."""
+    state = ClusterState(cluster=cluster, costs=costs, time_s=0.0, round=0, jobs={j.job_id: j for j in jobs},
+                         active_ids=[j.job_id for j in jobs], max_workers_per_gpu=len(jobs))
+    ledger = GpuLedger(state, Decision())
+    for j, jd in zip(jobs, decisions):
+        if not ledger.fits(j.job_id, jd):
+            gib, peaks = 2.0 ** 30, [ledger.peak_list(j, jd)[0] for j, jd in zip(jobs, decisions)]
+            raise ValueError(f"--pair {pair[0][0]}:{pair[0][1]},{pair[1][0]}:{pair[1][1]}: the two workers do not fit "
+                             f"on one {gpu_type} ({peaks[0] / gib:.2f} + {peaks[1] / gib:.2f} GiB > "
+                             f"{ledger.capacity_per_gpu[0] / gib:.2f} GiB at their peaks); the simulator refuses this "
+                             f"placement")
+        ledger.add(j.job_id, jd, checked=True)
+
+
 def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels: tuple[int, int] = (0, 0),
             sharing: str = "fitted") -> dict:
     """Rates of two 1-GPU jobs sharing one GPU of ``gpu_type``, from the simulator's cost profiles,
@@ -61,17 +78,12 @@ def predict(pair: tuple[tuple[str, int], tuple[str, int]], gpu_type: str, levels
     cluster = ClusterSpec.from_gpus(1, gpus_per_node=1, gpu_type=gpu_type)
     costs = CostModel(cluster, SPBConfig())
     sharing_model = SharingModel(sharing, (gpu_type,))
-    members, peaks = [], []
-    for i, ((model, batch), level) in enumerate(zip(pair, levels)):
-        job = JobState(job_id=i, arrival_s=0.0, num_gpus=1, model=model, batch_size=batch, iterations=1.0)
-        members.append(Member(i, costs.profile(job, level, Pattern.ROTATING, (0,)), (0,), 0))
-        peaks.append(float(costs.worker_peaks(job, level, Pattern.ROTATING).max()))
-    capacity = float(cluster.memory_of(0))
-    if sum(peaks) > capacity:  # the ledger's test: the simulator refuses this placement
-        gib = 2.0 ** 30
-        raise ValueError(f"--pair {pair[0][0]}:{pair[0][1]},{pair[1][0]}:{pair[1][1]}: the two workers do not fit "
-                         f"on one {gpu_type} ({peaks[0] / gib:.2f} + {peaks[1] / gib:.2f} GiB > {capacity / gib:.2f} "
-                         f"GiB at their peaks); the simulator refuses this placement")
+    jobs = [JobState(job_id=i, arrival_s=0.0, num_gpus=1, model=model, batch_size=batch, iterations=1.0,
+                     status=JobStatus.QUEUED) for i, (model, batch) in enumerate(pair)]
+    decisions = [JobDecision((0,), level, Pattern.ROTATING) for level in levels]
+    _check_pair_fits(cluster, costs, jobs, decisions, pair, gpu_type)
+    members = [Member(j.job_id, costs.profile(j, jd.level, jd.pattern, jd.gpus), jd.gpus, 0)
+               for j, jd in zip(jobs, decisions)]
     free = free_running([FreeRunner(m.profile, m.gpus) for m in members], sharing_model)
     pair_comp = Component(members, 0.0, sharing=None if sharing == "timeslice" else sharing_model)
     step_s = pair_comp.cycle / pair_comp.H  # mean seconds per lockstep step (one iteration of each job)
