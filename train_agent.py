@@ -59,11 +59,12 @@ import pandas as pd
 
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat,
                               expert_names, policy_actor)
-from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_window_order,
+from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_pause_mode,
+                       run_window_order,
                        spaces_signature)
 from agents.rl_env import ENV_KEYS, make_env_fn
 from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize, write_vecnormalize
-from jigsaw_env.actions import WINDOW_ORDERS
+from jigsaw_env.actions import PAUSE_MODES, WINDOW_ORDERS
 from jigsaw_env.cli import error_line
 from jigsaw_env.cli_args import int_at_least, non_negative_float, positive_float, positive_int
 from jigsaw_env.cluster import ClusterSpec
@@ -233,6 +234,10 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--window-order", choices=WINDOW_ORDERS, default="attained",
                    help="the window's order of waiting jobs: least attained GPU-seconds, or the round's 2D-LAS "
                         "rank (Tiresias's and Jigsaw's order, starvation guard included) (default attained)")
+    e.add_argument("--pause", choices=PAUSE_MODES, default="leave",
+                   help="what a pause does with the job: decide it for the round, or requeue it at the back of the "
+                        "round's line, where it can be placed again (a running job released and moved after "
+                        "others) (default leave)")
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
                    help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
                         f"(docs/environment.md lists each group's features) (default: every group)")
@@ -501,7 +506,7 @@ def config_from_args(args) -> dict[str, Any]:
         "reward_scale": args.reward_scale, "observe_remaining": args.observe_remaining,
         "backlogged": args.backlogged, "max_time_s": args.max_time_s, "sharing": args.sharing,
         "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
-        "work_conserving": args.work_conserving, "window_order": args.window_order,
+        "work_conserving": args.work_conserving, "window_order": args.window_order, "pause": args.pause,
     }
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
@@ -928,7 +933,7 @@ RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
                                "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
-                               "obs_features", "work_conserving", "window_order")},
+                               "obs_features", "work_conserving", "window_order", "pause")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
                                     "val_gpus", "curriculum", "curriculum_steps")},
@@ -1034,6 +1039,7 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
     if unknown:
         raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")
     run_window_order(cfg, cfg_path)
+    run_pause_mode(cfg, cfg_path)
 
 
 def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None] | None]:

@@ -8,16 +8,20 @@ do not pause running jobs). This module lets training start from a heuristic ins
    policy over the env's actions. At the first step of each round it asks the heuristic for its
    :class:`~jigsaw_env.state.Decision` on the env's simulator state (the heuristic sees the same
    state it sees in ``jigsaw simulate``), then emits one action per step to build that decision
-   with the env's action codec (:func:`expert_action`): first the actions that place a job exactly
-   where the decision does, then the pauses of running jobs the decision leaves out, then the
-   other jobs it runs, each with the SPB level and pattern the heuristic chose and the placement
-   option whose GPUs come closest to the heuristic's (the same GPUs, else the same GPU set, else
-   the same nodes, else the option of the same kind: exclusive or shared), then *advance*. A
-   co-location is rebuilt with the pair-with-host options (``host:r`` names the host). The codec
-   sees only the window of K jobs and its menu of placement options, not arbitrary GPU lists, so
-   the translated policy can only approximate a heuristic whose choices fall outside them;
-   :func:`play_expert` measures how closely (``python -m bench.expert_ceiling``: Jigsaw's
-   decisions on 11 of the 12 held-out study windows).
+   with the env's action codec. It first searches for an order of actions that builds exactly
+   that decision (:func:`exact_plan`: placements that land exactly where the decision puts a job,
+   pauses of the running jobs it leaves out, and, in an env with ``pause="requeue"``, releases:
+   pauses of running jobs that move, whose GPUs another job needs first, placed again when they
+   show in the window). Where none exists it acts greedily (:func:`expert_action`): the exact placements,
+   then the pauses, then the other jobs it runs, each with the SPB level and pattern the
+   heuristic chose and the placement option whose GPUs come closest to the heuristic's (the same
+   GPUs, else the same GPU set, else the same nodes, else the option of the same kind: exclusive
+   or shared), then *advance*. A co-location is rebuilt with the pair-with-host options
+   (``host:r`` names the host). The codec sees only the window of K jobs and its menu of
+   placement options, not arbitrary GPU lists, so the translated policy can only approximate a
+   heuristic whose choices fall outside them; :func:`play_expert` measures how closely
+   (``python -m bench.expert_ceiling``: with ``pause="requeue"``, Jigsaw's decisions in every
+   round of the 12 held-out study windows).
 2. :func:`collect` plays the expert on training episodes and records raw observations, masks,
    actions, rewards and episode ends.
 3. :func:`behaviour_clone` fits an SB3 policy to those actions (masked cross-entropy) and its value
@@ -165,6 +169,64 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     return fallback[0] if fallback else codec.advance
 
 
+def _round_point(b: RoundBuilder) -> tuple:
+    """Where a builder stands in its round: its decision, window and decided jobs."""
+    return (frozenset(b.ledger.decision.items()), tuple(b.window), frozenset(b.acted))
+
+
+def _plan_moves(b: RoundBuilder, target: Decision, order: str) -> list[int]:
+    """The actions :func:`exact_plan` tries from ``b``, in the order :func:`expert_action` would:
+    every action that places a job exactly as ``target`` does (the jobs that move first, then in
+    ``order``), the pauses of running jobs ``target`` leaves out, then, where a paused job can be
+    placed again (``pause="requeue"``), the releases (pauses) of jobs that move, held on GPUs
+    another job of ``target`` is to use."""
+    codec = b.codec
+    slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
+    current = b.ledger.decision
+    todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
+    if order == "slot":
+        todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
+    else:
+        todo.sort(key=lambda jid: jid not in current)
+    moves = [a for a in (_exact_action(b, slot_of[jid], target[jid]) for jid in todo) if a is not None]
+    moves += [codec.encode(slot, None) for jid, slot in slot_of.items() if jid in current and jid not in target]
+    if b.pause != "requeue":
+        return moves
+    for jid in todo:
+        held = current.get(jid)
+        if held is not None and any(set(held.gpus) & set(jd.gpus) for k, jd in target.items() if k != jid):
+            moves.append(codec.encode(slot_of[jid], None))
+    return moves
+
+
+def exact_plan(b: RoundBuilder, target: Decision, order: str = "slot", max_builders: int = 400) -> list[int] | None:
+    """Actions that turn ``b``'s decision into exactly ``target`` (advance not included), or None
+    when none is found. Placing one job can depend on another having moved first (a new job
+    placed around a running one needs the GPUs a third job holds, which that job leaves only for
+    GPUs the new job's placement decides), so the order is searched: depth first over
+    :func:`_plan_moves` on copies of the builder (jobs tried in ``order``, as
+    :func:`expert_action` takes it), each point of the round visited once, at most
+    ``max_builders`` of them (the search then gives up)."""
+    seen: set = set()
+
+    def search(x: RoundBuilder, path: list[int]) -> list[int] | None:
+        if x.ledger.decision == target:
+            return path
+        point = _round_point(x)
+        if point in seen or len(seen) >= max_builders:
+            return None
+        seen.add(point)
+        for a in _plan_moves(x, target, order):
+            y = x.copy()
+            y.apply(a)
+            found = search(y, path + [a])
+            if found is not None:
+                return found
+        return None
+
+    return search(b, [])
+
+
 class HeuristicExpert:
     """A heuristic scheduler as a policy over a :class:`~jigsaw_env.env.JigsawClusterEnv`'s actions.
 
@@ -179,7 +241,8 @@ class HeuristicExpert:
         self._builder = None
         self._sim = None
         self._target: Decision = Decision()
-        self._done: set[int] = set()
+        self._plan: list[tuple[tuple, int]] = []  # (the builder's point, the action to take there)
+        self._unplanned: tuple | None = None      # a point from which no exact plan was found
 
     def act(self, env) -> int:
         if env.sim is not self._sim:
@@ -189,13 +252,45 @@ class HeuristicExpert:
         if b is not self._builder:
             self._builder = b
             self._target = self.scheduler.schedule(env.sim.state)
-        a = expert_action(b, self._target, env.cluster.gpus_per_node, self.order)
+            self._plan = []
+            self._unplanned = None
+        a = self._planned_action(b)
+        if a is None:
+            a = expert_action(b, self._target, env.cluster.gpus_per_node, self.order)
         mask = env.action_masks()
         if a == env.codec.advance and not mask[a]:
             a = work_conserving_action(b, self._target, mask, env.cluster.gpus_per_node)
         if not mask[a]:  # cannot happen: candidates apply cleanly
             raise AssertionError(f"expert chose masked action {a}")
         return a
+
+    @property
+    def target(self) -> Decision:
+        """The heuristic's decision for the round being built (empty before the first ``act``)."""
+        return self._target
+
+    def _planned_action(self, b: RoundBuilder) -> int | None:
+        """The next action of :func:`exact_plan` for the round's target (advance once the decision
+        is built), searched again whenever the builder is not where the plan left it (another
+        policy acted, as in DAgger); None where no exact plan exists."""
+        point = _round_point(b)
+        if self._plan and self._plan[0][0] == point:
+            return self._plan.pop(0)[1]
+        if point == self._unplanned:
+            return None
+        plan = exact_plan(b, self._target, self.order)
+        if plan is None:
+            self._unplanned = point
+            self._plan = []
+            return None
+        x, steps = b, []
+        for a in plan:
+            steps.append((_round_point(x), a))
+            x = x.copy()
+            x.apply(a)
+        steps.append((_round_point(x), b.codec.advance))
+        self._plan = steps
+        return self._plan.pop(0)[1]
 
 
 def work_conserving_action(b: RoundBuilder, target: Decision, mask: np.ndarray, gpus_per_node: int) -> int:

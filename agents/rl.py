@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from jigsaw_env.actions import WINDOW_ORDERS, ActionCodec, RoundBuilder, level_pattern_combos
+from jigsaw_env.actions import PAUSE_MODES, WINDOW_ORDERS, ActionCodec, RoundBuilder, level_pattern_combos
 from jigsaw_env.digest import file_sha256
 from jigsaw_env.encoder import CLUSTER_FEATURES, ObservationEncoder, check_features
 from jigsaw_env.env import OBS_HIGH, OBS_LOW, JigsawClusterEnv
@@ -160,6 +160,15 @@ def run_window_order(config: dict, where: Path) -> str:
     return order
 
 
+def run_pause_mode(config: dict, where: Path) -> str:
+    """What a pause did in a run's env (``env.pause`` of its config; ``leave``, the env's default,
+    when absent); ValueError naming the file, the field and the allowed values otherwise."""
+    mode = config["env"].get("pause", "leave")
+    if mode not in PAUSE_MODES:
+        raise ValueError(f"{where}: field 'env.pause': expected one of {list(PAUSE_MODES)}, got {mode!r}")
+    return mode
+
+
 def read_run_config(run_dir: str | Path) -> dict:
     """RUN_DIR/config.json, checked by :func:`check_run_config`; FileNotFoundError or ValueError
     (one line naming the file) otherwise."""
@@ -249,6 +258,8 @@ class LearnedAgent:
         #: the window's order the policy was trained with (config.json's env.window_order; a run
         #: without it ordered by attained service)
         self.window_order = run_window_order(self.config, self.run_dir / "config.json")
+        #: what a pause did in the env the policy was trained in (config.json's env.pause)
+        self.pause = run_pause_mode(self.config, self.run_dir / "config.json")
         self.onnx = exported_policy(self.run_dir, model_file) if prefer_onnx else None
         #: the file the agent acts with (``policy.onnx`` or the model zip)
         self.policy_file = self.onnx.path.name if self.onnx is not None else model_file
@@ -372,7 +383,7 @@ class LearnedAgent:
                                                       if observe_remaining is None else observe_remaining),
                                max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
                                obs_features=self.features, work_conserving=work_conserving,
-                               window_order=self.window_order)
+                               window_order=self.window_order, pause=self.pause)
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
 
@@ -427,7 +438,8 @@ class LearnedScheduler(Scheduler):
             self._codec = ActionCodec(self.agent.window_k, state.spb)
         codec = self._codec
         b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state), work_conserving=self.work_conserving,
-                         order=getattr(self.agent, "window_order", "attained"))
+                         order=getattr(self.agent, "window_order", "attained"),
+                         pause=getattr(self.agent, "pause", "leave"))
         steps = 0
         while True:
             obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts())
@@ -446,5 +458,5 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
                                                         "backlogged", "observe_remaining", "work_conserving",
-                                                        "window_order")},
+                                                        "window_order", "pause")},
             "obs_features": list(agent.features)}

@@ -3,10 +3,13 @@
     python -m bench.expert_ceiling                         # Jigsaw, the 12 held-out study windows (~1 min)
     python -m bench.expert_ceiling --expert tiresias --window-k 16,32 --orders slot,heuristic
     python -m bench.expert_ceiling --window-order las      # the env window in 2D-LAS order
+    python -m bench.expert_ceiling --pause leave           # a paused job leaves the round (the env's default)
 
 A learned policy that imitates an expert can at best play the expert's decisions as the env's
 actions express them (``agents.imitation.HeuristicExpert``: a window of K jobs, five placement
-options and one pair-with-host option per host slot). This plays the translated expert on the held-out windows of ``python -m bench.ppo_study``
+options and one pair-with-host option per host slot; by default an env whose paused jobs can be
+placed again later in the round, ``pause="requeue"``). This plays the translated expert on the
+held-out windows of ``python -m bench.ppo_study``
 (same split, same windows, same load) for every window size K and action order given, next to the
 expert and Tiresias run by the simulator directly on the same cluster and ``SimConfig`` as the env.
 Prints per-window and mean JCTs (hours) and writes them as JSON (``--out``).
@@ -24,7 +27,7 @@ from bench.results_folder import command_line, portable_text
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
             expert: str, window_ks: list[int], orders: list[str], log=print,
-            window_order: str = "attained") -> dict:
+            window_order: str = "attained", pause: str = "requeue") -> dict:
     import numpy as np
 
     from agents import make_scheduler
@@ -45,19 +48,19 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
             jct.setdefault(name, []).append(sim.metrics()["avg_jct_s"] / 3600)
         for k in window_ks:
             for order in orders:
-                e = JigsawClusterEnv(gpus=gpus, window_k=k, window_order=window_order)
+                e = JigsawClusterEnv(gpus=gpus, window_k=k, window_order=window_order, pause=pause)
                 s = play_expert(e, HeuristicExpert(expert, order=order), w)
                 jct.setdefault(f"{expert} as actions, K={k}, {order} order", []).append(s.metrics()["avg_jct_s"] / 3600)
         log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
     return {"trace": portable_text(trace), "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
-            "expert": expert, "window_order": window_order, "jct_h": jct,
+            "expert": expert, "window_order": window_order, "pause": pause, "jct_h": jct,
             "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
 
 
 def main(argv=None) -> int:
     from bench.ppo_study import _default_trace, add_study_window_arguments
-    from jigsaw_env.actions import WINDOW_ORDERS
+    from jigsaw_env.actions import PAUSE_MODES, WINDOW_ORDERS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_window_arguments(p)
@@ -67,6 +70,9 @@ def main(argv=None) -> int:
     p.add_argument("--orders", default="slot,heuristic", help="comma-separated action orders (default slot,heuristic)")
     p.add_argument("--window-order", choices=WINDOW_ORDERS, default="attained",
                    help="the env window's order of waiting jobs (default attained)")
+    p.add_argument("--pause", choices=PAUSE_MODES, default="requeue",
+                   help="the env's pause mode: requeue (a paused job can be placed again later in the round, "
+                        "which some of Jigsaw's rounds need) or leave (the env's default) (default requeue)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -80,7 +86,7 @@ def main(argv=None) -> int:
         p.error(f"--orders takes slot and/or heuristic, --window-k positive integers; got {a.orders!r}, {a.window_k!r}")
     t0 = time.perf_counter()
     res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, a.load, a.expert, ks,
-                  orders, window_order=a.window_order)
+                  orders, window_order=a.window_order, pause=a.pause)
     res["wall_s"] = time.perf_counter() - t0
     res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     res["command"] = command_line("bench.expert_ceiling", argv)

@@ -4,7 +4,9 @@ One action is one decision step (as in Decima and spark-sched-sim):
 
     a = slot * per_job + option * n_lp + lp     run job ``slot`` of the window with placement
                                                 ``option`` and SPB (level, pattern) combo ``lp``
-    a = slot * per_job + n_opt * n_lp           pause job ``slot`` (leave it out of the round)
+    a = slot * per_job + n_opt * n_lp           pause job ``slot``: take it out of the decision (and
+                                                of the round; with ``pause="requeue"`` it goes to the
+                                                back of the round's line instead)
     a = K * per_job                             advance: apply the decision, run one round
 
 with ``per_job = n_opt * n_lp + 1`` and the level/pattern combos ``lp``: 0 -> (0, rotating), then
@@ -25,7 +27,11 @@ A :class:`RoundBuilder` holds the decision being built for the next round (it st
 allocation in force) and computes masks exactly: every unmasked action applies cleanly, every
 masked one would be rejected (tests/env/test_env.py checks both directions). Its window slides: once a
 slot's job is decided, the slot shows the next job behind the window, so a round can start every
-job of an arrival burst, not only the first K.
+job of an arrival burst, not only the first K. What a pause does with the job is the builder's
+``pause`` mode (:data:`PAUSE_MODES`): ``leave`` (the default) decides it for the round, out of the
+decision; ``requeue`` sends it to the back of that line, and when it shows again it can be placed
+like a waiting job, so a running job can be released from its GPUs, others placed, and it moved
+after them (the order some of Jigsaw's rounds need).
 
 A *work-conserving* builder (``work_conserving=True``) also masks advance while the decision being
 built runs nothing and some window job could start: a policy then cannot leave the whole cluster
@@ -132,6 +138,19 @@ class ActionCodec:
         return ("run", slot, self.options[opt], level, pattern)
 
 
+#: what a pause does with the job (:class:`RoundBuilder`): ``leave``: it is decided for the round
+#: (out of the decision); ``requeue``: it goes to the back of the round's line and may be placed
+#: again when the window shows it
+PAUSE_MODES = ("leave", "requeue")
+
+
+def check_pause_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`PAUSE_MODES`; else ValueError listing them."""
+    if mode not in PAUSE_MODES:
+        raise ValueError(f"pause must be one of {list(PAUSE_MODES)}, got {mode!r}")
+    return mode
+
+
 #: how the window lists the active jobs (:func:`window_order`)
 WINDOW_ORDERS = ("attained", "las")
 
@@ -234,7 +253,7 @@ class RoundBuilder:
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
                  cache: dict | None = None, priority: dict[int, int] | None = None,
-                 work_conserving: bool = False, order: str = "attained"):
+                 work_conserving: bool = False, order: str = "attained", pause: str = "leave"):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
         ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
@@ -245,7 +264,8 @@ class RoundBuilder:
         attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard).
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
-        (``las`` needs ``priority``)."""
+        (``las`` needs ``priority``). ``pause``: what a pause does with the job, one of
+        :data:`PAUSE_MODES`."""
         self.state = state
         self.work_conserving = work_conserving
         self.priority = priority
@@ -256,11 +276,28 @@ class RoundBuilder:
         order = window_order(state, codec.window_k, priority if order == "las" else None)
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
-        self.step_cap = 2 * codec.window_k + 2 + len(self._queue)
+        self.pause = check_pause_mode(pause)
+        # the most steps a round can take before advance: one decision per job (two, a pause and a
+        # run, under requeue), and slack
+        n_jobs = codec.window_k + len(self._queue)
+        self.step_cap = (2 * n_jobs if pause == "requeue" else n_jobs + codec.window_k) + 2
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
         self.acted: set[int] = set()
         # the masks' cache (speed only): per-job constants, which keep their finished mask rows
         self._need_cache = cache if cache is not None else {}
+
+    def copy(self) -> "RoundBuilder":
+        """An independent builder at the same point of the round, to try actions on: its own
+        ledger, window, line of jobs behind the window and set of decided jobs; the state, codec,
+        priorities and masks' cache shared (what the cache holds does not depend on the round)."""
+        new = RoundBuilder.__new__(RoundBuilder)
+        new.__dict__.update(self.__dict__)
+        new.ledger = self.ledger.copy()
+        new.window = list(self.window)
+        new._queue = list(self._queue)
+        new.acted = set(self.acted)
+        new._hosts = None
+        return new
 
     # ----- host slots
     def hosts(self) -> list[int]:
@@ -375,8 +412,13 @@ class RoundBuilder:
             if jid not in led.decision:
                 raise InvalidAction(f"job {jid} (slot {slot}) is not running, so it cannot be paused")
             led.remove(jid)
-            self.acted.add(jid)
             self._hosts = None
+            if self.pause == "requeue":
+                # to the back of the round's line: the window slides as for a decision, and the job
+                # comes back (undecided, out of the decision) once the jobs behind it have shown
+                self._queue.insert(0, jid)
+            else:
+                self.acted.add(jid)
             self._slide(slot)
             return "pause"
         job = self.state.jobs[jid]
@@ -450,7 +492,7 @@ class RoundBuilder:
         if not st.costs.homogeneous:
             mask = np.zeros(c.n, dtype=bool)
             mask[c.advance] = True
-            return self._masks_exhaustive(mask)
+            return masks_by_trying(self, mask)
         rows = self._menu_rows()
         if c.host_slots == 0:
             rows.append(b"\1")
@@ -704,18 +746,21 @@ class RoundBuilder:
         add, le = operator.add, operator.le
         return bytes([all(map(le, map(add, m_new, r), caps)) for r in self.state.costs.peak_rows(job, self.codec.combos)])
 
-    def _masks_exhaustive(self, mask: np.ndarray) -> np.ndarray:
-        """Exact masks by trying every action (clusters with several GPU types)."""
-        c = self.codec
-        for slot, jid in enumerate(self.window):
-            if jid in self.acted:
-                continue
-            off = slot * c.per_job
-            mask[off + c.n_opt * c.n_lp] = jid in self.ledger.decision
-            for o, option in enumerate(c.options):
-                for i, (level, pattern) in enumerate(c.combos):
-                    mask[off + o * c.n_lp + i] = self.candidate(slot, option, level, pattern) is not None
-        return mask
+
+
+def masks_by_trying(b: RoundBuilder, mask: np.ndarray) -> np.ndarray:
+    """``mask`` (advance set) completed with exact masks found by trying every action of ``b``'s
+    window (clusters with several GPU types)."""
+    c = b.codec
+    for slot, jid in enumerate(b.window):
+        if jid in b.acted:
+            continue
+        off = slot * c.per_job
+        mask[off + c.n_opt * c.n_lp] = jid in b.ledger.decision
+        for o, option in enumerate(c.options):
+            for i, (level, pattern) in enumerate(c.combos):
+                mask[off + o * c.n_lp + i] = b.candidate(slot, option, level, pattern) is not None
+    return mask
 
 
 @lru_cache(maxsize=None)

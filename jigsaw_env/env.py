@@ -17,10 +17,13 @@ ACTIONS
     exactly the feasible actions (sb3-contrib protocol; all False once the episode is over, and a
     RuntimeError before the first ``reset()``; with ``work_conserving=True``, advance is masked
     while the decision runs nothing and a window job could start), and ``info["action_mask"]`` of ``reset`` and of
-    every ``step`` holds the same mask (computed once per state). A job is decided at most once per round,
-    and the window slides: a decided job's slot shows the next job behind the window, so one round
-    can start a whole arrival burst. After ``2K + 2`` steps plus one per job behind the window the
-    env advances by itself. ``step`` takes a Python or numpy integer (or a 0-d integer array, as
+    every ``step`` holds the same mask (computed once per state). A job is decided at most once per
+    round, and the window slides: a decided job's slot shows the next job behind the window, so one
+    round can start a whole arrival burst. A pause decides the job for the round; with
+    ``pause="requeue"`` it sends the job to the back of that line instead: it shows again once the
+    jobs behind the window have, and may then be placed (a running job released from its GPUs to
+    be moved after others are placed). After ``2K + 2`` steps plus one per job behind the window
+    (two under ``requeue``) the env advances by itself. ``step`` takes a Python or numpy integer (or a 0-d integer array, as
     ``Discrete.contains`` does); anything else raises ``InvalidAction`` and changes nothing.
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
@@ -66,7 +69,7 @@ from traces import load_trace, offered_load, parse_spec, synthetic
 from traces.canonical import CANONICAL_DEFAULT_GPU_TYPE
 from traces.models import default_throughput_fn, estimated_durations, fill_default_batch_sizes
 
-from .actions import ActionCodec, InvalidAction, RoundBuilder, check_window_order
+from .actions import ActionCodec, InvalidAction, RoundBuilder, check_pause_mode, check_window_order
 from .cluster import ClusterSpec
 from .encoder import ObservationEncoder, check_features
 from .free_running import DEFAULT_PACE, check_pace
@@ -166,7 +169,7 @@ class JigsawClusterEnv(gym.Env):
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
                  sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None,
-                 work_conserving: bool = False, window_order: str = "attained"):
+                 work_conserving: bool = False, window_order: str = "attained", pause: str = "leave"):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -198,6 +201,8 @@ class JigsawClusterEnv(gym.Env):
         self.work_conserving = _bool_arg("work_conserving", work_conserving)
         #: how the window orders the active jobs (jigsaw_env.actions.WINDOW_ORDERS)
         self.window_order = check_window_order(window_order)
+        #: what a pause does with the job (jigsaw_env.actions.PAUSE_MODES)
+        self.pause = check_pause_mode(pause)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
             raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
@@ -350,7 +355,7 @@ class JigsawClusterEnv(gym.Env):
         state = self.sim.state
         self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
                                     self.encoder.las_rank(state), work_conserving=self.work_conserving,
-                                    order=self.window_order)
+                                    order=self.window_order, pause=self.pause)
         self._steps_in_round = 0
 
     def _obs(self) -> np.ndarray:

@@ -153,6 +153,17 @@ class OnnxPolicy:
         return order
 
     @property
+    def pause(self) -> str:
+        """What a pause did in the env the policy was trained in (metadata ``env.pause``;
+        ``leave`` for a policy exported without it)."""
+        from jigsaw_env.actions import PAUSE_MODES
+        mode = (self.metadata["env"] or {}).get("pause", "leave")
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.pause expected one of "
+                             f"{list(PAUSE_MODES)}, got {mode!r})")
+        return mode
+
+    @property
     def config(self) -> dict:
         """The parts of the run's config.json a scheduler needs (``env``, ``spaces``, ``algo``),
         the same shape as ``LearnedAgent.config``."""

@@ -326,8 +326,9 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
         assert mask[agent.act(obs, mask)]
 
 
-@pytest.mark.parametrize(("pace", "seed"), [("lockstep", 0), ("lockstep", 3), ("lockstep", 9), ("free", 9),
-                                             ("free", 14), ("free", 19)])
+@pytest.mark.parametrize(("pace", "seed"), [("lockstep", 0), ("lockstep", 3), ("lockstep", 9), ("lockstep", 23),
+                                             ("free", 0), ("free", 3), ("free", 9), ("free", 14), ("free", 19),
+                                             ("free", 23)])
 def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     """Twelve jobs of 1-8 GPUs (four models) on 16 GPUs: Jigsaw pairs 2-, 4- and 8-GPU guests on
     its hosts, each on the worker order its search scores best. The translated expert expresses
@@ -337,8 +338,11 @@ def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     running one of the same width on the running one's GPUs: Jigsaw keeps the running guest's worker
     order (agents.jigsaw.guest_keeps_its_order), which the env builds as that job kept and the new
     one paired with it. Seed 19 (free) gives a new 8-GPU job the GPUs of a preempted pair and
-    pairs a running 4-GPU job onto it. On other seeds under the free pace Jigsaw moves a running
-    guest onto a host placed in the same round, which no order of the env's actions builds."""
+    pairs a running 4-GPU job onto it. On seeds 23 (both paces), 0 and 3 (free) Jigsaw moves a
+    running job onto GPUs it will share with another while a job's new GPUs include some the moving
+    job leaves: no order of placements alone builds that, so the expert pauses the moving job
+    first and places it again once it is back in the window (``exact_plan`` searches the order):
+    the env requeues paused jobs (``pause="requeue"``)."""
     import random
 
     rng = random.Random(seed)
@@ -346,7 +350,7 @@ def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
                                                                               "bert_base"]),
              32, rng.choice([2000, 5000, 20000])) for j in range(12)]
     jobs = _jobs(rows)
-    env = JigsawClusterEnv(gpus=16, window_k=8, pace=pace)
+    env = JigsawClusterEnv(gpus=16, window_k=8, pace=pace, pause="requeue")
     want: list[dict] = []
     jigsaw = make_scheduler("jigsaw")
 
@@ -375,6 +379,38 @@ def test_jigsaw_as_env_actions_makes_jigsaws_decisions(pace, seed):
     assert len(got) == len(want) and got == want
     assert env.sim.metrics()["avg_jct_s"] == ref.metrics()["avg_jct_s"]
     assert env.sim.metrics()["makespan_s"] == ref.metrics()["makespan_s"]
+
+
+def test_translated_jigsaw_makes_jigsaws_decisions_on_the_crowded_study_window():
+    """Held-out window 2 of ``bench.ppo_study`` (80 Philly jobs on 64 GPUs, load 1.0), the one with
+    two 32-GPU jobs: in one round Jigsaw places a new 32-GPU job on GPUs 0-31 around a running
+    8-GPU job and moves another running 8-GPU job from GPUs 16-23 to 32-39, as the guest of a
+    second new 32-GPU job. The first placement needs GPUs 16-23 empty, and ``consolidated`` puts
+    the moving job on 32-39 only once GPUs 24-31 are taken, so the expert pauses it, places the
+    new job, then places it again (``pause="requeue"``). Every round's decision is Jigsaw's, and so
+    is the mean JCT."""
+    require_data("philly/philly.csv")
+    from bench.ppo_study import _default_trace, build_windows, heldout_split
+
+    _, held = heldout_split(_default_trace(), 64, 0.2)
+    jobs, info = build_windows(held, 80, 12, 64, 1.0)[2]
+    assert info["window"] == 2 and info["max_gpus"] == 32
+    env = JigsawClusterEnv(gpus=64, window_k=16, pause="requeue")
+    expert = HeuristicExpert("jigsaw")
+    env.reset(seed=0, options={"jobs": jobs})
+    rounds = differing = 0
+    while True:
+        a = expert.act(env)
+        if a == env.codec.advance:
+            rounds += 1
+            differing += dict(env.builder.ledger.decision) != dict(expert.target)
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    assert rounds > 2000 and differing == 0
+    ref = Simulator(env.cluster, jobs, env.sim_config)
+    ref.run(make_scheduler("jigsaw"))
+    assert env.sim.metrics()["avg_jct_s"] == ref.metrics()["avg_jct_s"]
 
 
 class _IdleScheduler(Scheduler):

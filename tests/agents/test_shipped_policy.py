@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.rl import LearnedAgent
 from agents.rl_env import same_trace_file
 from agents.shipped import SHIPPED_NAMES, shipped_onnx, shipped_policy
 from data_helpers import require_data
@@ -29,6 +30,7 @@ def test_learned_is_shipped_with_its_recipe_and_split():
     assert cfg["preset"] == "learned" and "--preset learned" in cfg["command"]
     assert cfg["env"]["trace"] == "philly" and cfg["sampling"]["holdout"] == 0.2
     assert (cfg["env"]["window_order"], cfg["env"]["work_conserving"]) == ("las", True)
+    assert "pause" not in cfg["env"] and LearnedAgent(LEARNED).pause == "leave"  # trained where a pause leaves the round
     assert cfg["sampling"]["train_gpus"] == cfg["sampling"]["val_gpus"] == [16, 32, 64]
     shipped = cfg["shipped"]
     assert shipped["name"] == "learned" and shipped["model"] in ("best", "last")

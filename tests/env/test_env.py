@@ -237,6 +237,8 @@ def test_ansi_render_and_bad_config():
         make_env(gpus=0)
     with pytest.raises(ValueError, match="render_mode"):
         make_env(render_mode="human")
+    with pytest.raises(ValueError, match=r"pause must be one of \['leave', 'requeue'\], got 'drop'"):
+        make_env(pause="drop")
 
 
 def test_window_slides_so_one_round_starts_a_whole_burst():
@@ -264,6 +266,48 @@ def test_window_slides_so_one_round_starts_a_whole_burst():
     assert not env.action_masks()[: env.codec.advance].any()  # nothing left to decide: only advance
     env.step(env.codec.advance)
     assert len(env.sim.state.running()) == 6
+
+
+@pytest.mark.parametrize("pause", ["leave", "requeue"])
+def test_a_paused_job_goes_to_the_back_of_the_line_and_can_be_placed_again(pause):
+    """K=2, four 1-GPU jobs running on GPUs 0-3 of 8 (jobs 0, 2, 3, 1 in GPU order: placed as the
+    window showed them). Pausing job 0 frees GPU 0 and slides the window (job 2 shows in its
+    slot). Under ``pause="leave"`` job 0 is decided for the round: once jobs 1-3 are decided there
+    is nothing left but advance, and job 0 waits. Under ``requeue`` it shows again, undecided and
+    out of the decision: ``keep`` and a second pause are masked, ``consolidated`` places it on the
+    lowest free GPU, 0, so the round ends where it began."""
+    jobs = pd.DataFrame({"job_id": np.arange(4), "arrival_s": 0.0, "num_gpus": 1, "model": "envA",
+                         "batch_size": 8, "iterations": 1e6})
+    env = make_env(trace=jobs, max_jobs=4, window_k=2, pause=pause)
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    c = env.codec
+    for _ in range(4):
+        env.step(c.encode(next(i for i, j in enumerate(env.builder.window) if j not in env.builder.acted),
+                          "consolidated", 0))
+    env.step(c.advance)
+    b = env.builder
+    assert {j: jd.gpus for j, jd in b.ledger.decision.items()} == {0: (0,), 2: (1,), 3: (2,), 1: (3,)}
+    assert b.window == [0, 1] and b.step_cap == (2 * (2 + 2) + 2 if pause == "requeue" else 2 * 2 + 2 + 2)
+    env.step(c.encode(0, None))                              # pause job 0
+    assert 0 not in b.ledger.decision and (0 in b.acted) == (pause == "leave") and b.window == [2, 1]
+    for jid in (2, 1, 3):
+        env.step(c.encode(b.window.index(jid), "keep", 0))
+    if pause == "leave":
+        assert b.window == [3, 1] and not env.action_masks()[: c.advance].any()
+        env.step(c.advance)
+        assert sorted(j.job_id for j in env.sim.state.running()) == [1, 2, 3]
+        return
+    assert b.window == [3, 0]                                # job 0 came back in job 1's slot
+    mask = env.action_masks()
+    assert not mask[c.encode(1, "keep", 0)] and not mask[c.encode(1, None)]
+    assert mask[c.encode(1, "consolidated", 0)] and mask[c.advance]  # it may also wait
+    env.step(c.encode(1, "consolidated", 0))
+    assert b.ledger.decision[0].gpus == (0,) and 0 in b.acted
+    assert not env.action_masks()[: c.advance].any()
+    env.step(c.advance)
+    assert len(env.sim.state.running()) == 4
 
 
 def test_window_shows_waiting_jobs_by_least_attained_service():

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from reference.env_step import RefLAS, ref_encode, ref_masks, ref_place
 
-from jigsaw_env.actions import RoundBuilder
+from jigsaw_env.actions import RoundBuilder, masks_by_trying
 from jigsaw_env.encoder import ObservationEncoder
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.placement import PLACEMENT_OPTIONS
@@ -43,7 +43,8 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
     ref_enc = ObservationEncoder(env.encoder.window_k, env.encoder.observe_remaining)
     ref_las = RefLAS()
     ref_las.observe(ref_sim.state)
-    ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger(), priority=ref_las.rank(ref_sim.state))
+    ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger(), priority=ref_las.rank(ref_sim.state),
+                         pause=env.pause)
     steps = 0
     while True:
         b = env.builder
@@ -63,7 +64,7 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
         if steps % 5 == 0:  # and by trying every action (candidate() on a copy of the ledger)
             base = np.zeros(env.codec.n, dtype=bool)
             base[env.codec.advance] = True
-            np.testing.assert_array_equal(mask, b._masks_exhaustive(base), err_msg=f"exhaustive masks differ at step {steps}")
+            np.testing.assert_array_equal(mask, masks_by_trying(b, base), err_msg=f"exhaustive masks differ at step {steps}")
         a = int(rng.choice(np.flatnonzero(mask)))
         kind, slot, option, level, pattern = env.codec.decode(a)
         # the GPUs each option picks, as the ledger places a job with it taken out: for the job
@@ -95,7 +96,7 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
             if not ref_sim.done:
                 ref_las.observe(ref_sim.state)
                 ref_b = RoundBuilder(ref_sim.state, env.codec, ref_sim.in_force_ledger(),
-                                     priority=ref_las.rank(ref_sim.state))
+                                     priority=ref_las.rank(ref_sim.state), pause=env.pause)
         else:
             assert reward == 0.0
         if term or trunc:
@@ -118,6 +119,7 @@ def replay(env: JigsawClusterEnv, seed: int, policy_seed: int, max_steps: int | 
     (16, 8, 40, 2.0, {}, 3),                               # a crowded cluster: jobs wait for GPUs
     (16, 8, 40, 1.5, {"max_workers_per_gpu": 3}, 4),       # three workers per GPU
     (32, 4, 40, 1.5, {"gpus_per_node": 4, "observe_remaining": False}, 5),
+    (16, 8, 40, 2.0, {"pause": "requeue"}, 6),              # paused jobs come back to be placed
 ])
 @pytest.mark.slow
 def test_fast_paths_equal_from_scratch_recomputation(gpus, window_k, max_jobs, load, extra, seed):
