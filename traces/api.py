@@ -203,12 +203,15 @@ class _Source:
     load is measured against (``cluster_gpus``; for ``synthetic``, the generator's cluster).
     ``target_load``: the offered load to scale to (for ``synthetic``, the generator's target), or
     None. ``path``: the file as shown in the summary and in messages ("" for ``synthetic``).
+    ``gpu_cap``: the most GPUs a kept job may ask for (:func:`_gpu_cap`; None: no cap), which the
+    generator of a ``synthetic`` trace draws its arrivals for.
     """
 
     loaded: LoaderResult
     load_cluster: int | None
     target_load: float | None
     path: str
+    gpu_cap: int | None
 
 
 def _generate_synthetic(params_text: str, *, cluster_gpus: int | None, load_scale: float | None,
@@ -228,16 +231,19 @@ def _generate_synthetic(params_text: str, *, cluster_gpus: int | None, load_scal
     loaded = synthetic.generate(jobs=n_jobs, load=target_load, seed=params.get("seed", seed), gpus=load_cluster,
                                 diurnal=params.get("diurnal", False), start_hour=params.get("start_hour", 0.0),
                                 models=params.get("models", tuple(models)), gpu_cap=cap)
-    return _Source(loaded=loaded, load_cluster=load_cluster, target_load=target_load, path="")
+    return _Source(loaded=loaded, load_cluster=load_cluster, target_load=target_load, path="", gpu_cap=cap)
 
 
 def _read_file(kind: str, path: str, *, cluster_gpus: int | None, load_scale: float | None,
-               skip_bad_rows: bool) -> _Source:
-    """Read a trace file with its format's loader. Scaling to a load needs ``cluster_gpus``."""
+               skip_bad_rows: bool, max_gpus: int | None, cap_to_cluster: bool) -> _Source:
+    """Read a trace file with its format's loader. Scaling to a load needs ``cluster_gpus``; the
+    GPU cap is ``max_gpus`` and the cluster's size (:func:`_gpu_cap`)."""
     if load_scale is not None and cluster_gpus is None:
         raise ValueError("scaling a trace to a load needs the cluster size (cluster_gpus / --gpus)")
     loaded = LOADERS[kind](Path(path).expanduser(), skip_bad_rows=skip_bad_rows)
-    return _Source(loaded=loaded, load_cluster=cluster_gpus, target_load=load_scale, path=loaded.path)
+    cap = _gpu_cap(kind, max_gpus=max_gpus, cluster_gpus=cluster_gpus, load_cluster=cluster_gpus,
+                   cap_to_cluster=cap_to_cluster)
+    return _Source(loaded=loaded, load_cluster=cluster_gpus, target_load=load_scale, path=loaded.path, gpu_cap=cap)
 
 
 @dataclass
@@ -432,14 +438,13 @@ def load_trace(spec: str, *, cluster_gpus: int | None = None, gpu_type: str | No
                                      cap_to_cluster=cap_to_cluster)
     else:
         source = _read_file(kind, rest, cluster_gpus=cluster_gpus, load_scale=load_scale,
-                            skip_bad_rows=skip_bad_rows)
+                            skip_bad_rows=skip_bad_rows, max_gpus=max_gpus, cap_to_cluster=cap_to_cluster)
     loaded = source.loaded
 
     table = _JobTable.of(loaded)
     _filter_by_fields(table, loaded, kind, window=window, vc=vc, status=status)
     _filter_by_count(table, sample=sample, max_jobs=max_jobs, seed=seed)
-    cap = _gpu_cap(kind, max_gpus=max_gpus, cluster_gpus=cluster_gpus, load_cluster=source.load_cluster,
-                   cap_to_cluster=cap_to_cluster)
+    cap = source.gpu_cap
     capped = _cap_gpus(table.jobs, cap)
     _set_gpu_types(table.jobs, gpu_type, loaded.default_gpu_type)
     mapping = _ModelMapping()
