@@ -285,7 +285,7 @@ def evaluate_all(a, windows, runs: dict[str, Path]) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing as mp
 
-    from jigsaw_env.evaluate import AgentSpec, Task, _init_worker
+    from jigsaw_env.evaluate import AgentSpec, Task, init_worker
 
     cluster_kwargs, cfg = evaluation_setup(a.gpus)
     specs = [AgentSpec(h, "heuristic", h, h.startswith("jigsaw") or "spb" in h) for h in HEURISTICS]
@@ -298,11 +298,11 @@ def evaluate_all(a, windows, runs: dict[str, Path]) -> list[dict]:
                               w, cluster_kwargs, cfg, None, info["digest"], info["offered_load"]))
     rows: list[dict] = []
     if a.workers <= 1:
-        _init_worker(None)
+        init_worker(None)
         rows = [run_task_or_stall(t) for t in tasks]
     else:
         with ProcessPoolExecutor(max_workers=a.workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(None,)) as ex:
+                                 initializer=init_worker, initargs=(None,)) as ex:
             rows = list(ex.map(run_task_or_stall, tasks))
     import shutil
     shutil.rmtree(tmp, ignore_errors=True)

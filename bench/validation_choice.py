@@ -46,7 +46,7 @@ def validation_windows(trace: str, gpus: int, holdout: float, val: float, window
 def play(specs, settings: dict, gpus: int, workers: int) -> dict:
     """Mean JCT (h) per agent label, per setting key, per window (in window order)."""
     from bench.ppo_study import evaluation_setup, run_task_or_stall
-    from jigsaw_env.evaluate import Task, _init_worker
+    from jigsaw_env.evaluate import Task, init_worker
 
     cluster_kwargs, cfg = evaluation_setup(gpus)
     tmp = tempfile.mkdtemp(prefix="validation_choice_")
@@ -59,11 +59,11 @@ def play(specs, settings: dict, gpus: int, workers: int) -> dict:
                 where.append((key, spec.label, info["window"]))
     try:
         if workers <= 1:
-            _init_worker(None)
+            init_worker(None)
             rows = [run_task_or_stall(t) for t in tasks]
         else:
             with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(None,)) as ex:
+                                     initializer=init_worker, initargs=(None,)) as ex:
                 rows = list(ex.map(run_task_or_stall, tasks))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -303,7 +303,9 @@ class Task:
 _WORKER_CACHE: dict = {}
 
 
-def _init_worker(tables: str | None) -> None:
+def init_worker(tables: str | None) -> None:
+    """Prepare a process that runs tasks: one thread per process (OpenMP, MKL, torch), the cost
+    tables folder ``tables`` registered (if given), and the schedulers imported."""
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
     if "torch" in sys.modules:
@@ -316,7 +318,7 @@ def _init_worker(tables: str | None) -> None:
 def run_task(task: Task) -> dict:
     """Run one (agent, seed, load, eta); write its logs; return its metrics row."""
     if task.tables and ("tables", task.tables) not in _WORKER_CACHE:
-        _init_worker(task.tables)
+        init_worker(task.tables)
         _WORKER_CACHE[("tables", task.tables)] = True
     t0 = time.perf_counter()
     cluster = ClusterSpec.from_gpus(**task.cluster_kwargs)
@@ -708,7 +710,7 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
     show_load = len({t.load for t in tasks}) > 1
     try:
         if workers <= 1 or len(tasks) == 1:
-            _init_worker(tasks[0].tables if tasks else None)
+            init_worker(tasks[0].tables if tasks else None)
             for i, t in enumerate(tasks):
                 try:
                     rows[i] = run_task(t)
@@ -718,7 +720,7 @@ def _run_tasks(tasks: list[Task], workers: int, progress: bool) -> list[dict | R
         else:
             tables = tasks[0].tables if tasks else None
             with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(tables,)) as ex:
+                                     initializer=init_worker, initargs=(tables,)) as ex:
                 futs = {ex.submit(run_task, t): i for i, t in enumerate(tasks)}
                 try:
                     for f in as_completed(futs):

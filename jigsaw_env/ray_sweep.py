@@ -102,7 +102,7 @@ def _install(bundle: dict, key: str) -> None:
     """Make the bundle's tables, agents and Gavel data this worker's (once per bundle)."""
     if _INSTALLED.get("bundle") == key:
         return
-    ev._init_worker(None)
+    ev.init_worker(None)
     for k in _INSTALLED.pop("tables", []):  # a worker reused by another evaluation: its tables only
         unregister_table(*k)
     tables = [CostTable.from_dict(d, origin=name) for name, d in bundle["tables"].items()]
