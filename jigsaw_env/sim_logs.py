@@ -20,28 +20,45 @@ CLUSTER_COLUMNS = ["round", "start_s", "end_s", "active", "queued", "running", "
                    "finished"] + [f"level{l}" for l in range(8)]
 
 
-def log_jobs_of_round(sim, rnd, t_end: float) -> None:
-    """One round-log row per job that ran in round ``rnd`` (a ``simulator._Round``, ending at
-    ``t_end`` s): its JobDecision, or the one it had when it finished."""
-    st = sim.state
-    rows = sim._round_rows
-    gstr = sim._gpu_str
-    for jid, (run_s, steps, gain, by) in rnd.acc["jobs"].items():
-        jd = rnd.dec_of.get(jid)
-        if jd is None:
-            jd = rnd.left.get(jid)
-        if jd is not None:
-            gpus = jd.gpus
-            gs = gstr.get(gpus)
-            if gs is None:
-                if len(gstr) > 100_000:
-                    gstr.clear()
-                gs = gstr[gpus] = " ".join(map(str, gpus))
-            rows.append((st.round, rnd.t0, t_end, jid, gs, jd.level, jd.pattern.value,
-                         run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
-        else:
-            rows.append((st.round, rnd.t0, t_end, jid, "", 0, "",
-                         run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+class SimLog:
+    """The rows a simulator logs as it goes: the round log (``round_rows``, one row per job that ran
+    in a round, :data:`ROUND_COLUMNS`; kept only with ``SimConfig.log_rounds``) and the cluster log
+    (``cluster_rows``, one row per round, :data:`CLUSTER_COLUMNS`). Times in seconds."""
+
+    def __init__(self) -> None:
+        self.round_rows: list[tuple] = []
+        self.cluster_rows: list[tuple] = []
+        self._gpu_text: dict[tuple, str] = {}  # GPUs -> their round-log text
+
+    def add_jobs_of_round(self, state, rnd, t_end: float) -> None:
+        """One round-log row per job that ran in round ``rnd`` (a ``simulator._Round`` of
+        ``state``, ending at ``t_end`` s): its JobDecision, or the one it had when it finished."""
+        rows = self.round_rows
+        gstr = self._gpu_text
+        for jid, (run_s, steps, gain, by) in rnd.acc["jobs"].items():
+            jd = rnd.dec_of.get(jid)
+            if jd is None:
+                jd = rnd.left.get(jid)
+            if jd is not None:
+                gpus = jd.gpus
+                gs = gstr.get(gpus)
+                if gs is None:
+                    if len(gstr) > 100_000:
+                        gstr.clear()
+                    gs = gstr[gpus] = " ".join(map(str, gpus))
+                rows.append((state.round, rnd.t0, t_end, jid, gs, jd.level, jd.pattern.value,
+                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+            else:
+                rows.append((state.round, rnd.t0, t_end, jid, "", 0, "",
+                             run_s, steps, gain, gain / run_s if run_s > 0 else 0.0, by))
+
+    def rounds_frame(self) -> pd.DataFrame:
+        """The round log as a frame (:data:`ROUND_COLUMNS`)."""
+        return pd.DataFrame(self.round_rows, columns=ROUND_COLUMNS)
+
+    def cluster_frame(self) -> pd.DataFrame:
+        """The cluster log as a frame (:data:`CLUSTER_COLUMNS`)."""
+        return pd.DataFrame(self.cluster_rows, columns=CLUSTER_COLUMNS)
 
 
 def jobs_frame(sim) -> pd.DataFrame:
@@ -56,22 +73,12 @@ def jobs_frame(sim) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
-def rounds_frame(sim) -> pd.DataFrame:
-    """The round log: one row per job that ran in a round (:data:`ROUND_COLUMNS`)."""
-    return pd.DataFrame(sim._round_rows, columns=ROUND_COLUMNS)
-
-
-def cluster_frame(sim) -> pd.DataFrame:
-    """One row per round (:data:`CLUSTER_COLUMNS`)."""
-    return pd.DataFrame(sim._cluster_rows, columns=CLUSTER_COLUMNS)
-
-
 def metrics(sim) -> dict:
     """The episode's metrics (:func:`jigsaw_env.metrics.compute_metrics`)."""
-    return compute_metrics(jobs_frame(sim), cluster_frame(sim), sim.cluster.num_gpus,
+    return compute_metrics(jobs_frame(sim), sim.log.cluster_frame(), sim.cluster.num_gpus,
                            backlogged=sim.config.backlogged, window=(sim.first_arrival_s, sim.window_end_s),
                            useful_at_window_end=sim.useful_at_window_end,
-                           wall_s=_time.perf_counter() - sim._wall0)
+                           wall_s=_time.perf_counter() - sim.started_at)
 
 
 def write_logs(sim, out_dir) -> None:
@@ -81,5 +88,5 @@ def write_logs(sim, out_dir) -> None:
     jf = jobs_frame(sim)
     jf[["job_id", "arrival_s", "start_s", "finish_s", "jct_s", "num_gpus", "model", "batch_size", "iterations",
         "queue_s", "isolated_s", "preemptions", "migrations", "level_changes", "status"]].to_csv(out / "jobs.csv", index=False)
-    rounds_frame(sim).to_csv(out / "rounds.csv", index=False)
-    cluster_frame(sim).to_csv(out / "cluster.csv", index=False)
+    sim.log.rounds_frame().to_csv(out / "rounds.csv", index=False)
+    sim.log.cluster_frame().to_csv(out / "cluster.csv", index=False)

@@ -15,9 +15,10 @@ cdef class RunningJobs:
 cdef class Simulator:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object _alloc_total, _busy_flushed, _busy_total, _cluster_rows, _comp_of, _components
-    cdef public object _comps_list, _cset, _current, _defer_round_end, _formed, _gathered, _gpu_comp, _gpu_str
+    cdef public object _alloc_total, _busy_flushed, _busy_total, _comp_of, _components
+    cdef public object _comps_list, _cset, _current, _defer_round_end, _formed, _gathered, _gpu_comp
     cdef public object _in_force, _initial_jobs, _levels, _n_live_gpus, _need_finish, _order, _pending
-    cdef public object _pending_pos, _rjobs, _round_rows, _round_token, _sharing, _shared, _tables, _useful_total, _wall0
-    cdef public object cluster, config, costs, first_arrival_s, num_finished, quiet_rounds, state, truncated
+    cdef public object _pending_pos, _rjobs, _round_token, _sharing, _shared, _tables, _useful_total
+    cdef public object cluster, config, costs, first_arrival_s, log, num_finished, quiet_rounds, started_at, state
+    cdef public object truncated
     cdef public object useful_at_window_end, window_end_s

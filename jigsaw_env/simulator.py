@@ -38,7 +38,7 @@ from .interference import DEFAULT_SHARING, SharingModel, check_sharing
 from .placement import GpuLedger, validate_decision
 from .sim_advance import advance_components, end_round, next_completion
 from .sim_components import components_of, member_row, rebuild
-from .sim_logs import log_jobs_of_round
+from .sim_logs import SimLog
 from .sim_validation import adopt_ledger, as_decision, check_jobs, validate_diff
 from .spb import SPBConfig
 from .state import ClusterState, CostModel, Decision, JobState, JobStatus, apply_job_bookkeeping
@@ -423,8 +423,8 @@ class Simulator:
         # profiles they are computed from: they stay valid for as long as it lives
         self._tables: dict = self.costs.step_tables
         self._round_token = object()  # marks the ledgers in_force_ledger hands out this round
-        self._round_rows: list[tuple] = []
-        self._cluster_rows: list[tuple] = []
+        #: the round and cluster logs (sim_logs.SimLog)
+        self.log = SimLog()
         self.num_finished = 0
         self.quiet_rounds = 0  # rounds run() kept the allocation without asking the policy
         self.truncated = False
@@ -436,7 +436,6 @@ class Simulator:
         self._alloc_total = 0.0
         self._busy_flushed = [0.0] * self.cluster.num_gpus  # of components already dissolved (Python floats)
         self._levels = [0] * 8  # jobs of the allocation in force at each SPB level (7: 7 and above)
-        self._gpu_str: dict[tuple, str] = {}  # GPUs -> their round-log text
         # the allocation in force, validated when applied: decisions are validated against it
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
@@ -444,7 +443,8 @@ class Simulator:
         self.state.shared_ref = self._shared
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
-        self._wall0 = _time.perf_counter()
+        #: wall-clock time (time.perf_counter, s) when the run started: metrics' wall_s counts from it
+        self.started_at = _time.perf_counter()
         return self.state
 
     @property
@@ -695,8 +695,8 @@ class Simulator:
         self._busy_total += acc["busy"]
         self._alloc_total += acc["alloc"]
         if self.config.log_rounds:
-            log_jobs_of_round(self, rnd, t_end)
-        self._cluster_rows.append((st.round, rnd.t0, t_end, rnd.active_at_start, rnd.active_at_start - rnd.n_dec,
+            self.log.add_jobs_of_round(st, rnd, t_end)
+        self.log.cluster_rows.append((st.round, rnd.t0, t_end, rnd.active_at_start, rnd.active_at_start - rnd.n_dec,
                                    rnd.n_dec, rnd.n_alloc_gpus, rnd.n_shared_gpus, acc["busy"], acc["alloc"],
                                    rnd.job_seconds, acc["useful"], len(rnd.finished), *rnd.levels))
         st.round += 1
@@ -785,11 +785,11 @@ class Simulator:
 
     def rounds_frame(self) -> pd.DataFrame:
         """The round log: one row per job that ran in a round (``sim_logs.ROUND_COLUMNS``)."""
-        return sim_logs.rounds_frame(self)
+        return self.log.rounds_frame()
 
     def cluster_frame(self) -> pd.DataFrame:
         """One row per round (``sim_logs.CLUSTER_COLUMNS``)."""
-        return sim_logs.cluster_frame(self)
+        return self.log.cluster_frame()
 
     def metrics(self) -> dict:
         """The episode's metrics (:func:`jigsaw_env.metrics.compute_metrics`)."""

@@ -103,7 +103,7 @@ def observe(sim: Simulator) -> tuple:
     return (job_fields(sim), st.time_s, st.round, tuple(st.active_ids), sim.num_finished, sim.next_arrival_s(),
             comps, tuple(led.decision.items()), tuple(led.mem.tolist()), tuple(led.workers.tolist()),
             tuple(sim._busy_per_gpu.tolist()), sim.truncated, sim.useful_at_window_end,
-            len(sim._round_rows), tuple(sim._cluster_rows[-1]) if sim._cluster_rows else ())
+            len(sim.log.round_rows), tuple(sim.log.cluster_rows[-1]) if sim.log.cluster_rows else ())
 
 
 def result_tuple(r) -> tuple:

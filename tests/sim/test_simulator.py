@@ -464,7 +464,7 @@ def snapshot(sim):
     st = sim.state
     return (repr(sorted(st.jobs.items())), st.time_s, st.round, list(st.active_ids),
             sorted((k, c.k, c.partial, c.ready_s) for k, c in sim._components.items()),
-            len(sim._round_rows), len(sim._cluster_rows), sim.num_finished)
+            len(sim.log.round_rows), len(sim.log.cluster_rows), sim.num_finished)
 
 
 @pytest.mark.parametrize("bad,match", [
