@@ -108,6 +108,21 @@ def _exact_action(b: RoundBuilder, slot: int, target: JobDecision) -> int | None
     return None
 
 
+def _jobs_to_place(b: RoundBuilder, target: Decision, order: str) -> tuple[dict[int, int], list[int]]:
+    """The window's undecided jobs (id -> slot), and those of them ``target`` runs other than
+    as the decision being built has them, in the expert's order: the jobs that move first (their
+    GPUs are what the new ones are placed around), then the new ones; within each group larger
+    first, then by slot (``order="slot"``), or as ``target`` lists them (``"heuristic"``)."""
+    slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
+    current = b.ledger.decision
+    todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
+    if order == "slot":
+        todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
+    else:
+        todo.sort(key=lambda jid: jid not in current)
+    return slot_of, todo
+
+
 def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: str = "slot") -> int:
     """The next action that moves the builder's decision towards ``target`` (module docstring):
     an action that places a job exactly as ``target`` does (the jobs that move, then the new
@@ -121,14 +136,8 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     if order not in ("slot", "heuristic"):
         raise ValueError(f"order must be 'slot' or 'heuristic', got {order!r}")
     codec = b.codec
-    slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
     current = b.ledger.decision
-    # jobs that move first (their GPUs are what the new ones are placed around), then new ones
-    todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
-    if order == "slot":
-        todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
-    else:
-        todo.sort(key=lambda jid: jid not in current)
+    slot_of, todo = _jobs_to_place(b, target, order)
     # every action that lands exactly where the heuristic puts a job first (the GPUs in force
     # that it avoids are still held: an option's choice among the free ones is then the
     # heuristic's more often), then the pauses, which free the GPUs the new decision uses
@@ -181,13 +190,8 @@ def _plan_moves(b: RoundBuilder, target: Decision, order: str) -> list[int]:
     placed again (``pause="requeue"``), the releases (pauses) of jobs that move, held on GPUs
     another job of ``target`` is to use."""
     codec = b.codec
-    slot_of = {jid: s for s, jid in enumerate(b.window) if jid not in b.acted}
     current = b.ledger.decision
-    todo = [jid for jid in target if jid in slot_of and current.get(jid) != target[jid]]
-    if order == "slot":
-        todo.sort(key=lambda jid: (jid not in current, -b.state.jobs[jid].num_gpus, slot_of[jid]))
-    else:
-        todo.sort(key=lambda jid: jid not in current)
+    slot_of, todo = _jobs_to_place(b, target, order)
     moves = [a for a in (_exact_action(b, slot_of[jid], target[jid]) for jid in todo) if a is not None]
     moves += [codec.encode(slot, None) for jid, slot in slot_of.items() if jid in current and jid not in target]
     if b.pause != "requeue":

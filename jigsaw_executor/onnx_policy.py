@@ -141,27 +141,28 @@ class OnnxPolicy:
         """:attr:`obs_features` (the name ``LearnedScheduler`` reads, as of ``LearnedAgent``)."""
         return self.obs_features
 
+    def _env_choice(self, field: str, allowed: tuple[str, ...], default: str) -> str:
+        """The training env's ``field`` from the metadata (``default`` when absent); ValueError
+        naming the file, the field and ``allowed`` for any other value."""
+        value = (self.metadata["env"] or {}).get(field, default)
+        if value not in allowed:
+            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.{field} expected one of "
+                             f"{list(allowed)}, got {value!r})")
+        return value
+
     @property
     def window_order(self) -> str:
         """The window's order the policy was trained with (metadata ``env.window_order``;
         ``attained`` for a policy exported without it)."""
         from jigsaw_env.actions import WINDOW_ORDERS
-        order = (self.metadata["env"] or {}).get("window_order", "attained")
-        if order not in WINDOW_ORDERS:
-            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.window_order expected one of "
-                             f"{list(WINDOW_ORDERS)}, got {order!r})")
-        return order
+        return self._env_choice("window_order", WINDOW_ORDERS, "attained")
 
     @property
     def pause(self) -> str:
         """What a pause did in the env the policy was trained in (metadata ``env.pause``;
         ``leave`` for a policy exported without it)."""
         from jigsaw_env.actions import PAUSE_MODES
-        mode = (self.metadata["env"] or {}).get("pause", "leave")
-        if mode not in PAUSE_MODES:
-            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.pause expected one of "
-                             f"{list(PAUSE_MODES)}, got {mode!r})")
-        return mode
+        return self._env_choice("pause", PAUSE_MODES, "leave")
 
     @property
     def config(self) -> dict:

@@ -144,33 +144,23 @@ def test_reference_values_are_the_heuristics_on_the_evaluation_episodes(tables_d
     assert len(set(np.round(rewards, 6))) == 3  # three different episodes
 
 
-@pytest.mark.parametrize("flag, mode", [([], "leave"), (["--pause", "requeue"], "requeue")])
-def test_pause_mode_reaches_the_config_and_every_training_env(tables_dir, tmp_path, flag, mode):  # noqa: F811
+@pytest.mark.parametrize("flag, field, value", [([], "window_order", "attained"),
+                                                (["--window-order", "las"], "window_order", "las"),
+                                                ([], "pause", "leave"), (["--pause", "requeue"], "pause", "requeue")])
+def test_window_order_and_pause_reach_the_config_and_every_training_env(tables_dir, tmp_path, flag, field,  # noqa: F811
+                                                                        value):
     from train_agent import _env_factories
 
     args = _parse(tiny_args(tables_dir, tmp_path / "run", "--val", "0.1", *flag)[1:])
     train_agent.apply_option_files(args)
     cfg = train_agent.config_from_args(args)
-    assert cfg["env"]["pause"] == mode
+    assert cfg["env"][field] == value
     for split in ("train", "eval", "val"):
         env = _env_factories(cfg, split, 1, 0)[0]()
-        assert env.unwrapped.pause == mode
-        env.reset(seed=0)
-        assert env.unwrapped.builder.pause == mode
-        env.close()
-
-
-@pytest.mark.parametrize("flag, order", [([], "attained"), (["--window-order", "las"], "las")])
-def test_window_order_reaches_the_config_and_every_training_env(tables_dir, tmp_path, flag, order):  # noqa: F811
-    from train_agent import _env_factories
-
-    args = _parse(tiny_args(tables_dir, tmp_path / "run", "--val", "0.1", *flag)[1:])
-    train_agent.apply_option_files(args)
-    cfg = train_agent.config_from_args(args)
-    assert cfg["env"]["window_order"] == order
-    for split in ("train", "eval", "val"):
-        env = _env_factories(cfg, split, 1, 0)[0]()
-        assert env.unwrapped.window_order == order
+        assert getattr(env.unwrapped, field) == value
+        if field == "pause":
+            env.reset(seed=0)
+            assert env.unwrapped.builder.pause == value
         env.close()
 
 

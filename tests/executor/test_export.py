@@ -411,20 +411,27 @@ def test_bad_onnx_files(onnx_path, tmp_path):
         onnx.save(m, str(f))
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             OnnxPolicy(f)
-    # the window order the policy was trained with: its env's, 'attained' when absent, checked
-    assert OnnxPolicy(onnx_path).window_order == "attained"
-    for order, expect in (("las", "las"), ("arrival", None)):
+    # the window order and pause mode the policy was trained with: its env's, checked; the
+    # defaults when absent
+    assert (OnnxPolicy(onnx_path).window_order, OnnxPolicy(onnx_path).pause) == ("attained", "leave")
+    for field, value, allowed in (("window_order", "las", None), ("window_order", "arrival", "'attained', 'las'"),
+                                  ("pause", "requeue", None), ("pause", "drop", "'leave', 'requeue'"),
+                                  ("pause", None, None)):
         m = onnx.load(str(onnx_path))
         for p in m.metadata_props:
             if p.key == "env":
-                p.value = json.dumps(dict(json.loads(p.value), window_order=order))
-        f = tmp_path / f"order-{order}.onnx"
+                env = json.loads(p.value)
+                env.pop(field, None)
+                p.value = json.dumps(env if value is None else dict(env, **{field: value}))
+        f = tmp_path / f"{field}-{value}.onnx"
         onnx.save(m, str(f))
-        if expect is not None:
-            assert OnnxPolicy(f).window_order == expect
+        if value is None:
+            assert OnnxPolicy(f).pause == "leave"
+        elif allowed is None:
+            assert getattr(OnnxPolicy(f), field) == value
         else:
-            with pytest.raises(ValueError, match=r"env.window_order expected one of \['attained', 'las'\], got 'arrival'"):
-                OnnxPolicy(f).window_order
+            with pytest.raises(ValueError, match=fr"env.{field} expected one of \[{allowed}\], got '{value}'"):
+                getattr(OnnxPolicy(f), field)
 
 
 def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
