@@ -747,7 +747,6 @@ class RoundBuilder:
         return bytes([all(map(le, map(add, m_new, r), caps)) for r in self.state.costs.peak_rows(job, self.codec.combos)])
 
 
-
 def masks_by_trying(b: RoundBuilder, mask: np.ndarray) -> np.ndarray:
     """``mask`` (advance set) completed with exact masks found by trying every action of ``b``'s
     window (clusters with several GPU types)."""
