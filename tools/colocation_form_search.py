@@ -31,6 +31,12 @@ cost table):
 * ``M``: bytes touched per iteration, an estimate: 2 x the activations saved for backward (written
   in forward, read in backward) + 2 x (weights + gradients + optimizer state) (read and written);
 * ``mem``: the process's peak memory (the cost table's full-depth peak);
+* ``k``: kernels launched per training iteration, counted as the non-view ATen operators of one
+  iteration (forward, backward, SGD step with momentum without ``foreach``) of the zoo model on
+  the CPU (:func:`kernels_per_iteration`; the LSTM's fused cell counts as the CPU runs it). A job
+  whose host-side launches take a large share of its time leaves its GPU idle between kernels:
+  ``h = k * 10 us / t`` is that share (the 10 us per launch only shifts ``log h`` by a constant,
+  which the fit's intercept absorbs);
 * ``e`` and ``rho``: how the alone time grows with the batch size on the same GPU
   (:func:`batch_scaling`);
 * ``is:<job type>``: 1 for a worker of that Gavel job type, else 0. Forms with these terms give
@@ -68,6 +74,38 @@ BANDWIDTH_GBS = {"k80": 240.0, "p100": 732.0, "v100": 900.0}
 MEMORY_GIB = {"k80": 12.0, "p100": 16.0, "v100": 16.0}
 
 
+def kernels_per_iteration(model_name: str) -> int:
+    """Non-view ATen operators (kernels, on a GPU) of one training iteration of a zoo model: its
+    forward, backward and an SGD step with momentum (``foreach=False``: one update per tensor),
+    at batch size 4 on the CPU (the count does not depend on the batch size)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from jigsaw_env.zoo import build_model
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not (func.is_view or func.overloadpacket is torch.ops.aten.detach):
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    m = build_model(model_name)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, foreach=False)
+    x, y = m.make_batch(4, torch.Generator().manual_seed(0))
+    m.loss(m(x), y).backward()  # the first step makes the momentum buffers
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+    with Count() as c:
+        m.loss(m(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return c.n
+
+
 def flops_per_sample(model_name: str) -> float:
     """FLOPs of one training iteration per sample (forward + backward) of a zoo model."""
     import torch
@@ -95,12 +133,14 @@ class JobFeatures:
     elasticity: float = 1.0  # d log t / d log B between this batch size and the next (batch_scaling)
     busy_fit: float = 1.0    # (t - c) / t, c the intercept of t = c + w B over the job's batch sizes
     job: str = ""            # the Gavel job type
+    kernels: int = 1         # kernels launched per iteration (kernels_per_iteration)
 
 
 def job_features(pairs) -> dict:
     """(gpu, job, batch) -> JobFeatures for every job in ``pairs``."""
     from jigsaw_env.cost_table import get_table
     per_sample = {job: flops_per_sample(z) for job, z in ZOO_OF.items()}
+    kernels = {job: kernels_per_iteration(z) for job, z in ZOO_OF.items()}
     out = {}
     for p in pairs:
         for job, bs, alone in ((p.job_a, p.batch_a, p.alone_a), (p.job_b, p.batch_b, p.alone_b)):
@@ -111,7 +151,7 @@ def job_features(pairs) -> dict:
             state = tab.meta["weights_bytes"] + tab.meta["gradient_bytes"] + tab.meta["optimizer_state_bytes"]
             act = tab.activation_peak_bytes(0)
             out[key] = JobFeatures(1.0 / alone, bs, per_sample[job] * bs, 2.0 * act + 2.0 * state,
-                                   float(tab.process_peak_bytes(0)), job=job)
+                                   float(tab.process_peak_bytes(0)), job=job, kernels=kernels[job])
     return batch_scaling(out)
 
 
@@ -160,6 +200,7 @@ def feature_columns(gpu: str, f: JobFeatures) -> dict:
             "u": u, "v": v, "ltp": math.log(f.t * PEAK_TFLOPS[gpu]), "ltbw": math.log(f.t * BANDWIDTH_GBS[gpu]),
             "lbusy": math.log(f.flops / peak + f.bytes_touched / bw) - math.log(f.t),
             "e": f.elasticity, "le": math.log(f.elasticity), "rho": f.busy_fit, "lrho": math.log(f.busy_fit),
+            "lk": math.log(f.kernels), "lh": math.log(f.kernels * 10e-6 / f.t),
             **{f"is:{job}": float(f.job == job) for job in ZOO_GAVEL_JOBS}}
 
 
@@ -211,6 +252,10 @@ FORMS = {
     "t, B + peak + job type's sensitivity and pressure": _terms(("lt", "lb") + JOB_TYPE, ("lt", "lb") + JOB_TYPE, (),
                                                                  ("lp",)),
     "t + peak + job type's pressure": _terms(("lt",), ("lt",) + JOB_TYPE, (), ("lp",)),
+    "t, B, kernels k + peak": _terms(("lt", "lb", "lk"), ("lt", "lb", "lk"), (), ("lp",)),
+    "launch share h + peak": _terms(("lh",), ("lh",), (), ("lp",)),
+    "launch share h + t + peak": _terms(("lh", "lt"), ("lh", "lt"), (), ("lp",)),
+    "launch share h, B + peak": _terms(("lh", "lb"), ("lh", "lb"), (), ("lp",)),
 }
 
 
