@@ -193,9 +193,11 @@ def _plan_moves(b: RoundBuilder, target: Decision, order: str) -> Iterator[int]:
     """The actions :func:`exact_plan` tries from ``b``, in the order :func:`expert_action` would
     (made one at a time: the search usually needs only the first): every action that places a
     job exactly as ``target`` does (the jobs that move first, then in ``order``), the pauses of
-    running jobs ``target`` leaves out, then, where a paused job can be placed again
-    (``pause="requeue"``), the releases (pauses) of jobs that move, held on GPUs another job of
-    ``target`` is to use."""
+    running jobs ``target`` leaves out; while jobs wait behind the window, the actions that
+    decide a window job as it already is in the decision (usually ``keep``: the window slides
+    and shows a job behind it, say one that ``target`` pauses); then, where a paused job can be
+    placed again (``pause="requeue"``), the releases (pauses) of jobs that move, held on GPUs
+    another job of ``target`` is to use."""
     codec = b.codec
     current = b.ledger.decision
     slot_of, todo = _jobs_to_place(b, target, order)
@@ -206,6 +208,12 @@ def _plan_moves(b: RoundBuilder, target: Decision, order: str) -> Iterator[int]:
     for jid, slot in slot_of.items():
         if jid in current and jid not in target:
             yield codec.encode(slot, None)
+    if b.behind_window:
+        for jid, slot in slot_of.items():
+            if jid in target and current.get(jid) == target[jid]:
+                a = _exact_action(b, slot, target[jid])
+                if a is not None:
+                    yield a
     if b.pause != "requeue":
         return
     for jid in todo:

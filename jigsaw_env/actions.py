@@ -299,6 +299,12 @@ class RoundBuilder:
         new._hosts = None
         return new
 
+    @property
+    def behind_window(self) -> int:
+        """How many jobs wait behind the window in this round's line (each shows once a window
+        job is decided)."""
+        return len(self._queue)
+
     # ----- host slots
     def hosts(self) -> list[int]:
         """The host slots' jobs: the jobs of the decision being built alone on their GPUs (each
