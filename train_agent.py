@@ -985,6 +985,11 @@ def _shown(v: Any) -> str:
     return str(v)
 
 
+#: env fields a run's config.json may lack, and the value such a run plays with (what a resumed
+#: run is compared against)
+RESUME_ABSENT_MEANS = {"window_order": "attained", "pause": "leave"}
+
+
 def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
     """ValueError (one line) when an option given on the command line (not a default) differs from
     what the run's config.json records: a resumed run keeps its config."""
@@ -998,6 +1003,8 @@ def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
         recorded: Any = cfg
         for key in RESUME_PATHS.get(dest, (dest,)):
             recorded = recorded.get(key, _ABSENT) if isinstance(recorded, dict) else _ABSENT
+        if recorded is _ABSENT and dest in RESUME_ABSENT_MEANS:
+            recorded = RESUME_ABSENT_MEANS[dest]
         if recorded is _ABSENT or not _same_value(given, recorded):
             differ.append(f"{flag} (given {_shown(given)}, config.json {_shown(recorded)})")
     if differ:

@@ -217,6 +217,16 @@ def test_resume_accepts_the_same_options_and_ignores_defaults(tmp_path, capsys):
     assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "256", "--gpus", "16",
                      "--learning-rate", "1e-3", "--net-arch", "32,32", "--policy", "mlp", "--max-wall-s", "60",
                      "--no-progress", "--verbose", "1", "--max-jobs", "3", "--window-k", "4"], capsys) == no_model
+    # a config without the window order or pause mode plays the defaults, so they are its values
+    cfg = json.loads((run / "config.json").read_text())
+    for field in ("window_order", "pause"):
+        cfg["env"].pop(field)
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "256", "--window-order", "attained",
+                     "--pause", "leave"], capsys) == no_model
+    assert one_line(["train", "--resume", "--run-dir", str(run), "--timesteps", "256", "--pause", "requeue"],
+                    capsys) == (f"jigsaw train: error: --resume keeps the run's config: --pause (given requeue, "
+                                f"config.json leave) differs from {run}/config.json; drop it or start a new --run-dir")
 
 
 def test_every_train_option_is_either_kept_or_taken_on_resume():
