@@ -277,8 +277,7 @@ class RoundBuilder:
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
         self.pause = check_pause_mode(pause)
-        # the most steps a round can take before advance: one decision per job (two, a pause and a
-        # run, under requeue), and slack
+        # steps before the round advances by itself: a decision per job (requeue: a pause and a run)
         n_jobs = codec.window_k + len(self._queue)
         self.step_cap = (2 * n_jobs if pause == "requeue" else n_jobs + codec.window_k) + 2
         self.ledger = ledger if ledger is not None else GpuLedger(state, state.current_decision(), checked=True)
@@ -287,9 +286,8 @@ class RoundBuilder:
         self._need_cache = cache if cache is not None else {}
 
     def copy(self) -> "RoundBuilder":
-        """An independent builder at the same point of the round, to try actions on: its own
-        ledger, window, line of jobs behind the window and set of decided jobs; the state, codec,
-        priorities and masks' cache shared (what the cache holds does not depend on the round)."""
+        """An independent builder at the same point of the round, to try actions on (the state,
+        codec, priorities and masks' cache shared: what the cache holds outlives the round)."""
         new = RoundBuilder.__new__(RoundBuilder)
         new.__dict__.update(self.__dict__)
         new.ledger = self.ledger.copy()
@@ -301,8 +299,7 @@ class RoundBuilder:
 
     @property
     def behind_window(self) -> int:
-        """How many jobs wait behind the window in this round's line (each shows once a window
-        job is decided)."""
+        """How many jobs wait behind the window in this round's line."""
         return len(self._queue)
 
     # ----- host slots
