@@ -124,6 +124,20 @@ def _jobs_to_place(b: RoundBuilder, target: Decision, order: str) -> tuple[dict[
     return slot_of, todo
 
 
+def _exact_moves(b: RoundBuilder, target: Decision, slot_of: dict[int, int], todo: list[int]) -> Iterator[int]:
+    """The actions that place a job of ``todo`` exactly as ``target`` does, in that order, then
+    the pauses of the window's running jobs ``target`` leaves out (``slot_of``, ``todo``: of
+    :func:`_jobs_to_place`)."""
+    for jid in todo:
+        a = _exact_action(b, slot_of[jid], target[jid])
+        if a is not None:
+            yield a
+    current = b.ledger.decision
+    for jid, slot in slot_of.items():
+        if jid in current and jid not in target:
+            yield b.codec.encode(slot, None)
+
+
 def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: str = "slot") -> int:
     """The next action that moves the builder's decision towards ``target`` (module docstring):
     an action that places a job exactly as ``target`` does (the jobs that move, then the new
@@ -142,13 +156,9 @@ def expert_action(b: RoundBuilder, target: Decision, gpus_per_node: int, order: 
     # every action that lands exactly where the heuristic puts a job first (the GPUs in force
     # that it avoids are still held: an option's choice among the free ones is then the
     # heuristic's more often), then the pauses, which free the GPUs the new decision uses
-    for jid in todo:
-        a = _exact_action(b, slot_of[jid], target[jid])
-        if a is not None:
-            return a
-    for jid, slot in slot_of.items():
-        if jid in current and jid not in target:
-            return codec.encode(slot, None)
+    a = next(_exact_moves(b, target, slot_of, todo), None)
+    if a is not None:
+        return a
     # the closest placements: first every action that lands on the heuristic's GPU set (a job
     # that cannot land yet may be able to once another one has moved: the paired option's host
     # choice depends on which hosts are left), then the fallbacks for the rest
@@ -201,13 +211,7 @@ def _plan_moves(b: RoundBuilder, target: Decision, order: str) -> Iterator[int]:
     codec = b.codec
     current = b.ledger.decision
     slot_of, todo = _jobs_to_place(b, target, order)
-    for jid in todo:
-        a = _exact_action(b, slot_of[jid], target[jid])
-        if a is not None:
-            yield a
-    for jid, slot in slot_of.items():
-        if jid in current and jid not in target:
-            yield codec.encode(slot, None)
+    yield from _exact_moves(b, target, slot_of, todo)
     if b.behind_window:
         for jid, slot in slot_of.items():
             if jid in target and current.get(jid) == target[jid]:

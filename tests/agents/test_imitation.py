@@ -27,6 +27,20 @@ def _jobs(rows):
     return pd.DataFrame(rows, columns=["job_id", "arrival_s", "num_gpus", "model", "batch_size", "iterations"])
 
 
+def _rounds_and_differing(env, expert) -> tuple[int, int]:
+    """Play ``expert`` on ``env`` (reset) to the episode's end: the rounds, and how many of their
+    decisions differ from the heuristic's (``expert.target``)."""
+    rounds = differing = 0
+    while True:
+        a = expert.act(env)
+        if a == env.codec.advance:
+            rounds += 1
+            differing += dict(env.builder.ledger.decision) != dict(expert.target)
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            return rounds, differing
+
+
 def test_tiresias_expert_in_the_env_reproduces_tiresias_in_the_simulator():
     """Tiresias places jobs exclusively and consolidated, which the codec expresses exactly: the
     translated expert must give the very same JCTs as the heuristic run by the simulator."""
@@ -51,15 +65,7 @@ def test_with_requeue_translated_tiresias_makes_tiresias_decision_every_round(se
     env = JigsawClusterEnv(gpus=16, window_k=4, pause="requeue", trace="synthetic", max_jobs=30)
     expert = HeuristicExpert("tiresias")
     env.reset(seed=seed)
-    rounds = differing = 0
-    while True:
-        a = expert.act(env)
-        if a == env.codec.advance:
-            rounds += 1
-            differing += dict(env.builder.ledger.decision) != dict(expert.target)
-        _, _, term, trunc, _ = env.step(a)
-        if term or trunc:
-            break
+    rounds, differing = _rounds_and_differing(env, expert)
     assert rounds > 100 and differing == 0
 
 
@@ -419,15 +425,7 @@ def test_translated_jigsaw_makes_jigsaws_decisions_on_the_crowded_study_window()
     env = JigsawClusterEnv(gpus=64, window_k=16, pause="requeue")
     expert = HeuristicExpert("jigsaw")
     env.reset(seed=0, options={"jobs": jobs})
-    rounds = differing = 0
-    while True:
-        a = expert.act(env)
-        if a == env.codec.advance:
-            rounds += 1
-            differing += dict(env.builder.ledger.decision) != dict(expert.target)
-        _, _, term, trunc, _ = env.step(a)
-        if term or trunc:
-            break
+    rounds, differing = _rounds_and_differing(env, expert)
     assert rounds > 2000 and differing == 0
     ref = Simulator(env.cluster, jobs, env.sim_config)
     ref.run(make_scheduler("jigsaw"))
