@@ -7,16 +7,17 @@ when it has one, is in the build's manifest): an edited module, a missing build 
 ``JIGSAW_PURE_PYTHON=1`` imports the Python source, so results never depend on a stale build.
 
 The only declarations are in ``.pxd`` files beside five of the modules (Cython's "augmenting
-.pxd"; the interpreter never reads them): they make the simulator's hot classes extension types
-whose attributes are C fields, so compiled code reads them without a dictionary lookup, and
-type GpuLedger's per-GPU lists and the GPU indices of its scalar loops. Values stay Python
+.pxd"; the sources read only their class declarations, :mod:`jigsaw_env.declared`): they make
+the simulator's hot classes extension types whose attributes are C fields, so compiled code
+reads them without a dictionary lookup, and type GpuLedger's per-GPU lists and the GPU indices of its scalar loops. Values stay Python
 objects and the operations the Python ones, in the same order (the whole-trace replays give the
 same rounds and metrics; ``tests/sim/test_accel.py`` compares a replay's frames and an env episode in
-both modes). What a user can meet: a declared class cannot be patched (``Simulator.X = 1``
-raises TypeError: set it on the instance, or subclass); :class:`JobState`, :class:`ClusterState`
-and ``engine.Member`` hold their fields only (setting another attribute raises AttributeError, as
-on a slotted dataclass); the other declared classes' listed attributes are not in their
-``__dict__``. The build saves the interpreter's dispatch and those
+both modes). A declared class behaves the same in both modes (:mod:`jigsaw_env.declared` gives the
+sources' classes what an extension type does): it cannot be patched (``Simulator.X = 1`` raises
+TypeError: set it on the instance, or subclass); :class:`JobState`, :class:`ClusterState` and
+``engine.Member`` hold their fields only (setting another attribute raises AttributeError, as on a
+slotted dataclass); the other declared classes' listed attributes are not in their ``__dict__``.
+The build saves the interpreter's dispatch and those
 lookups (docs/simulator.md section 8, "The optional compiled build").
 
 ``make venv`` builds it when Cython and a C compiler are there (``jigsaw accel build``) and goes

@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .declared import seal_declared_classes
 from .interference import SharingModel, WorkerLoad, linked_sync_s
 from .spb import JobProfile
 
@@ -659,3 +660,6 @@ class ComponentSet:
         self.partial[slots] = p1
         self.prev[slots] = c1
         return k1 - k0, run, busy
+
+
+seal_declared_classes(globals())  # the classes engine.pxd declares behave as compiled (jigsaw_env/declared.py)

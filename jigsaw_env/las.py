@@ -15,6 +15,7 @@ import operator
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from .declared import seal_declared_classes
 from .state import ClusterState, JobState, JobStatus
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0,)  # GPU-seconds: two queues, as the paper found enough
@@ -406,3 +407,6 @@ def parse_thresholds(value) -> tuple[float, ...]:
     if isinstance(value, str):
         return tuple(float(x) for x in value.split(",") if x.strip())
     return tuple(float(x) for x in value)
+
+
+seal_declared_classes(globals())  # the classes las.pxd declares behave as compiled (jigsaw_env/declared.py)

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .declared import seal_declared_classes
 from .spb import Pattern
 from .state import ClusterState, Decision, JobDecision, JobState, trusted_decision
 
@@ -569,3 +570,6 @@ def connected_groups(gpus_of: Mapping[int, Sequence[int]]) -> list[list[int]]:
 
 def gpus_on_nodes(state: ClusterState, gpus: Sequence[int]) -> int:
     return len({g // state.cluster.gpus_per_node for g in gpus})
+
+
+seal_declared_classes(globals())  # the classes placement.pxd declares behave as compiled (jigsaw_env/declared.py)

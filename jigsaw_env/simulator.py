@@ -31,6 +31,7 @@ from traces.schema import validate_jobs
 from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from . import sim_logs
+from .declared import seal_declared_classes
 from .engine import Component, ComponentSet, Member
 from .free_running import DEFAULT_PACE, check_pace
 from .gc_tuning import fewer_collections
@@ -798,3 +799,6 @@ class Simulator:
     def write_logs(self, out_dir) -> None:
         """jobs.csv, rounds.csv and cluster.csv of the episode so far in ``out_dir``."""
         sim_logs.write_logs(self, out_dir)
+
+
+seal_declared_classes(globals())  # the classes simulator.pxd declares behave as compiled (jigsaw_env/declared.py)

@@ -16,6 +16,7 @@ import numpy as np
 
 from .cluster import ClusterSpec
 from .cost_table import CostTable, get_table
+from .declared import seal_declared_classes
 from .spb import JobProfile, Pattern, SPBConfig, job_profile
 
 
@@ -475,3 +476,6 @@ def apply_job_bookkeeping(state: ClusterState, decision: Decision, restart_s: fl
             j.level_changes += 1
         j.placement, j.level, j.pattern = jd.gpus, jd.level, jd.pattern
     return changed
+
+
+seal_declared_classes(globals())  # the classes state.pxd declares behave as compiled (jigsaw_env/declared.py)

@@ -5,6 +5,7 @@ Usage (from the repository root; JIGSAW_DATA names the data folder)::
     python tools/colocation_form_search.py            # CV table of every candidate form (never reads P100)
     python tools/colocation_form_search.py --json OUT # the same table as JSON
     python tools/colocation_form_search.py --evaluate-p100 FORM   # the one held-out evaluation
+    python tools/colocation_form_search.py --type-medians   # K80's and V100's pairs by job type
 
 Protocol (docs/colocation.md, "Choosing the form"):
 
@@ -316,11 +317,33 @@ def cross_validate(form, train, feats) -> dict:
             "criterion": (s_loto + s_lomo) / 2, "in_sample": in_sample, "coef": c_all.tolist()}
 
 
+def type_medians(train) -> str:
+    """Markdown: each GPU type's median combined throughput per pair of job types (pairs counted),
+    from the fitting GPU types' pairs only."""
+    lines = []
+    for gpu in ("k80", "v100"):
+        cells: dict = {}
+        for p in train:
+            if p.gpu_type == gpu:
+                cells.setdefault(tuple(sorted((p.job_a, p.job_b))), []).append(p.combined)
+        jobs = sorted({j for pair in cells for j in pair})
+        lines += [f"{gpu.upper()}: median combined throughput (pairs)", "",
+                  "| | " + " | ".join(jobs) + " |", "|---" * (len(jobs) + 1) + "|"]
+        for a in jobs:
+            row = [f"{np.median(cells[key]):.2f} ({len(cells[key])})" if (key := tuple(sorted((a, b)))) in cells
+                   else "" for b in jobs]
+            lines.append(f"| {a} | " + " | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None, help="data folder (default JIGSAW_DATA)")
     ap.add_argument("--json", default=None, help="write the CV table here")
     ap.add_argument("--evaluate-p100", default=None, metavar="FORM", help="evaluate one chosen form on P100")
+    ap.add_argument("--type-medians", action="store_true",
+                    help="print K80's and V100's median combined throughput per pair of job types, and exit")
     args = ap.parse_args(argv)
     path = None if args.data is None else Path(args.data) / "gavel/simulation_throughputs.json"
     pairs = load_pairs(path)
@@ -328,6 +351,9 @@ def main(argv=None) -> int:
         pairs = [p for p in pairs if p.gpu_type in ("k80", "v100")]  # P100 never enters the search
     feats = job_features(pairs)
     train = [p for p in pairs if p.gpu_type in ("k80", "v100")]
+    if args.type_medians:
+        print(type_medians(train))
+        return 0
     if args.evaluate_p100 is not None:
         form = FORMS[args.evaluate_p100]
         c = fit(form, train, feats)

@@ -249,3 +249,127 @@ def test_golden_metrics_and_jigsaw_equivalences_hold_with_the_python_sources():
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert re.search(r"\d+ passed", out.stdout)
+
+
+# what a user can meet on a declared class (a .pxd's `cdef class`), run in each mode
+DECLARED = """
+import json, weakref
+from pathlib import Path
+from jigsaw_env import accel, engine, las, placement, simulator, state
+from jigsaw_env.declared import read_declarations
+from jigsaw_env.cluster import ClusterSpec
+from jigsaw_env.simulator import SimConfig, Simulator
+from agents import make_scheduler
+from traces import load_trace
+
+def outcome(f):
+    try:
+        f()
+        return "ok"
+    except Exception as e:  # noqa: BLE001 -- the outcome is what is compared
+        return f"{type(e).__name__}: {e}"
+
+def patch_class(cls):
+    setattr(cls, "extra_method", lambda self: 1)
+
+out = {"status": accel.status(), "classes": {}, "instances": {}}
+modules = {"state": state, "engine": engine, "las": las, "placement": placement, "simulator": simulator}
+declarations = {}
+for name, module in modules.items():
+    declarations.update(read_declarations(Path(f"jigsaw_env/{name}.pxd")))
+    for cls_name in read_declarations(Path(f"jigsaw_env/{name}.pxd")):
+        cls = getattr(module, cls_name)
+        sub = type("Sub", (cls,), {})
+        out["classes"][cls_name] = [outcome(lambda: patch_class(cls)), outcome(lambda: delattr(cls, "__init__")),
+                                    outcome(lambda: patch_class(sub)), hasattr(cls, "extra_method")]
+sim = Simulator(ClusterSpec.from_gpus(16), load_trace("synthetic:jobs=30,load=2,seed=1", cluster_gpus=16).jobs, SimConfig())
+sched = make_scheduler("jigsaw")
+for _ in range(4):
+    sim.step(sched.schedule(sim.state))
+st = sim.state
+job = next(iter(st.jobs.values()))
+member = engine.Member(1, None, (0,), 0, 1.0, 0)
+objects = {"JobState": job, "ClusterState": st, "CostModel": st.costs, "Member": member, "LASQueues": las.LASQueues(),
+           "GpuLedger": placement.GpuLedger(st, st.current_decision()), "Simulator": sim}
+for cls_name, obj in objects.items():
+    def add_attribute():
+        obj.not_declared = 1
+    in_dict = sorted(set(declarations[cls_name].attributes) & set(getattr(obj, "__dict__", {})))
+    out["instances"][cls_name] = [outcome(add_attribute).split(":")[0], outcome(lambda: weakref.ref(obj)).split(":")[0], in_dict]
+print(json.dumps(out))
+"""
+
+
+def test_declared_classes_refuse_patching_and_undeclared_attributes_alike_in_both_modes():
+    _require_build()
+    compiled = _run(DECLARED)
+    python = _run(DECLARED, **{accel.ENV_OFF: "1"})
+    assert set(compiled["status"].values()) == {"compiled"}
+    assert set(python["status"].values()) != {"compiled"}
+    assert compiled["classes"] == python["classes"]
+    assert compiled["instances"] == python["instances"]
+
+
+def test_the_sources_declared_classes_refuse_what_extension_types_refuse():
+    # the known answers, from the sources (what the compiled build is held to above)
+    out = _run(DECLARED, **{accel.ENV_OFF: "1"})
+    assert len(out["classes"]) == 10
+    refused = "TypeError: cannot set 'extra_method' attribute of immutable type 'jigsaw_env.simulator.Simulator'"
+    assert out["classes"]["Simulator"] == [
+        refused, "TypeError: cannot set '__init__' attribute of immutable type 'jigsaw_env.simulator.Simulator'",
+        "ok", False]
+    assert all(v[0].startswith("TypeError: cannot set") and v[2] == "ok" for v in out["classes"].values())
+    # fields only (no __dict__, no weak references) for the dataclasses; the others take both
+    for name in ("JobState", "ClusterState", "Member"):
+        assert out["instances"][name] == ["AttributeError", "TypeError", []], name
+    for name in ("CostModel", "LASQueues", "GpuLedger", "Simulator"):
+        assert out["instances"][name] == ["ok", "ok", []], name
+
+
+def test_every_module_sees_the_sealed_declared_classes():
+    # sealing runs last in each module: no module kept the class it replaced
+    code = """
+import json, sys, pkgutil, importlib
+import jigsaw_env, agents
+from jigsaw_env.declared import DeclaredClass
+for pkg in (jigsaw_env, agents):
+    for m in pkgutil.iter_modules(pkg.__path__):
+        try:
+            importlib.import_module(f"{pkg.__name__}.{m.name}")
+        except ImportError:
+            pass  # an optional dependency
+stale = []
+declared = {}
+from jigsaw_env import engine, las, placement, simulator, state
+from jigsaw_env.declared import read_declarations
+from pathlib import Path
+for mod in (engine, las, placement, simulator, state):
+    for name in read_declarations(Path(mod.__file__).with_suffix(".pxd")):
+        declared[(mod.__name__, name)] = getattr(mod, name)
+for modname, module in list(sys.modules.items()):
+    if not modname.startswith(("jigsaw_env", "agents")):
+        continue
+    for attr, value in vars(module).items():
+        if isinstance(value, type) and (value.__module__, value.__name__) in declared \\
+                and value is not declared[(value.__module__, value.__name__)]:
+            stale.append(f"{modname}.{attr}")
+print(json.dumps({"sealed": sorted(n for (_, n), c in declared.items() if type(c) is DeclaredClass), "stale": stale}))
+"""
+    out = _run(code, **{accel.ENV_OFF: "1"})
+    assert out["stale"] == []
+    assert out["sealed"] == sorted(["JobState", "ClusterState", "CostModel", "Member", "Component", "ComponentSet",
+                                    "LASQueues", "GpuLedger", "RunningJobs", "Simulator"])
+
+
+def test_a_declaration_line_the_reader_does_not_know_is_named_with_its_file_and_line(tmp_path):
+    from jigsaw_env.declared import read_declarations
+
+    pxd = tmp_path / "m.pxd"
+    pxd.write_text("cimport cython\n\ncdef class A:\n    cdef dict __dict__\n    cdef public object a, b  # note\n"
+                   "    @cython.locals(g=cython.Py_ssize_t)\n    cpdef f(self, x)\n\ncdef class B:\n    cdef public list c\n")
+    d = read_declarations(pxd)
+    assert (d["A"].attributes, d["A"].has_dict, d["A"].weakref) == (("a", "b"), True, False)
+    assert (d["B"].attributes, d["B"].has_dict) == (("c",), False)
+    pxd.write_text("cdef class A:\n    cdef public double[:] a\n")
+    with pytest.raises(ValueError, match=r"m\.pxd:2: expected 'cdef \[public\]"):
+        read_declarations(pxd)

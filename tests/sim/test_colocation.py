@@ -465,3 +465,19 @@ def test_sharing_model_pace_check():
     assert SharingModel("timeslice", ("v100",)).pace == "free"
     with pytest.raises(ValueError, match="pace must be 'free' or 'lockstep'"):
         SharingModel("timeslice", ("v100",), pace="drift")
+
+
+def test_the_form_search_tables_each_fitting_gpu_types_pairs_by_job_type():
+    from jigsaw_env.colocation_fit import MeasuredPair
+    from tools.colocation_form_search import type_medians
+
+    def pair(gpu, a, b, rate_a, rate_b):
+        return MeasuredPair(gpu, a, 32, b, 64, 10.0, 5.0, 10.0 * rate_a, 5.0 * rate_b)
+
+    train = [pair("k80", "LM", "ResNet-50", 0.5, 0.5), pair("k80", "ResNet-50", "LM", 0.6, 0.6),
+             pair("k80", "LM", "ResNet-50", 0.4, 0.4), pair("v100", "LM", "LM", 0.25, 0.3)]
+    text = type_medians(train)
+    k80, v100 = text.split("V100:")
+    # the pair's order does not matter: (LM, ResNet-50) and (ResNet-50, LM) are one cell, median of 1.0, 1.2, 0.8
+    assert "| LM |  | 1.00 (3) |" in k80 and "| ResNet-50 | 1.00 (3) |  |" in k80
+    assert "| LM | 0.55 (1) |" in v100 and "ResNet-50" not in v100
