@@ -41,7 +41,6 @@ from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs
 
 
 _JOB_ID = operator.attrgetter("job_id")
-_ROTATING = Pattern.ROTATING  # (an enum member read from its class costs a descriptor call)
 
 
 class _SoloEntry:
@@ -444,7 +443,7 @@ class Jigsaw(Scheduler):
         ledger's check skips those two tests, as for its own placements.)"""
         if gpus is None:
             return None
-        jd = job_decision(tuple(gpus), 0, _ROTATING)
+        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
         return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> _HostEntry:

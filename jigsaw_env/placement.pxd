@@ -12,6 +12,9 @@ cimport cython
 # from Python holds lists there: copies share _cl, the others are its own), and check/add/
 # add_alone/remove/peak_list are cpdef methods (still overridable by a Python subclass) whose
 # GPU indices are C integers; memory stays Python floats, added in the same order.
+cdef class PeakEntry:  # GpuLedger.peak_list's memo entry
+    cdef public object decision, job, peaks
+
 cdef class GpuLedger:
     cdef dict __dict__
     cdef object __weakref__
@@ -19,7 +22,7 @@ cdef class GpuLedger:
     cdef public list _ml, _wl, _cl, _wc
     cdef public dict _pk
 
-    @cython.locals(e=tuple)
+    @cython.locals(e=PeakEntry)
     cpdef list peak_list(self, job, jd)
 
     @cython.locals(gpus=tuple, n=cython.Py_ssize_t, workers=list, mem=list, capacity=list, g=cython.Py_ssize_t,

@@ -63,6 +63,15 @@ class InfeasibleDecision(ValueError):
     """A decision that breaks a hard constraint (memory, worker cap, GPU count, unknown job)."""
 
 
+class PeakEntry:
+    """:meth:`GpuLedger.peak_list`'s memo entry: a job's worker peaks (bytes, Python floats) for
+    the very decision and job objects they were computed for (attributes declared in
+    placement.pxd)."""
+
+    def __init__(self, decision: JobDecision, job: JobState, peaks: list[float]):
+        self.decision, self.job, self.peaks = decision, job, peaks
+
+
 class GpuLedger:
     """Per-GPU memory (bytes), worker count and owners under a (partial) decision.
 
@@ -92,7 +101,7 @@ class GpuLedger:
         self._ml = [0.0] * G
         self._wl = [0] * G
         self._cl = self.capacity.tolist()
-        # memo of peak_list (by job id) and _packed's need (by tuple), shared with copies
+        # peak_list's memo (job id -> PeakEntry), shared with copies
         self._pk: dict = {} if peak_memo is None else peak_memo
         # GPUs by worker count: _wc[w] = _wl.count(w), kept by every update (O(1) counts)
         self._wc = [G, 0, 0]
@@ -189,10 +198,10 @@ class GpuLedger:
         ask about the same one), in a memo the ledger's copies share: an entry holds the job and
         decision objects it was computed for and is used only for those very objects."""
         e = self._pk.get(job.job_id)
-        if e is not None and e[0] is jd and e[1] is job:
-            return e[2]
+        if e is not None and e.decision is jd and e.job is job:
+            return e.peaks
         v = self.state.costs.peak_list(job, jd.level, jd.pattern, jd.gpus)
-        self._pk[job.job_id] = (jd, job, v)
+        self._pk[job.job_id] = PeakEntry(jd, job, v)
         return v
 
     def check(self, job_id: int, jd: JobDecision, _chosen: bool = False) -> str | None:
@@ -449,20 +458,6 @@ class GpuLedger:
                     return out
             r += 1
 
-    def _need(self, job: JobState, level: int, pattern: Pattern) -> float:
-        """The job's largest worker peak (bytes) at this level/pattern: conservative per GPU, any
-        worker may land on any chosen GPU (read from the same cached profile as a list; kept in
-        the copies' shared memo under a tuple key, apart from peak_list's job ids)."""
-        st = self.state
-        n = job.num_gpus
-        key = ("need", job.model, job.batch_size, n, level, pattern)
-        need = self._pk.get(key)
-        if need is None:
-            costs = st.costs
-            need = self._pk[key] = max(costs.peak_list(job, level, pattern,
-                                                       costs.reference_gpus(n, st.cluster.main_gpu_type)))
-        return need
-
     def hosts(self) -> list[tuple[int, tuple[int, ...]]]:
         """``(job id, GPUs)`` of every job in the decision alone on its GPUs (each holds only its
         worker), in decision order; none when the worker cap is 1 (no GPU can take a guest)."""
@@ -486,7 +481,7 @@ class GpuLedger:
         """The GPUs the ``paired`` option gives the job (module docstring: the chosen host's last
         ``n`` GPUs, last first), or None when no host takes it."""
         n = job.num_gpus
-        need = self._need(job, level, pattern)
+        need = self.state.costs.largest_peak(job, level, pattern)
         ml, cl = self._ml, self._cl
         st = self.state
         jobs = st.jobs
@@ -508,7 +503,7 @@ class GpuLedger:
     def _packed(self, job: JobState, level: int, pattern: Pattern) -> list[int] | None:
         st = self.state
         n = job.num_gpus
-        need = self._need(job, level, pattern)
+        need = st.costs.largest_peak(job, level, pattern)
         workers = self.workers
         ok = workers < st.max_workers_per_gpu
         ok &= self.mem + need <= self.capacity

@@ -20,5 +20,5 @@ cdef class ClusterState:
 cdef class CostModel:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object _iso, _peak_fast, _peak_lists, _peaks, _profiles, cluster, eta_override, eta_scale
+    cdef public object _iso, _largest_peaks, _peak_fast, _peak_lists, _peaks, _profiles, cluster, eta_override, eta_scale
     cdef public object free_running, homogeneous, spb, step_tables

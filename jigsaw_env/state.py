@@ -186,6 +186,7 @@ class CostModel:
         self._peaks: dict = {}
         self._peak_lists: dict = {}
         self._peak_fast: dict = {}
+        self._largest_peaks: dict = {}
         # engine.Component's shared step tables (the simulator's cache), keyed by profile identity:
         # kept here so that they live exactly as long as the profiles they are computed from
         self.step_tables: dict = {}
@@ -248,6 +249,17 @@ class CostModel:
             if len(self._peak_fast) > 200_000:
                 self._peak_fast.clear()
             self._peak_fast[fast] = v
+        return v
+
+    def largest_peak(self, job: JobState, level: int, pattern: Pattern) -> float:
+        """The job's largest worker peak (bytes) at this level and pattern on any ``num_gpus`` GPUs
+        of the cluster's main type (:meth:`reference_gpus`; conservative per GPU: any worker may
+        land on any GPU). Cached by model, batch size, width, level and pattern."""
+        key = (job.model, job.batch_size, job.num_gpus, level, pattern)
+        v = self._largest_peaks.get(key)
+        if v is None:
+            gpus = self.reference_gpus(job.num_gpus, self.cluster.main_gpu_type)
+            v = self._largest_peaks[key] = max(self.peak_list(job, level, pattern, gpus))
         return v
 
     def profile(self, job: JobState, level: int, pattern: Pattern, gpus: tuple[int, ...]) -> JobProfile:

@@ -313,7 +313,7 @@ def test_declared_classes_refuse_patching_and_undeclared_attributes_alike_in_bot
 def test_the_sources_declared_classes_refuse_what_extension_types_refuse():
     # the known answers, from the sources (what the compiled build is held to above)
     out = _run(DECLARED, **{accel.ENV_OFF: "1"})
-    assert len(out["classes"]) == 10
+    assert len(out["classes"]) == 11
     refused = "TypeError: cannot set 'extra_method' attribute of immutable type 'jigsaw_env.simulator.Simulator'"
     assert out["classes"]["Simulator"] == [
         refused, "TypeError: cannot set '__init__' attribute of immutable type 'jigsaw_env.simulator.Simulator'",
@@ -358,7 +358,7 @@ print(json.dumps({"sealed": sorted(n for (_, n), c in declared.items() if type(c
     out = _run(code, **{accel.ENV_OFF: "1"})
     assert out["stale"] == []
     assert out["sealed"] == sorted(["JobState", "ClusterState", "CostModel", "Member", "Component", "ComponentSet",
-                                    "LASQueues", "GpuLedger", "RunningJobs", "Simulator"])
+                                    "LASQueues", "GpuLedger", "PeakEntry", "RunningJobs", "Simulator"])
 
 
 def test_a_declaration_line_the_reader_does_not_know_is_named_with_its_file_and_line(tmp_path):
