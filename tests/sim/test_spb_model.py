@@ -389,3 +389,21 @@ def test_cost_table_validation_and_roundtrip(tmp_path):
     assert CostTable.load(p) == t
     with pytest.raises(ValueError, match="unknown model"):
         get_table("_no_such_model", BS, DEV)
+
+
+def test_largest_peak_is_the_peak_of_the_widest_worker_on_the_main_gpu_type():
+    from jigsaw_env.cluster import ClusterSpec
+    from jigsaw_env.state import CostModel, JobState
+
+    cluster = ClusterSpec(num_nodes=3, gpus_per_node=8, gpu_types=("k80", "v100", "v100"))
+    costs = CostModel(cluster, SPBConfig())
+    job = JobState(1, 0.0, 4, "resnet50", 32, 100.0)
+    twin = JobState(2, 50.0, 4, "resnet50", 32, 900.0)  # the same model, batch and width
+    # the main type is v100 (two nodes of three): the first v100 node's first four GPUs stand for any four
+    assert costs.reference_gpus(4, "v100") == (8, 9, 10, 11)
+    for level in (0, 2):
+        want = float(costs.profile(job, level, Pattern.ROTATING, (8, 9, 10, 11)).peak_bytes.max())
+        assert costs.largest_peak(job, level, Pattern.ROTATING) == want
+        assert costs.largest_peak(twin, level, Pattern.ROTATING) == want
+    # (the same numbers as the peak list the ledger's check reads)
+    assert costs.largest_peak(job, 0, Pattern.ROTATING) == max(costs.peak_list(job, 0, Pattern.ROTATING, (8, 9, 10, 11)))
