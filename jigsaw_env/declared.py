@@ -77,14 +77,16 @@ class DeclaredClass(type):
     metaclass too) can be patched, as a Python subclass of an extension type can."""
 
     def __setattr__(cls, name, value):
-        if cls in _SEALED:
-            raise TypeError(f"cannot set {name!r} attribute of immutable type '{cls.__module__}.{cls.__qualname__}'")
+        cls._refuse_if_sealed(name)
         super().__setattr__(name, value)
 
     def __delattr__(cls, name):
-        if cls in _SEALED:
-            raise TypeError(f"cannot set {name!r} attribute of immutable type '{cls.__module__}.{cls.__qualname__}'")
+        cls._refuse_if_sealed(name)
         super().__delattr__(name)
+
+    def _refuse_if_sealed(cls, name: str) -> None:
+        if cls in _SEALED:  # (CPython's message for an immutable type, set or delete alike)
+            raise TypeError(f"cannot set {name!r} attribute of immutable type '{cls.__module__}.{cls.__qualname__}'")
 
 
 def sealed(cls: type, declaration: Declaration) -> type:

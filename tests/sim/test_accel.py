@@ -276,8 +276,9 @@ out = {"status": accel.status(), "classes": {}, "instances": {}}
 modules = {"state": state, "engine": engine, "las": las, "placement": placement, "simulator": simulator}
 declarations = {}
 for name, module in modules.items():
-    declarations.update(read_declarations(Path(f"jigsaw_env/{name}.pxd")))
-    for cls_name in read_declarations(Path(f"jigsaw_env/{name}.pxd")):
+    in_module = read_declarations(Path(f"jigsaw_env/{name}.pxd"))
+    declarations.update(in_module)
+    for cls_name in in_module:
         cls = getattr(module, cls_name)
         sub = type("Sub", (cls,), {})
         out["classes"][cls_name] = [outcome(lambda: patch_class(cls)), outcome(lambda: delattr(cls, "__init__")),
