@@ -126,6 +126,13 @@ class Gandiva(Scheduler):
 _GAVEL: dict | None = None
 
 
+def use_gavel_throughputs(throughputs: dict) -> None:
+    """Pair by ``throughputs`` (the form :func:`gavel_throughputs` returns) in this process
+    instead of reading ``$JIGSAW_DATA`` (a Ray worker is sent the measurements this way)."""
+    global _GAVEL
+    _GAVEL = throughputs
+
+
 def _gavel_pair(state: ClusterState, a: JobState, b: JobState) -> tuple[float, float] | None:
     """Normalised throughputs (a, b) of two single-GPU jobs co-located, from Gavel's measurements
     (``$JIGSAW_DATA/gavel/simulation_throughputs.json``), or None when not measured."""

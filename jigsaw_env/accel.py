@@ -6,7 +6,7 @@ while the source is the one it was compiled from (the SHA-256 of the ``.py`` and
 when it has one, is in the build's manifest): an edited module, a missing build or
 ``JIGSAW_PURE_PYTHON=1`` imports the Python source, so results never depend on a stale build.
 
-The only declarations are in ``.pxd`` files beside five of the modules (Cython's "augmenting
+The only declarations are in ``.pxd`` files beside six of the modules (Cython's "augmenting
 .pxd"; the sources read only their class declarations, :mod:`jigsaw_env.declared`): they make
 the simulator's hot classes extension types whose attributes are C fields, so compiled code
 reads them without a dictionary lookup, and type GpuLedger's per-GPU lists and the GPU indices of its scalar loops. Values stay Python

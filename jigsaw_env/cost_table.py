@@ -338,6 +338,11 @@ def register_table(table: CostTable) -> None:
     get_table.cache_clear()
 
 
+def registered_table(model: str, batch_size: int, device: str) -> CostTable | None:
+    """The table :func:`register_table` registered under this key, or None (shipped tables aside)."""
+    return _REGISTERED.get((model, batch_size, device))
+
+
 def unregister_table(model: str, batch_size: int, device: str) -> None:
     _REGISTERED.pop((model, batch_size, device), None)
     get_table.cache_clear()

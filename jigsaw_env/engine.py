@@ -396,6 +396,14 @@ class Component:
         bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
         return k1 - k0, run, busy, bytes_
 
+    def bytes_between(self, k0: int, k1: int) -> list[float]:
+        """Bytes each member sent over its steps ``k0`` to ``k1 - 1`` (the same sums as
+        :meth:`advance_totals`)."""
+        H = self.H
+        q0, r0 = divmod(k0, H)
+        q1, r1 = divmod(k1, H)
+        return [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
+
     def busy_list(self) -> list[float]:
         """:meth:`busy_vector` as Python floats, element by element with the same operations
         (numpy's per-call overhead dominates for a component's few GPUs)."""

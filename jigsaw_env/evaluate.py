@@ -303,6 +303,12 @@ class Task:
 _WORKER_CACHE: dict = {}
 
 
+def keep_learned_agent(ref: str, agent) -> None:
+    """Make ``agent`` the learned agent :func:`run_task` plays for run folder ``ref`` in this
+    process (a Ray worker installs the run folders it was sent this way)."""
+    _WORKER_CACHE[("learned", ref)] = agent
+
+
 def init_worker(tables: str | None) -> None:
     """Prepare a process that runs tasks: one thread per process (OpenMP, MKL, torch), the cost
     tables folder ``tables`` registered (if given), and the schedulers imported."""

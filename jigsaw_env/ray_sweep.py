@@ -110,7 +110,7 @@ def _install(bundle: dict, key: str) -> None:
         register_table(t)
     _INSTALLED["tables"] = [(t.model, t.batch_size, t.device) for t in tables]
     if bundle["gavel"] is not None:
-        gandiva._GAVEL = bundle["gavel"]
+        gandiva.use_gavel_throughputs(bundle["gavel"])
     if bundle["run_dirs"]:
         base = Path(tempfile.mkdtemp(prefix="jigsaw-runs-"))
         for i, (ref, files) in enumerate(bundle["run_dirs"].items()):
@@ -120,7 +120,7 @@ def _install(bundle: dict, key: str) -> None:
                 (d / f).write_bytes(data)
             agent = LearnedAgent(d)
             agent.run_dir = Path(ref)  # its messages name the user's RUN_DIR
-            ev._WORKER_CACHE[("learned", ref)] = agent
+            ev.keep_learned_agent(ref, agent)
     _INSTALLED["bundle"] = key
 
 

@@ -5,7 +5,7 @@ Plain Python/numpy; it knows nothing of Gymnasium. Each round it applies one :cl
 time to the end of the round, solving iteration times of co-located jobs together
 (:mod:`jigsaw_env.engine`). Formulas: docs/simulator.md.
 
-The parts of a round live in modules with one job each, as functions of the simulator:
+The parts of a round live in modules with one job each:
 :mod:`jigsaw_env.sim_validation` (the job table's and each decision's checks),
 :mod:`jigsaw_env.sim_components` (forming and dissolving co-location components),
 :mod:`jigsaw_env.sim_advance` (the next completion; advancing components and crediting their jobs)
@@ -32,13 +32,12 @@ from .cluster import ClusterSpec
 from .cost_table import default_batch_size, get_table
 from . import sim_logs
 from .declared import seal_declared_classes
-from .engine import Component, ComponentSet, Member
 from .free_running import DEFAULT_PACE, check_pace
 from .gc_tuning import fewer_collections
 from .interference import DEFAULT_SHARING, SharingModel, check_sharing
 from .placement import GpuLedger, validate_decision
 from .sim_advance import advance_components, end_round, next_completion
-from .sim_components import components_of, member_row, rebuild
+from .sim_components import LiveComponents
 from .sim_logs import SimLog
 from .sim_validation import adopt_ledger, as_decision, check_jobs, validate_diff
 from .spb import SPBConfig
@@ -253,104 +252,6 @@ def _same_decision(d, in_force: Decision) -> bool:
     return True
 
 
-class RunningJobs:
-    """The running jobs' progress counters in arrays, one row per job in a live component, so a
-    round credits every job at once (the per-job formulas of :func:`jigsaw_env.sim_advance.advance_components`,
-    element by element). While a job has a row, the row is the truth once the simulator has made
-    the arrays current; :meth:`write_back` copies it to the :class:`JobState` (the simulator does
-    it at the end of every round and when the job's component dissolves). Units: iterations,
-    seconds, GPU-seconds.
-
-    Rows are filled lazily: :meth:`add` only reserves the row, and the row's values are copied
-    from the job (and its member) by :meth:`materialize`, which every method reading the arrays
-    calls first (the simulator calls it before a vectorised advance). Until then the job object
-    is the truth, so a row that comes and goes while the simulator advances the objects (few
-    components: the scalar path) costs no array writes."""
-
-    _FIELDS = ("progress", "iterations", "eta", "iso", "ngpus", "run_s", "attained", "comp")
-
-    def __init__(self, capacity: int = 64):
-        self._cap = 0
-        self._free: list[int] = []
-        self.jobs: dict[int, JobState] = {}  # row -> job
-        self._pending: dict[int, tuple] = {}  # row -> (job, member, component slot), not filled yet
-        self._grow(capacity)
-
-    def _grow(self, cap: int) -> None:
-        old = self._cap
-        for name in self._FIELDS + ("iteration",):
-            new = np.zeros(cap, dtype=np.int64 if name in ("iteration", "comp") else np.float64)
-            if old:
-                new[:old] = getattr(self, name)
-            setattr(self, name, new)
-        self._free.extend(range(cap - 1, old - 1, -1))
-        self._cap = cap
-
-    def add(self, job: JobState, m: Member, comp_slot: int) -> int:
-        """A row for ``job`` (member ``m`` of the component in ``comp_slot``), filled from the job
-        when the arrays are next read (:meth:`materialize`)."""
-        if not self._free:
-            self._grow(2 * self._cap)
-        row = self._free.pop()
-        self.jobs[row] = job
-        self._pending[row] = (job, m, comp_slot)
-        m.slot = row
-        return row
-
-    def materialize(self) -> None:
-        """Fill the rows added since the last call from their jobs (the jobs are their truth)."""
-        if not self._pending:
-            return
-        rows = np.array(list(self._pending), dtype=np.intp)  # (converted once for the nine writes)
-        vals = list(self._pending.values())
-        self.progress[rows] = [j.progress for j, _, _ in vals]
-        self.iterations[rows] = [j.iterations for j, _, _ in vals]
-        self.eta[rows] = [m.profile.eta for _, m, _ in vals]
-        self.iso[rows] = [m.iso_s for _, m, _ in vals]
-        self.ngpus[rows] = [j.num_gpus for j, _, _ in vals]
-        self.run_s[rows] = [j.run_s for j, _, _ in vals]
-        self.attained[rows] = [j.attained_gpu_s for j, _, _ in vals]
-        self.iteration[rows] = [j.iteration for j, _, _ in vals]
-        self.comp[rows] = [c for _, _, c in vals]
-        self._pending.clear()
-
-    def write_back(self, rows=None) -> None:
-        """Copy rows (default: all) to their jobs' progress, iteration, run_s, attained_gpu_s
-        (rows not filled yet are skipped: their jobs are current)."""
-        if rows is None:
-            rows = list(self.jobs)
-        pend = self._pending
-        if pend:
-            rows = [r for r in rows if r not in pend]
-        elif not isinstance(rows, list):
-            rows = list(rows)
-        if not rows:
-            return
-        idx = np.array(rows, dtype=np.intp)  # (converted once for the four gathers)
-        for j, p, it, r, a in zip(map(self.jobs.__getitem__, rows), self.progress[idx].tolist(),
-                                  self.iteration[idx].tolist(), self.run_s[idx].tolist(), self.attained[idx].tolist()):
-            j.progress, j.iteration, j.run_s, j.attained_gpu_s = p, it, r, a
-
-    def load(self, rows=None) -> None:
-        """Refresh rows (default: all) from their jobs (after the scalar path credited them)."""
-        self.materialize()
-        rows = list(self.jobs) if rows is None else list(rows)
-        for row in rows:
-            j = self.jobs[row]
-            self.progress[row], self.iteration[row] = j.progress, j.iteration
-            self.run_s[row], self.attained[row] = j.run_s, j.attained_gpu_s
-
-    def remove(self, row: int, write_back: bool = True) -> None:
-        """Free a row, first writing it back to its job (unless the job is the more recent, or
-        the row was never filled)."""
-        if self._pending.pop(row, None) is None and write_back:
-            j = self.jobs[row]
-            j.progress, j.iteration = float(self.progress[row]), int(self.iteration[row])
-            j.run_s, j.attained_gpu_s = float(self.run_s[row]), float(self.attained[row])
-        del self.jobs[row]
-        self._free.append(row)
-
-
 class Simulator:
     """Round-based cluster simulator. See module docstring.
 
@@ -400,29 +301,12 @@ class Simulator:
         self._pending = [j.job_id for j in jobs]  # arrival order
         self.state.arrival_pos = {jid: i for i, jid in enumerate(self._pending)}
         self._pending_pos = 0
-        self._components: dict[tuple, Component] = {}
-        self._comp_of: dict[int, Component] = {}   # job -> the live component it is in
-        self._gpu_comp: dict[int, Component] = {}  # GPU -> the live component using it
-        # the live components of two or more jobs (key -> their job ids): the jobs that share GPUs,
-        # grouped as the sharing connects them (ClusterState.shared_ref)
-        self._shared: dict[tuple, tuple[int, ...]] = {}
-        self._n_live_gpus = 0                      # GPUs held by the live components
-        self._cset = ComponentSet()             # the live components' step state, vectorised
-        self._rjobs = RunningJobs()             # the running jobs' counters, vectorised
-        self._order = None                      # index arrays over the live components (cached)
-        self._comps_list = None                 # the live components in their order (cached)
-        self._gathered = None                   # the component set's constants in that order (cached)
-        # which copy of the step counters and job counters is current: "both" (at a round's end),
-        # "arrays" (after a vectorised advance) or "objects" (after a scalar one)
-        self._current = "both"
-        self._need_finish: list[Component] = []  # built, next completion not computed yet
-        self._formed = 0  # components formed so far: each one's ``seq`` (the components' dict order)
+        #: the live co-location components and the running jobs' counters (sim_components.LiveComponents)
+        self.live = LiveComponents(self.state, self.costs, self._sharing, free_pace=self.config.pace == "free",
+                                   lockstep_s=self.config.lockstep_s, log_rounds=self.config.log_rounds)
         # run() sets it for rounds that keep the allocation without asking the policy: the
         # objects are then brought up to date only before someone reads them (sim_advance.end_round)
         self._defer_round_end = False
-        # shared step tables of components (engine.Component), kept by the cost model whose
-        # profiles they are computed from: they stay valid for as long as it lives
-        self._tables: dict = self.costs.step_tables
         self._round_token = object()  # marks the ledgers in_force_ledger hands out this round
         #: the round and cluster logs (sim_logs.SimLog)
         self.log = SimLog()
@@ -435,26 +319,21 @@ class Simulator:
         self._useful_total = 0.0
         self._busy_total = 0.0
         self._alloc_total = 0.0
-        self._busy_flushed = [0.0] * self.cluster.num_gpus  # of components already dissolved (Python floats)
         self._levels = [0] * 8  # jobs of the allocation in force at each SPB level (7: 7 and above)
         # the allocation in force, validated when applied: decisions are validated against it
         # incrementally (only jobs whose configuration changes are re-checked)
         self._in_force = GpuLedger(self.state)
         self.state.running_ref = self._in_force.decision  # its keys are the running jobs (ClusterState.running)
-        self.state.shared_ref = self._shared
+        self.state.shared_ref = self.live.shared
         self.state.time_s = self.first_arrival_s
         self._admit(self.state.time_s)
         #: wall-clock time (time.perf_counter, s) when the run started: metrics' wall_s counts from it
         self.started_at = _time.perf_counter()
         return self.state
 
-    @property
-    def _busy_per_gpu(self) -> np.ndarray:
+    def busy_per_gpu(self) -> np.ndarray:
         """(G,) compute seconds per GPU so far."""
-        out = np.array(self._busy_flushed, dtype=np.float64)
-        for comp in self._components.values():
-            out[comp.gpu_list] += comp.busy_vector()
-        return out
+        return self.live.busy_per_gpu()
 
     def in_force_ledger(self) -> GpuLedger:
         """A copy of the ledger of the allocation in force (what ``step(None)`` would keep). Marked
@@ -496,10 +375,6 @@ class Simulator:
         return adopt_ledger(self._in_force, ledger)
 
     # ------------------------------------------------------------------ time
-    # below this many live components the scalar path is faster than numpy's per-call overhead
-    VECTOR_MIN_COMPONENTS = 12
-    VECTOR_MIN_FINISH = 48  # the same for the scan for the next completion
-
     def _snap_window(self, t: float) -> None:
         if self.useful_at_window_end is None and t >= self.window_end_s - 1e-9:
             self.useful_at_window_end = self._useful_total
@@ -584,7 +459,7 @@ class Simulator:
             for jid in added:
                 levels[min(decision[jid].level, 7)] += 1
             sub = Decision({jid: decision[jid] for jid in added})
-            rebuild(self, apply_job_bookkeeping(self.state, sub, self.config.restart_s, running_ids=removed))
+            self.live.rebuild(apply_job_bookkeeping(self.state, sub, self.config.restart_s, running_ids=removed))
 
     def _gpu_counts(self, ledger: GpuLedger) -> tuple[int, int]:
         """(GPUs allocated, GPUs shared by two or more workers) in ``ledger``."""
@@ -596,12 +471,13 @@ class Simulator:
         """When a round starting at ``t0`` ends (s): after ``round_s``, at the next step boundary
         (iteration granularity), at the next arrival on an idle cluster, capped at ``max_time_s``."""
         cfg = self.config
-        if self._components:
+        live = self.live
+        if live.components:
             if cfg.round_s is not None:
                 t_end = t0 + cfg.round_s
             else:
-                end_round(self)  # the step counters of the objects are read
-                t_end = t0 + min(c.time_to_next_step(t0) for c in self._components.values())
+                end_round(live)  # the step counters of the objects are read
+                t_end = t0 + min(c.time_to_next_step(t0) for c in live.components.values())
         else:
             nxt = self.next_arrival_s()
             if not self.state.active_ids and nxt is not None:
@@ -616,25 +492,26 @@ class Simulator:
         """Advance from the round's start to ``t_end`` with the completions inside it; returns the
         round's end (the last completion when the episode ends before ``t_end``)."""
         st = self.state
+        live = self.live
         acc = rnd.acc
         now = rnd.t0
         n_active = rnd.active_at_start
         base_s = now  # every live component has been advanced to max(base_s, its formation time)
         advances = now < t_end - 1e-12  # a round of (nearly) no time advances nothing
         while now < t_end - 1e-12:
-            t_next, who_all = next_completion(self, now, t_end)
+            t_next, who_all = next_completion(live, now, t_end)
             if self.useful_at_window_end is None and now < self.window_end_s < t_next:
                 t_next, who_all = self.window_end_s, []
             rnd.job_seconds += n_active * max(0.0, t_next - now)
             now = t_next
             if self.useful_at_window_end is None and now >= self.window_end_s - 1e-9:
                 # the measured window ends: its useful work counts every component up to now
-                advance_components(self, now, base_s, acc)
+                advance_components(live, now, base_s, acc)
                 base_s = now
             elif who_all:
                 # only the components of the finishing jobs: the others are untouched until the
                 # round ends (or the window does)
-                advance_components(self, now, base_s, acc, components_of(self, who_all))
+                advance_components(live, now, base_s, acc, live.components_of(who_all))
             if who_all:
                 self._complete(who_all, now, ledger, rnd)
                 n_active -= len(who_all)
@@ -643,17 +520,18 @@ class Simulator:
                 t_end = now  # episode over: the last round ends at the last completion
                 break
         if advances:  # the rest of the round, up to its last event (its end, or within 1e-12 s of it)
-            advance_components(self, now, base_s, acc)
+            advance_components(live, now, base_s, acc)
         return t_end
 
     def _complete(self, job_ids: list[int], now: float, ledger: GpuLedger, rnd: "_Round") -> None:
         """Jobs ``job_ids`` finish at ``now``: done, out of the ledger (their entries kept for the
         round log), their components re-formed without them."""
         st = self.state
-        rj = self._rjobs
+        live = self.live
+        rj = live.rjobs
         for jid in job_ids:
             j = st.jobs[jid]
-            rj.progress[member_row(self, jid)] = j.iterations  # written back when it dissolves
+            rj.progress[live.member_row(jid)] = j.iterations  # written back when it dissolves
             j.progress = j.iterations
             j.status = JobStatus.DONE
             j.finish_s = now
@@ -665,7 +543,7 @@ class Simulator:
                 ledger.remove(jid)
             rnd.finished.append(jid)
             self.num_finished += 1
-        rebuild(self, set(job_ids), now)
+        live.rebuild(set(job_ids), now)
 
     def _close_round(self, rnd: "_Round", t_end: float) -> None:
         """The round ends at ``t_end``: finished jobs leave the active list, arrivals during the
@@ -673,7 +551,7 @@ class Simulator:
         and logs are written and the round counter moves on."""
         st = self.state
         if not self._defer_round_end:
-            end_round(self)
+            end_round(self.live)
         if rnd.finished:  # once per round, not per completion
             # the jobs that finished are exactly the ones to drop (only _complete marks a job DONE);
             # list.remove scans in C, where a filter over the (possibly thousands of) active jobs
@@ -750,7 +628,7 @@ class Simulator:
                         finally:
                             self._defer_round_end = False
                     else:
-                        end_round(self)  # the policy reads the job objects
+                        end_round(self.live)  # the policy reads the job objects
                         st.in_force = self._in_force  # for the policy's call only (ClusterState.in_force)
                         try:
                             d = policy(st)
@@ -774,7 +652,7 @@ class Simulator:
                     if bar is not None and r.finished:
                         bar.update(len(r.finished))
             finally:
-                end_round(self)
+                end_round(self.live)
         if bar is not None:
             bar.close()
         return self.metrics()

@@ -313,7 +313,7 @@ class _tables_registered:
         if not self.folder.is_dir():
             raise FileNotFoundError(f"cost-table folder not found: {self.folder}")
         self.tables = [ct.CostTable.load(f) for f in ct.table_files(self.folder)]
-        self.prev = {(t.model, t.batch_size, t.device): ct._REGISTERED.get((t.model, t.batch_size, t.device))
+        self.prev = {(t.model, t.batch_size, t.device): ct.registered_table(t.model, t.batch_size, t.device)
                      for t in self.tables}
         for t in self.tables:
             ct.register_table(t)

@@ -110,7 +110,7 @@ def _masked_random_episode(env: JigsawClusterEnv, rng: np.random.Generator, stat
         sim = env.sim
         # no GPU computes more than the time that has passed since the first arrival
         elapsed = sim.state.time_s - sim.first_arrival_s
-        assert np.all(sim._busy_per_gpu <= elapsed + 1e-6)
+        assert np.all(sim.busy_per_gpu() <= elapsed + 1e-6)
         if term or trunc:
             assert term, "random play should finish the episode, not truncate"
             jf = sim.jobs_frame()

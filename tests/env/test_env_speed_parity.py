@@ -228,9 +228,9 @@ def test_the_env_keeps_its_cost_model_across_episodes():
     env = JigsawClusterEnv(gpus=16, window_k=4, max_jobs=10)
     env.reset(seed=1)
     costs = env.sim.costs
-    assert env.sim._tables is costs.step_tables
+    assert env.sim.live.tables is costs.step_tables
     env.reset(seed=2)
-    assert env.sim.costs is costs and env.sim._tables is costs.step_tables
+    assert env.sim.costs is costs and env.sim.live.tables is costs.step_tables
     env.sim_config = SimConfig(round_s=env.sim_config.round_s, eta_scale=0.8)  # other settings: a new one
     env.reset(seed=3)
     assert env.sim.costs is not costs and env.sim.costs.eta_scale == 0.8

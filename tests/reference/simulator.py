@@ -15,7 +15,6 @@ import numpy as np
 
 from jigsaw_env.placement import GpuLedger, InfeasibleDecision
 from jigsaw_env.sim_advance import end_round
-from jigsaw_env.sim_components import rebuild
 from jigsaw_env.sim_validation import as_decision
 from jigsaw_env.simulator import Simulator
 from jigsaw_env.state import Decision, JobDecision, apply_job_bookkeeping
@@ -47,20 +46,19 @@ def validate_full(in_force: GpuLedger, decision: Decision) -> GpuLedger:
 class ReferenceSimulator(Simulator):
     """:class:`Simulator` on its reference path (module docstring)."""
 
-    VECTOR_MIN_FINISH = 0  # the vectorised scan for the next completion, whatever the count
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.costs.free_running = _Unkept()
 
     def reset(self):
         state = super().reset()
-        self._tables = None  # no shared step tables: each component computes its own
+        self.live.tables = None  # no shared step tables: each component computes its own
+        self.live.vector_min_finish = 0  # the vectorised scan for the next completion, whatever the count
         return state
 
     def _materialize(self) -> None:
-        self._cset.materialize()
-        self._rjobs.materialize()
+        self.live.cset.materialize()
+        self.live.rjobs.materialize()
 
     def _take_decision(self, decision, ledger) -> tuple:
         self._round_token = object()  # never adopts a ledger
@@ -68,7 +66,7 @@ class ReferenceSimulator(Simulator):
         return decision, validate_full(self._in_force, decision), None, None
 
     def _apply_changes(self, decision, removed, added) -> None:
-        rebuild(self, apply_job_bookkeeping(self.state, decision, self.config.restart_s,
+        self.live.rebuild(apply_job_bookkeeping(self.state, decision, self.config.restart_s,
                                             running_ids=list(self._in_force.decision)))
         self._materialize()
         self._levels = [0] * 8
@@ -80,8 +78,8 @@ class ReferenceSimulator(Simulator):
         self._materialize()
 
     def _gpu_counts(self, ledger: GpuLedger) -> tuple[int, int]:
-        return ledger.num_gpus - ledger._wl.count(0), int(np.count_nonzero(ledger.workers > 1))
+        return int(np.count_nonzero(ledger.workers > 0)), int(np.count_nonzero(ledger.workers > 1))
 
     def _close_round(self, rnd, t_end: float) -> None:
-        end_round(self)  # the objects current at every round's end, quiet rounds too
+        end_round(self.live)  # the objects current at every round's end, quiet rounds too
         super()._close_round(rnd, t_end)

@@ -255,7 +255,7 @@ def test_golden_metrics_and_jigsaw_equivalences_hold_with_the_python_sources():
 DECLARED = """
 import json, weakref
 from pathlib import Path
-from jigsaw_env import accel, engine, las, placement, simulator, state
+from jigsaw_env import accel, engine, las, placement, sim_components, simulator, state
 from jigsaw_env.declared import read_declarations
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.simulator import SimConfig, Simulator
@@ -273,7 +273,8 @@ def patch_class(cls):
     setattr(cls, "extra_method", lambda self: 1)
 
 out = {"status": accel.status(), "classes": {}, "instances": {}}
-modules = {"state": state, "engine": engine, "las": las, "placement": placement, "simulator": simulator}
+modules = {"state": state, "engine": engine, "las": las, "placement": placement, "sim_components": sim_components,
+           "simulator": simulator}
 declarations = {}
 for name, module in modules.items():
     in_module = read_declarations(Path(f"jigsaw_env/{name}.pxd"))
@@ -291,7 +292,8 @@ st = sim.state
 job = next(iter(st.jobs.values()))
 member = engine.Member(1, None, (0,), 0, 1.0, 0)
 objects = {"JobState": job, "ClusterState": st, "CostModel": st.costs, "Member": member, "LASQueues": las.LASQueues(),
-           "GpuLedger": placement.GpuLedger(st, st.current_decision()), "Simulator": sim}
+           "GpuLedger": placement.GpuLedger(st, st.current_decision()), "LiveComponents": sim.live,
+           "RunningJobs": sim.live.rjobs, "Simulator": sim}
 for cls_name, obj in objects.items():
     def add_attribute():
         obj.not_declared = 1
@@ -314,7 +316,7 @@ def test_declared_classes_refuse_patching_and_undeclared_attributes_alike_in_bot
 def test_the_sources_declared_classes_refuse_what_extension_types_refuse():
     # the known answers, from the sources (what the compiled build is held to above)
     out = _run(DECLARED, **{accel.ENV_OFF: "1"})
-    assert len(out["classes"]) == 11
+    assert len(out["classes"]) == 12
     refused = "TypeError: cannot set 'extra_method' attribute of immutable type 'jigsaw_env.simulator.Simulator'"
     assert out["classes"]["Simulator"] == [
         refused, "TypeError: cannot set '__init__' attribute of immutable type 'jigsaw_env.simulator.Simulator'",
@@ -323,7 +325,7 @@ def test_the_sources_declared_classes_refuse_what_extension_types_refuse():
     # fields only (no __dict__, no weak references) for the dataclasses; the others take both
     for name in ("JobState", "ClusterState", "Member"):
         assert out["instances"][name] == ["AttributeError", "TypeError", []], name
-    for name in ("CostModel", "LASQueues", "GpuLedger", "Simulator"):
+    for name in ("CostModel", "LASQueues", "GpuLedger", "LiveComponents", "RunningJobs", "Simulator"):
         assert out["instances"][name] == ["ok", "ok", []], name
 
 
@@ -341,11 +343,10 @@ for pkg in (jigsaw_env, agents):
             pass  # an optional dependency
 stale = []
 declared = {}
-from jigsaw_env import engine, las, placement, simulator, state
+from jigsaw_env import accel
 from jigsaw_env.declared import read_declarations
-from pathlib import Path
-for mod in (engine, las, placement, simulator, state):
-    for name in read_declarations(Path(mod.__file__).with_suffix(".pxd")):
+for mod in [importlib.import_module(m) for m in accel.MODULES if accel.declarations_of(m).is_file()]:
+    for name in read_declarations(accel.declarations_of(mod.__name__)):
         declared[(mod.__name__, name)] = getattr(mod, name)
 for modname, module in list(sys.modules.items()):
     if not modname.startswith(("jigsaw_env", "agents")):
@@ -359,7 +360,7 @@ print(json.dumps({"sealed": sorted(n for (_, n), c in declared.items() if type(c
     out = _run(code, **{accel.ENV_OFF: "1"})
     assert out["stale"] == []
     assert out["sealed"] == sorted(["JobState", "ClusterState", "CostModel", "Member", "Component", "ComponentSet",
-                                    "LASQueues", "GpuLedger", "PeakEntry", "RunningJobs", "Simulator"])
+                                    "LASQueues", "GpuLedger", "PeakEntry", "RunningJobs", "LiveComponents", "Simulator"])
 
 
 def test_a_declaration_line_the_reader_does_not_know_is_named_with_its_file_and_line(tmp_path):

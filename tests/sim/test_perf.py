@@ -76,7 +76,7 @@ def test_incremental_validation_equals_full_validation(synth):
 def test_lazy_per_gpu_busy_equals_the_sum_of_round_busy(synth):
     sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
     sim.run(make_scheduler("jigsaw"))
-    per_gpu = sim._busy_per_gpu
+    per_gpu = sim.busy_per_gpu()
     assert per_gpu.sum() == pytest.approx(sim.cluster_frame()["busy_gpu_s"].sum(), rel=1e-9)
     assert np.all(per_gpu <= sim.state.time_s - sim.first_arrival_s + 1e-6)
 
@@ -358,9 +358,9 @@ def test_vectorised_rounds_equal_scalar_rounds(synth, agent, monkeypatch):
     frames = []
     for threshold in (1, 3, 10**9):
         sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
-        sim.VECTOR_MIN_COMPONENTS = threshold  # (on the instance: a compiled Simulator's class is immutable)
+        sim.live.vector_min_components = threshold
         sim.run(make_scheduler(agent))
-        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim.busy_per_gpu()))
     for other in frames[1:]:
         for a, b in zip(frames[0][:3], other[:3]):
             pd.testing.assert_frame_equal(a, b, check_exact=True)
@@ -371,7 +371,7 @@ def test_load_pool_rewrites_change_nothing(synth, monkeypatch):
     # ComponentSet keeps every live component's loads in one flat pool and rewrites it (live
     # components only) when it fills; the slack it leaves sets how often. A pool rewritten at
     # nearly every new component and one rewritten rarely give the same logs, exactly
-    import jigsaw_env.simulator as simulator_module
+    import jigsaw_env.sim_components as sim_components
     from jigsaw_env.engine import ComponentSet
     rewrites = []
 
@@ -381,15 +381,15 @@ def test_load_pool_rewrites_change_nothing(synth, monkeypatch):
 
     frames = []
     for slack in (1, ComponentSet.POOL_SLACK):
-        # a subclass in the simulator's module (a compiled ComponentSet's class is immutable)
+        # a subclass in the live components' module (a compiled ComponentSet's class is immutable)
         small = type("SmallPool", (ComponentSet,), {"_compact": counted, "POOL_MIN": 16, "POOL_SLACK": slack})
-        monkeypatch.setattr(simulator_module, "ComponentSet", small)
+        monkeypatch.setattr(sim_components, "ComponentSet", small)
         rewrites.append(0)
         sim = Simulator(ClusterSpec.from_gpus(16), synth, SimConfig())
-        sim.VECTOR_MIN_COMPONENTS = 1  # every round through the pool
-        assert type(sim._cset) is small
+        sim.live.vector_min_components = 1  # every round through the pool
+        assert type(sim.live.cset) is small
         sim.run(make_scheduler("jigsaw"))
-        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim._busy_per_gpu))
+        frames.append((sim.jobs_frame(), sim.rounds_frame(), sim.cluster_frame(), sim.busy_per_gpu()))
     assert rewrites[0] > 5 * max(rewrites[1], 1), rewrites
     for a, b in zip(frames[0][:3], frames[1][:3]):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
@@ -457,7 +457,7 @@ def test_kept_sharing_groups_give_the_pairs_of_a_scan_at_every_call(agent):
 
     def policy(state):
         groups = state.shared_ref
-        assert groups is sim._shared
+        assert groups is sim.live.shared
         running = state.running()
         want = [g for g in connected_groups({j.job_id: j.placement for j in running}) if len(g) > 1]
         assert sorted(sorted(g) for g in groups.values()) == want

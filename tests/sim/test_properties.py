@@ -182,7 +182,7 @@ def snapshot(sim: Simulator) -> tuple:
     ledger = () if led is None else (tuple(sorted(led.decision.items())), tuple(led.mem.tolist()),
                                      tuple(led.workers.tolist()))
     return (jobs, st_.time_s, st_.round, tuple(st_.active_ids), sim.num_finished, sim.next_arrival_s(),
-            tuple(sim._busy_per_gpu.tolist()), len(sim.rounds_frame()), len(sim.cluster_frame()),
+            tuple(sim.busy_per_gpu().tolist()), len(sim.rounds_frame()), len(sim.cluster_frame()),
             tuple(sorted(map(str, getattr(sim, "_components", {})))), sim.truncated, sim.useful_at_window_end,
             ledger)
 
@@ -227,7 +227,7 @@ class Tracker:
             assert math.isfinite(v) and v >= -EPS, r
         assert r.busy_gpu_s <= r.allocated_gpu_s * (1 + 1e-9) + 1e-6, r
         elapsed = st_.time_s - sim.first_arrival_s
-        assert np.all(sim._busy_per_gpu <= elapsed * (1 + 1e-9) + 1e-6), (sim._busy_per_gpu, elapsed)
+        assert np.all(sim.busy_per_gpu() <= elapsed * (1 + 1e-9) + 1e-6), (sim.busy_per_gpu(), elapsed)
         for jid, j in st_.jobs.items():
             assert j.progress >= self.progress[jid] - EPS, f"job {jid} progress went back"
             assert j.iteration >= self.raw[jid]

@@ -99,10 +99,10 @@ def job_fields(sim: Simulator) -> tuple:
 def observe(sim: Simulator) -> tuple:
     st = sim.state
     led = sim.in_force_ledger()
-    comps = tuple((k, c.k, c.partial, c.ready_s, c.finish) for k, c in sim._components.items())
+    comps = tuple((k, c.k, c.partial, c.ready_s, c.finish) for k, c in sim.live.components.items())
     return (job_fields(sim), st.time_s, st.round, tuple(st.active_ids), sim.num_finished, sim.next_arrival_s(),
             comps, tuple(led.decision.items()), tuple(led.mem.tolist()), tuple(led.workers.tolist()),
-            tuple(sim._busy_per_gpu.tolist()), sim.truncated, sim.useful_at_window_end,
+            tuple(sim.busy_per_gpu().tolist()), sim.truncated, sim.useful_at_window_end,
             len(sim.log.round_rows), tuple(sim.log.cluster_rows[-1]) if sim.log.cluster_rows else ())
 
 
@@ -128,15 +128,15 @@ def check_from_scratch(sim: Simulator) -> None:
             want.add(key)
             if len(key) > 1:
                 groups[key] = tuple(g)
-    assert set(sim._components) == want
-    assert sim._shared == groups
-    for key, comp in sim._components.items():
+    assert set(sim.live.components) == want
+    assert sim.live.shared == groups
+    for key, comp in sim.live.components.items():
         assert comp.key == key and comp.slot >= 0
         assert [m.job_id for m in comp.members] == [k[0] for k in key]
         assert comp.gpus.tolist() == sorted({g for m in comp.members for g in m.gpus})
         for m in comp.members:
             j = running[m.job_id]
-            assert sim._comp_of[m.job_id] is comp
+            assert sim.live.of_job[m.job_id] is comp
             alone = sim.costs.profile(j, j.level, j.pattern, j.placement)
             if comp.group is None:
                 assert m.profile is alone
@@ -144,9 +144,9 @@ def check_from_scratch(sim: Simulator) -> None:
                 assert comp in comp.group and len(comp.members) == 1
                 assert np.all(m.profile.compute_s >= alone.compute_s) and np.all(m.profile.comm_s >= alone.comm_s)
         for g in comp.gpus.tolist():
-            assert sim._gpu_comp[g] is comp or (comp.group is not None and sim._gpu_comp[g] in comp.group)
-    assert set(sim._comp_of) == set(running)
-    assert len(sim._gpu_comp) == sim._n_live_gpus == len({g for c in sim._components.values() for g in c.gpu_list})
+            assert sim.live.of_gpu[g] is comp or (comp.group is not None and sim.live.of_gpu[g] in comp.group)
+    assert set(sim.live.of_job) == set(running)
+    assert len(sim.live.of_gpu) == sim.live.num_gpus_held == len({g for c in sim.live.components.values() for g in c.gpu_list})
     # the ledger in force: a fresh validation of the running jobs' configurations
     cur = st.current_decision()
     led = sim._in_force
@@ -163,13 +163,13 @@ def check_from_scratch(sim: Simulator) -> None:
     assert led.num_with_workers(0) == led._wl.count(0)
     assert led.num_with_workers(1) == led._wl.count(1)
     # at a round's end the objects are current and the filled arrays hold the same numbers
-    if sim._current == "both":
-        rj = sim._rjobs
+    if sim.live.current == "both":
+        rj = sim.live.rjobs
         for row, j in rj.jobs.items():
             if row not in rj._pending:
                 assert (float(rj.progress[row]), int(rj.iteration[row]), float(rj.run_s[row]),
                         float(rj.attained[row])) == (j.progress, j.iteration, j.run_s, j.attained_gpu_s)
-        cs = sim._cset
+        cs = sim.live.cset
         for slot, c in cs.comps.items():
             if slot not in cs._pending:
                 assert (int(cs.k[slot]), float(cs.partial[slot])) == (c.k, c.partial)
@@ -179,7 +179,7 @@ def assert_frames_equal(a: Simulator, b: Simulator) -> None:
     for fa, fb in ((a.jobs_frame(), b.jobs_frame()), (a.rounds_frame(), b.rounds_frame()),
                    (a.cluster_frame(), b.cluster_frame())):
         pd.testing.assert_frame_equal(fa, fb, check_exact=True)
-    np.testing.assert_array_equal(a._busy_per_gpu, b._busy_per_gpu)
+    np.testing.assert_array_equal(a.busy_per_gpu(), b.busy_per_gpu())
     ma, mb = a.metrics(), b.metrics()
     ma.pop("wall_s", None)
     mb.pop("wall_s", None)
@@ -203,8 +203,8 @@ def test_incremental_step_equals_the_reference_step_every_round(seed, round_s):
     gpus = (8, 16)[seed % 2]
     inc, ref = pair(gpus, 24, seed, round_s, pace="free" if seed < 2 else "lockstep")
     if seed % 2:
-        inc.VECTOR_MIN_COMPONENTS = 1  # the vectorised round on one side, the scalar one on the other
-        inc.VECTOR_MIN_FINISH = 1
+        inc.live.vector_min_components = 1  # the vectorised round on one side, the scalar one on the other
+        inc.live.vector_min_finish = 1
     rng = np.random.default_rng(seed)
     cur: dict = {}
     n = changes = colocated = 0
@@ -233,7 +233,7 @@ def test_incremental_step_equals_the_reference_step_every_round(seed, round_s):
         assert result_tuple(ra) == result_tuple(rb)
         assert observe(inc) == observe(ref)
         check_from_scratch(inc)
-        colocated += bool(inc._shared)
+        colocated += bool(inc.live.shared)
         cur = dict(inc.in_force_ledger().decision)
         n += 1
     assert n > 20 and changes > 10 and (colocated > 0 or round_s is None)
@@ -244,7 +244,7 @@ def test_incremental_step_on_a_larger_cluster_with_many_components():
     # 64 GPUs, many live components: the vectorised round, lazily filled arrays and the
     # vectorised scan for the next completion, against the reference
     inc, ref = pair(64, 120, 7, 300.0)
-    inc.VECTOR_MIN_COMPONENTS = inc.VECTOR_MIN_FINISH = 4
+    inc.live.vector_min_components = inc.live.vector_min_finish = 4
     rng = np.random.default_rng(7)
     cur: dict = {}
     most = 0
@@ -256,7 +256,7 @@ def test_incremental_step_on_a_larger_cluster_with_many_components():
         assert result_tuple(ra) == result_tuple(rb)
         assert observe(inc) == observe(ref)
         check_from_scratch(inc)
-        most = max(most, len(inc._components))
+        most = max(most, len(inc.live.components))
         cur = dict(inc.in_force_ledger().decision)
     assert most >= 8
     assert_frames_equal(inc, ref)
@@ -278,7 +278,7 @@ def test_run_with_quiet_rounds_equals_the_reference(agent, round_s):
     for reference in (False, True):
         sim = (ReferenceSimulator if reference else Simulator)(ClusterSpec.from_gpus(16), tr, SimConfig(round_s=round_s))
         if not reference:  # the vectorised round: the arrays are the truth between policy calls
-            sim.VECTOR_MIN_COMPONENTS = 1
+            sim.live.vector_min_components = 1
         calls = []
         sched = make_scheduler(agent)
         orig = sched.schedule
@@ -312,10 +312,10 @@ def test_simultaneous_completions_come_in_the_components_order_whatever_their_sl
     jobs = [JobState(0, 0.0, 1, "resnet50", 32, 1e7), JobState(1, 0.0, 1, "resnet50", 32, 1e7),
             JobState(2, 0.0, 1, "resnet50", 32, float(n)), JobState(3, 0.0, 1, "resnet50", 32, float(n))]
     sim = Simulator(ClusterSpec.from_gpus(8), jobs, SimConfig())
-    sim.VECTOR_MIN_FINISH = 1 if vector else 10**9
+    sim.live.vector_min_finish = 1 if vector else 10**9
     sim.step(Decision({0: JobDecision((0,)), 1: JobDecision((1,))}))
     sim.step(Decision({2: JobDecision((2,)), 3: JobDecision((3,))}))
-    a, b = sim._comp_of[2], sim._comp_of[3]
-    assert list(sim._components.values()) == [a, b] and a.slot > b.slot  # the case this test is about
+    a, b = sim.live.of_job[2], sim.live.of_job[3]
+    assert list(sim.live.components.values()) == [a, b] and a.slot > b.slot  # the case this test is about
     r = sim.step(None)
     assert r.finished == [2, 3] and r.end_s > sim.state.jobs[2].finish_s == sim.state.jobs[3].finish_s

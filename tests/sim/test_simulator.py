@@ -392,8 +392,8 @@ def test_colocated_jobs_in_simulator_follow_k1_k2():
     cf = sim.cluster_frame()
     assert cf.loc[0, "shared_gpus"] == 1
     # GPU 0 computed the whole time (both jobs' loads add up and it is the busiest GPU)
-    assert sim._busy_per_gpu[0] == pytest.approx(174.0)
-    assert np.all(sim._busy_per_gpu <= sim.state.time_s + 1e-9)
+    assert sim.busy_per_gpu()[0] == pytest.approx(174.0)
+    assert np.all(sim.busy_per_gpu() <= sim.state.time_s + 1e-9)
     # one GPU held for 174 s out of 4 x 174 GPU-s: a GPU shared by two jobs is held once
     # (allocated utilization can never exceed 1); it computed all the time -> same compute utilization
     m = sim.metrics()
@@ -419,7 +419,7 @@ def test_colocated_jobs_in_simulator_run_free_by_default():
     assert jf.loc[1, "finish_s"] == pytest.approx(183.0, rel=REL)
     # GPU 0 is busy all the time (both always compute: U = 1, each credited 1/2 of it), and the
     # two jobs hold it once: 1/2 a GPU each while together
-    assert sim._busy_per_gpu[0] == pytest.approx(183.0)
+    assert sim.busy_per_gpu()[0] == pytest.approx(183.0)
     m = sim.metrics()
     assert m["gpu_utilization"] == pytest.approx(183 / (4 * 183))
     assert m["compute_utilization"] == pytest.approx(183 / (4 * 183))
@@ -463,7 +463,7 @@ def test_round_length_parity():
 def snapshot(sim):
     st = sim.state
     return (repr(sorted(st.jobs.items())), st.time_s, st.round, list(st.active_ids),
-            sorted((k, c.k, c.partial, c.ready_s) for k, c in sim._components.items()),
+            sorted((k, c.k, c.partial, c.ready_s) for k, c in sim.live.components.items()),
             len(sim.log.round_rows), len(sim.log.cluster_rows), sim.num_finished)
 
 
@@ -749,7 +749,7 @@ def test_property_parity_conservation_busy(seed, round_s):
         prog = sim.rounds_frame().groupby("job_id")["progress"].sum()
         for j in jobs:
             assert prog[j.job_id] == pytest.approx(j.iterations, rel=1e-9)
-        assert np.all(sim._busy_per_gpu <= sim.state.time_s + 1e-9)
+        assert np.all(sim.busy_per_gpu() <= sim.state.time_s + 1e-9)
         m = sim.metrics()
         assert m["compute_utilization"] <= m["gpu_utilization"] + 1e-9 <= 1 + 2e-9
     np.testing.assert_allclose(fin[0], fin[1], rtol=1e-6)
@@ -770,7 +770,7 @@ def test_a_completion_mid_round_advances_only_its_component(vector_min, monkeypa
     jobs = [JobState(1, 0.0, 1, TOY4C, BS, 5), JobState(2, 0.0, 1, TOY4C, BS, 200),
             JobState(3, 0.0, 1, TOY4C, BS, 200)]
     sim = Simulator(toy_cluster(), jobs, SimConfig(round_s=1000.0, restart_s=0.0, sharing="timeslice"))
-    sim.VECTOR_MIN_COMPONENTS = vector_min
+    sim.live.vector_min_components = vector_min
     d = Decision({1: JobDecision((0,), 0, Pattern.ROTATING), 2: JobDecision((0,), 0, Pattern.ROTATING),
                   3: JobDecision((1,), 0, Pattern.ROTATING)})
     r = sim.step(d)
