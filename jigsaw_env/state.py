@@ -190,7 +190,7 @@ class CostModel:
         # engine.Component's shared step tables (the simulator's cache), keyed by profile identity:
         # kept here so that they live exactly as long as the profiles they are computed from
         self.step_tables: dict = {}
-        # the free pace's times of groups of co-located jobs (sim_components.free_running_of), keyed the same way
+        # the free pace's times of groups of co-located jobs (LiveComponents.free_running_of), keyed the same way
         self.free_running: dict = {}
         self.homogeneous = len(set(cluster.gpu_types)) == 1
 
