@@ -393,8 +393,7 @@ class Component:
         busy = (q1 - q0) * ct[-1] + ct[r1] - ct[r0] + _computed(self._loads_l[r1], p1) - _computed(self._loads_l[r0], p0)
         if self.busy_rate is not None:
             busy = run * self.busy_rate_sum
-        bytes_ = [(q1 - q0) * cb[-1] + cb[r1] - cb[r0] for cb in self._cum_bytes_l]
-        return k1 - k0, run, busy, bytes_
+        return k1 - k0, run, busy, self.bytes_between(k0, k1)
 
     def bytes_between(self, k0: int, k1: int) -> list[float]:
         """Bytes each member sent over its steps ``k0`` to ``k1 - 1`` (the same sums as

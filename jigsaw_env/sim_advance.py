@@ -146,12 +146,10 @@ def advance_components(live: LiveComponents, t: float, base_s: float, acc: dict,
     if some is not None:
         advance_from_arrays(live, some, t, base_s, acc)
         return
-    slots, comps, rows, pos, ngpu, formed = live.order_arrays()
-    if live.gathered is None:
-        live.gathered = live.cset.gather(slots)
+    _, comps, rows, pos, ngpu, formed = live.order_arrays()
     now = np.maximum(formed, base_s)
     dt = t - now
-    steps, run, busy = live.cset.advance(live.gathered, now, dt)
+    steps, run, busy = live.cset.advance(live.gathered(), now, dt)
     rj = live.rjobs
     msteps = steps[pos]
     gain = msteps * rj.eta[rows]

@@ -16,6 +16,6 @@ cdef class RunningJobs:
 cdef class LiveComponents:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object _comps_list, _order, busy_flushed, components, costs, cset, current, formed, free_pace
-    cdef public object gathered, lockstep_s, log_rounds, need_finish, num_gpus_held, of_gpu, of_job, rjobs
+    cdef public object _comps_list, _gathered, _order, busy_flushed, components, costs, cset, current, formed
+    cdef public object free_pace, lockstep_s, log_rounds, need_finish, num_gpus_held, of_gpu, of_job, rjobs
     cdef public object sharing, shared, state, tables, vector_min_components, vector_min_finish

@@ -167,7 +167,7 @@ class LiveComponents:
         self.vector_min_finish = self.VECTOR_MIN_FINISH
         self._order = None       # order_arrays(), until a component forms or dissolves
         self._comps_list = None  # in_order(), likewise
-        self.gathered = None     # the component set's constants in that order (sim_advance), likewise
+        self._gathered = None    # gathered(), likewise
 
     # ----- the live components in their order
     def in_order(self) -> list:
@@ -194,8 +194,15 @@ class LiveComponents:
                            np.array([c.formed_s for c in comps], dtype=np.float64))
         return self._order
 
+    def gathered(self) -> tuple:
+        """The component set's constants in the components' order (``ComponentSet.gather``;
+        cached until a component forms or dissolves)."""
+        if self._gathered is None:
+            self._gathered = self.cset.gather(self.order_arrays()[0])
+        return self._gathered
+
     def _changed(self) -> None:
-        self._order = self._comps_list = self.gathered = None
+        self._order = self._comps_list = self._gathered = None
 
     def busy_per_gpu(self) -> np.ndarray:
         """(G,) compute seconds per GPU so far: the dissolved components' and the live ones'."""
