@@ -319,24 +319,32 @@ class RoundBuilder:
             h = self._hosts = ids[: self.codec.host_slots]
         return h
 
-    def _pair_key(self, job, hid: int, *combo) -> tuple:
+    def _pair_key(self, job, hid: int, level: int, pattern: Pattern) -> tuple:
         """The masks' cache key of :meth:`_pair_on`'s result for ``job`` on host ``hid`` at
-        ``combo`` (level, pattern). The result depends on the guest's model, batch size and width,
-        the host's model, batch size and decision (its GPUs hold only its workers' peaks) and the
+        ``(level, pattern)``. The result depends on the guest's model, batch size and width, the
+        host's model, batch size and decision (its GPUs hold only its workers' peaks) and the
         pair's phase difference, which the search reads modulo the SPB cycles' common multiple
-        (none on one GPU), not on the job ids.
-
-        Without ``combo``: the key of the pair's mask row over every combo, which leaves the phase
-        difference out. Whether an option is feasible does not depend on it: the search returns
-        None exactly when no order fits in memory (phases change only the steps it ranks), and its
-        memory test is the ledger's (each GPU's host peak plus the guest worker's, the same
-        profile bytes, against its capacity)."""
+        (none on one GPU), not on the job ids."""
         host = self.state.jobs[hid]
         hjd = self.ledger.decision[hid]
-        if not combo:
-            return ("pair row", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd)
         rel = phase_difference(self.state, host, job, len(hjd.gpus))
-        return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, *combo)
+        return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, level, pattern)
+
+    def _pair_rows_of(self, hid: int) -> dict:
+        """The masks' cache of host ``hid``'s ``host:r`` rows over every combo, by the guest's
+        (model, batch size, width): a row depends on those and on the host's model, batch size and
+        decision, not on the phase difference. Whether an option is feasible does not depend on
+        it: the search returns None exactly when no order fits in memory (phases change only the
+        steps it ranks), and its memory test is the ledger's (each GPU's host peak plus the guest
+        worker's, the same profile bytes, against its capacity). One dict per host kind and
+        decision, so that a mask hashes the host's decision once per host, not once per guest."""
+        host = self.state.jobs[hid]
+        key = ("pair rows", host.model, host.batch_size, self.ledger.decision[hid])
+        cache = self._need_cache
+        rows = cache.get(key)
+        if rows is None:
+            rows = cache[key] = {}
+        return rows
 
     def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
         """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
@@ -517,8 +525,9 @@ class RoundBuilder:
         if not hosts:
             return [blank] * c.window_k
         combos = c.combos
-        jobs, dec, cache = self.state.jobs, self.ledger.decision, self._need_cache
+        jobs, dec = self.state.jobs, self.ledger.decision
         widths = [len(dec[hid].gpus) for hid in hosts]
+        per_host: list = [None] * len(hosts)  # each host's rows by guest kind (_pair_rows_of), when first needed
         none = bytes(n_lp)
         pad = bytes((c.host_slots - len(hosts)) * n_lp)  # the host slots without a job
         around: dict = {}  # (width, host, emptied GPUs) -> the GPUs placed around the host (_around_row)
@@ -527,6 +536,7 @@ class RoundBuilder:
             if jid in self.acted:
                 continue
             job = jobs[jid]
+            kind = (job.model, job.batch_size, job.num_gpus)
             rows = []
             emptied = ()  # a running job's GPUs that it holds alone: free once it is taken out
             if jid in dec:
@@ -539,10 +549,13 @@ class RoundBuilder:
                 if widths[r] < job.num_gpus:
                     rows.append(self._around_row(job, hid, emptied, around))
                     continue
-                key = self._pair_key(job, hid)  # the pair's row over the combos
-                row = cache.get(key)
+                by_kind = per_host[r]
+                if by_kind is None:
+                    by_kind = per_host[r] = self._pair_rows_of(hid)
+                row = by_kind.get(kind)
                 if row is None:
-                    row = cache[key] = bytes([pair_fits(self.state, self.ledger, job, hid, level, pattern) for level, pattern in combos])
+                    row = by_kind[kind] = bytes([pair_fits(self.state, self.ledger, job, hid, level, pattern)
+                                                 for level, pattern in combos])
                 rows.append(row)
             rows.append(pad)
             out[slot] = b"".join(rows)

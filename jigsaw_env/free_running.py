@@ -119,43 +119,61 @@ class _SharedSlot:
 
 
 def _shared_slot(i: int, g: int, alone: list, others: list, batch: list, sharing: SharingModel) -> _SharedSlot:
-    """:class:`_SharedSlot` of job ``i`` on GPU ``g``. The states enumerate, per co-runner, "not
-    computing" then each of its load groups, in ``itertools.product`` order (the order in which
-    :func:`_state_probabilities` multiplies the options' probabilities out)."""
+    """:class:`_SharedSlot` of job ``i`` on GPU ``g``. Its tables (:func:`_slot_tables`) depend
+    only on the alone loads and batch sizes on the GPU and its type; they are kept in
+    ``sharing.slot_tables`` by those."""
+    mine = tuple(alone[i][g])
+    co = tuple([(tuple(alone[o][g]), batch[o]) for o in others])
+    gpu_type = sharing.gpu_type_of(g)
+    key = (mine, batch[i], co, gpu_type)
+    memo = sharing.slot_tables
+    tables = memo.get(key)
+    if tables is None:
+        if len(memo) > 50_000:
+            memo.clear()
+        tables = memo[key] = _slot_tables(mine, batch[i], co, gpu_type, sharing)
+    groups, sizes, inv = tables
+    return _SharedSlot(i, g, list(mine), list(others), groups, sizes, inv)
+
+
+def _slot_tables(mine: tuple, mine_batch: int, co: tuple, gpu_type: str, sharing: SharingModel) -> tuple:
+    """(groups, sizes, inv_rate) of :class:`_SharedSlot` for a job whose alone loads per phase on
+    a GPU of ``gpu_type`` are ``mine`` beside co-runners ``co`` ((their alone loads per phase,
+    batch size) each). The states enumerate, per co-runner, "not computing" then each of its load
+    groups, in ``itertools.product`` order (the order in which :func:`_state_probabilities`
+    multiplies the options' probabilities out)."""
     groups, sizes, options = [], [], []
-    for o in others:
+    for loads, _ in co:
         uniq: dict = {}
-        groups.append([uniq.setdefault(x, len(uniq)) for x in alone[o][g]])
+        groups.append([uniq.setdefault(x, len(uniq)) for x in loads])
         sizes.append(len(uniq))
         options.append([None, *uniq])
     if math.prod(1 + k for k in sizes) > MAX_STATES:
         # each co-runner's phases as one load: their mean weighted by time
         options = []
-        for j, o in enumerate(others):
-            loads = alone[o][g]
+        for j, (loads, _) in enumerate(co):
             total = sum(loads)
             options.append([None, sum(x * x for x in loads) / total if total > 0 else 0.0])
             groups[j] = [0] * len(loads)
             sizes[j] = 1
-    gpu_type = sharing.gpu_type_of(g)
-    states = [tuple(WorkerLoad(x, batch[o]) for x, o in zip(combo, others) if x is not None and x > 0.0)
+    states = [tuple(WorkerLoad(x, b) for x, (_, b) in zip(combo, co) if x is not None and x > 0.0)
               for combo in itertools.product(*options)]
     inv = []
     memo: dict = {}
-    for x in alone[i][g]:
+    for x in mine:
         row = [0.0] * len(states)
         if x > 0.0:
-            mine = WorkerLoad(x, batch[i])
+            load = WorkerLoad(x, mine_batch)
             for k, st in enumerate(states):
                 if not st:
                     row[k] = 1.0
                     continue
-                r = memo.get((mine, st))
+                r = memo.get((load, st))
                 if r is None:
-                    r = memo[(mine, st)] = sharing.rates([mine, *st], gpu_type)[0]
+                    r = memo[(load, st)] = sharing.rates([load, *st], gpu_type)[0]
                 row[k] = 1.0 / r
         inv.append(row)
-    return _SharedSlot(i, g, list(alone[i][g]), list(others), groups, sizes, inv)
+    return groups, sizes, inv
 
 
 def _state_probabilities(slot: _SharedSlot, comp: list, duty: list) -> list:

@@ -218,6 +218,9 @@ class SharingModel:
             self.check_gpu_type(t)
         self._memo: dict = {}        # gpu_time by (loads, GPU type)
         self._rates_memo: dict = {}  # rates by (loads, GPU type)
+        #: the free pace's per-GPU tables of eq. F1 (``free_running``'s state rates), by the alone
+        #: loads and batch sizes on a GPU and its type; pure functions of their keys (speed only)
+        self.slot_tables: dict = {}
 
     def check_gpu_type(self, gpu_type: str) -> None:
         """ValueError when the fitted model cannot rate workers on ``gpu_type``."""
