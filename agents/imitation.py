@@ -567,15 +567,13 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     import torch
     from stable_baselines3.common.running_mean_std import RunningMeanStd
 
-    obs = demos.obs.astype(np.float64)
+    obs = demos.obs
     rewards = demos.rewards.copy()
     if venv is not None:
         if venv.norm_obs:
             if fit_stats:
-                venv.obs_rms = RunningMeanStd(shape=venv.obs_rms.mean.shape)
-                venv.obs_rms.update(obs)
-            obs = np.clip((obs - venv.obs_rms.mean) / np.sqrt(venv.obs_rms.var + venv.epsilon),
-                          -venv.clip_obs, venv.clip_obs)
+                venv.obs_rms = observation_statistics(obs, RunningMeanStd(shape=venv.obs_rms.mean.shape))
+            obs = normalized_observations(obs, venv.obs_rms.mean, venv.obs_rms.var, venv.epsilon, venv.clip_obs)
         if venv.norm_reward:
             if fit_stats:
                 venv.ret_rms = RunningMeanStd(shape=())
@@ -591,7 +589,7 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
     policy = model.policy
     policy.set_training_mode(True)
     opt = torch.optim.Adam(policy.parameters(), lr=learning_rate)
-    o_t = torch.as_tensor(obs, dtype=torch.float32)
+    o_t = torch.as_tensor(np.asarray(obs, dtype=np.float32))
     a_t = torch.as_tensor(demos.actions)
     m_np = demos.masks
     g_t = torch.as_tensor(returns, dtype=torch.float32)
@@ -633,6 +631,35 @@ def behaviour_clone(model, demos: Demonstrations, *, venv=None, epochs: int = 10
             bar.close()
     policy.set_training_mode(False)
     return history
+
+
+#: transitions per chunk when the observations are scanned for their statistics and normalized:
+#: bounds the float64 temporaries at this many rows (a million 658-feature observations are 2.6 GB
+#: in float32 and twice that in float64, so whole-array float64 copies of them do not fit in memory)
+OBS_CHUNK = 16_384
+
+
+def observation_statistics(obs: np.ndarray, rms, chunk: int = OBS_CHUNK):
+    """``rms`` (an SB3 ``RunningMeanStd``) updated with the observations ``obs`` (n x d), ``chunk``
+    rows at a time in float64 (Chan's parallel combination, as ``RunningMeanStd.update`` merges
+    batches): the mean and variance of all of them, up to rounding, without a float64 copy of the
+    whole array. Returns ``rms``."""
+    for start in range(0, len(obs), chunk):
+        rms.update(np.asarray(obs[start:start + chunk], dtype=np.float64))
+    return rms
+
+
+def normalized_observations(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float,
+                            chunk: int = OBS_CHUNK) -> np.ndarray:
+    """``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` as float32 (VecNormalize's
+    normalization, computed in float64 ``chunk`` rows at a time, each row rounded to float32 once
+    as the policy reads it)."""
+    out = np.empty(obs.shape, dtype=np.float32)
+    scale = np.sqrt(var + epsilon)
+    for start in range(0, len(obs), chunk):
+        part = np.asarray(obs[start:start + chunk], dtype=np.float64)
+        out[start:start + chunk] = np.clip((part - mean) / scale, -clip, clip)
+    return out
 
 
 def _fit_stats(policy, o_t, a_t, masks: np.ndarray, g_t, value_coef: float, chunk: int = 4096) -> dict:

@@ -241,6 +241,28 @@ def test_cloning_fits_the_expert_and_sets_the_statistics(cloned):
     assert agree == pytest.approx(hist[-1]["accuracy"], abs=1e-9)
 
 
+def test_observation_statistics_and_normalization_in_chunks_equal_the_whole_array_at_once():
+    """The chunked scan (bounded float64 temporaries) gives what one pass over the whole array
+    gives: the statistics up to rounding, the normalized observations exactly (the same
+    element-wise float64 arithmetic, rounded to float32 once); chunks of 3 rows over 10 rows."""
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    from agents.imitation import normalized_observations, observation_statistics
+
+    rng = np.random.default_rng(0)
+    obs = (rng.normal(size=(10, 4)) * [1.0, 10.0, 0.1, 1e3]).astype(np.float32)
+    whole = RunningMeanStd(shape=(4,))
+    whole.update(obs.astype(np.float64))
+    chunked = observation_statistics(obs, RunningMeanStd(shape=(4,)), chunk=3)
+    assert np.allclose(chunked.mean, whole.mean, rtol=1e-12, atol=0)
+    assert np.allclose(chunked.var, whole.var, rtol=1e-9, atol=0)
+    assert chunked.count == pytest.approx(whole.count)
+    expect = np.clip((obs.astype(np.float64) - whole.mean) / np.sqrt(whole.var + 1e-8), -1.5, 1.5).astype(np.float32)
+    got = normalized_observations(obs, whole.mean, whole.var, 1e-8, 1.5, chunk=3)
+    assert got.dtype == np.float32 and np.array_equal(got, expect)
+    assert (np.abs(got) == 1.5).any()  # the clip is exercised
+
+
 def test_demonstrations_record_the_widest_undecided_job(cloned):
     make, demos, *_ = cloned
     env = make()
