@@ -248,6 +248,21 @@ def pair_fits(state: ClusterState, ledger: GpuLedger, job, hid: int, level: int,
     return False
 
 
+def pair_rows_of(cache: dict, host, host_decision: JobDecision) -> dict:
+    """The masks' cache (``cache``, a builder's) of a host slot's ``host:r`` rows over every combo,
+    by the guest's (model, batch size, width): a row depends on those and on the host's model,
+    batch size and decision, not on the phase difference. Whether an option is feasible does not
+    depend on it: the search returns None exactly when no order fits in memory (phases change
+    only the steps it ranks), and its memory test is the ledger's (each GPU's host peak plus the
+    guest worker's, the same profile bytes, against its capacity). One dict per host kind and
+    decision, so that a mask hashes the host's decision once per host, not once per guest."""
+    key = ("pair rows", host.model, host.batch_size, host_decision)
+    rows = cache.get(key)
+    if rows is None:
+        rows = cache[key] = {}
+    return rows
+
+
 class RoundBuilder:
     """The decision under construction for the next round, with exact masks."""
 
@@ -329,22 +344,6 @@ class RoundBuilder:
         hjd = self.ledger.decision[hid]
         rel = phase_difference(self.state, host, job, len(hjd.gpus))
         return ("pair", job.model, job.batch_size, job.num_gpus, host.model, host.batch_size, hjd, rel, level, pattern)
-
-    def _pair_rows_of(self, hid: int) -> dict:
-        """The masks' cache of host ``hid``'s ``host:r`` rows over every combo, by the guest's
-        (model, batch size, width): a row depends on those and on the host's model, batch size and
-        decision, not on the phase difference. Whether an option is feasible does not depend on
-        it: the search returns None exactly when no order fits in memory (phases change only the
-        steps it ranks), and its memory test is the ledger's (each GPU's host peak plus the guest
-        worker's, the same profile bytes, against its capacity). One dict per host kind and
-        decision, so that a mask hashes the host's decision once per host, not once per guest."""
-        host = self.state.jobs[hid]
-        key = ("pair rows", host.model, host.batch_size, self.ledger.decision[hid])
-        cache = self._need_cache
-        rows = cache.get(key)
-        if rows is None:
-            rows = cache[key] = {}
-        return rows
 
     def _pair_on(self, led: GpuLedger, job, r: int, level: int, pattern: Pattern) -> JobDecision | None:
         """The ``host:r`` option's JobDecision for ``job`` on ``led`` (the ledger with the job taken
@@ -527,7 +526,7 @@ class RoundBuilder:
         combos = c.combos
         jobs, dec = self.state.jobs, self.ledger.decision
         widths = [len(dec[hid].gpus) for hid in hosts]
-        per_host: list = [None] * len(hosts)  # each host's rows by guest kind (_pair_rows_of), when first needed
+        per_host: list = [None] * len(hosts)  # each host's rows by guest kind (pair_rows_of), when first needed
         none = bytes(n_lp)
         pad = bytes((c.host_slots - len(hosts)) * n_lp)  # the host slots without a job
         around: dict = {}  # (width, host, emptied GPUs) -> the GPUs placed around the host (_around_row)
@@ -551,7 +550,7 @@ class RoundBuilder:
                     continue
                 by_kind = per_host[r]
                 if by_kind is None:
-                    by_kind = per_host[r] = self._pair_rows_of(hid)
+                    by_kind = per_host[r] = pair_rows_of(self._need_cache, jobs[hid], dec[hid])
                 row = by_kind.get(kind)
                 if row is None:
                     row = by_kind[kind] = bytes([pair_fits(self.state, self.ledger, job, hid, level, pattern)
