@@ -30,7 +30,7 @@ def test_learned_is_shipped_with_its_recipe_and_split():
     assert cfg["preset"] == "learned" and "--preset learned" in cfg["command"]
     assert cfg["env"]["trace"] == "philly" and cfg["sampling"]["holdout"] == 0.2
     assert (cfg["env"]["window_order"], cfg["env"]["work_conserving"]) == ("las", True)
-    assert "pause" not in cfg["env"] and LearnedAgent(LEARNED).pause == "leave"  # trained where a pause leaves the round
+    assert cfg["env"]["pause"] == LearnedAgent(LEARNED).pause == "leave"  # trained where a pause leaves the round
     assert cfg["sampling"]["train_gpus"] == cfg["sampling"]["val_gpus"] == [16, 32, 64]
     shipped = cfg["shipped"]
     assert shipped["name"] == "learned" and shipped["model"] in ("best", "last")
@@ -41,6 +41,25 @@ def test_learned_is_shipped_with_its_recipe_and_split():
     meta = {p.key: p.value for p in onnx.load(str(LEARNED / "policy.onnx")).metadata_props}
     assert file_digest(LEARNED / "model.zip") in json.dumps(meta)
     assert shipped_policy("nope") is None and shipped_onnx("nope") is None
+
+
+def test_the_learned_preset_records_the_options_the_shipped_policy_was_trained_with():
+    """`jigsaw train --preset learned` reproduces the shipped run: every option its config records
+    (hyperparameters, env, sampling, warm start, budgets) is the preset's."""
+    import train_agent
+    from jigsaw_env.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--preset", "learned"])
+    train_agent.apply_option_files(args)
+    preset = train_agent.config_from_args(args)
+    shipped = json.loads((LEARNED / "config.json").read_text())
+    run_outcomes = {"done", "dagger", "episodes", "steps", "total_steps", "record_wall_s", "wall_s",
+                    "expert_mean_avg_jct_s", "final_accuracy", "final_nll", "final_value_mse"}
+    shipped["warm_start"] = {k: v for k, v in shipped["warm_start"].items() if k not in run_outcomes}
+    for part in ("hyperparameters", "env", "sampling", "warm_start", "spaces", "eval"):
+        assert shipped[part] == preset[part], part
+    for option in ("algo", "policy", "n_envs", "seed", "timesteps", "max_wall_s", "checkpoint_freq", "preset"):
+        assert shipped[option] == preset[option], option
 
 
 def test_the_shipped_trace_digest_is_the_reference_philly():
