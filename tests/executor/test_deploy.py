@@ -5,7 +5,15 @@ whose layout does not fit, a job larger than the cluster) or fails the job with 
 (a worker that raises), never a hang. docs/deploy.md."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -316,55 +324,90 @@ def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_
     assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _head_command(ray_exe: Path, temp_dir: str, port: int) -> list[str]:
+    """`ray start --head` on loopback with every port named (fresh free ports), 2 CPUs and the
+    resources slot_0 and slot_1."""
+    cmd = [str(ray_exe), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
+           "--num-cpus", "2", "--resources", json.dumps({"slot_0": 1, "slot_1": 1}), "--include-dashboard=false",
+           "--temp-dir", temp_dir, "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0"]
+    for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                 "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"):
+        cmd += [flag, str(_free_port())]
+    return cmd
+
+
+def _stop_process_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):  # SIGKILL skips Ray's 30 s drain
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+@contextlib.contextmanager
+def _ray_head(ray_exe: Path, env: dict, log_dir: Path, attempts: int = 3, up_within_s: float = 90.0):
+    """A running Ray head; yields its address. A free port can be taken by another process between
+    choosing it and the head binding it, so a head that exits before its GCS port answers is started
+    again on fresh ports (at most `attempts` times); the failure names each attempt's log tail."""
+    tails = []
+    for attempt in range(attempts):
+        temp_dir = tempfile.mkdtemp(prefix="rjd", dir="/tmp")  # short: Ray's socket paths live under it
+        port = _free_port()
+        log = log_dir / f"ray_head_{attempt}.log"
+        with open(log, "wb") as sink:
+            head = subprocess.Popen(_head_command(ray_exe, temp_dir, port), stdout=sink, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=env)
+        try:
+            deadline = time.monotonic() + up_within_s
+            while head.poll() is None and time.monotonic() < deadline:
+                with socket.socket() as probe:
+                    probe.settimeout(1.0)
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.5)
+            else:
+                tails.append(f"attempt {attempt} (exit {head.poll()}): {log.read_text()[-800:]}")
+                continue
+            yield f"127.0.0.1:{port}"
+            return
+        finally:
+            _stop_process_group(head)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    pytest.fail("ray start --head never came up:\n" + "\n".join(tails))
+
+
 @pytest.mark.slow
 def test_address_connects_to_a_running_ray_cluster(tmp_path):
     """`ray start --head` (loopback, its own ports and temp folder, 2 CPUs, slot_0 and slot_1) in a
     subprocess; `jigsaw deploy --address` runs jobs on it (in a subprocess: its own Ray driver,
     apart from this module's session); a cluster without enough slot resources is a one-line
     error. The head is stopped by its process group."""
-    import os
-    import shutil
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
     ray_exe = Path(sys.executable).with_name("ray")
     jig = Path(sys.executable).with_name("jigsaw")
     if not ray_exe.exists() or not jig.exists():
         pytest.skip("no ray / jigsaw executable next to the interpreter")
-
-    def free_port() -> int:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        return p
-
-    tmp = tempfile.mkdtemp(prefix="rjd", dir="/tmp")  # short: Ray's socket paths live under it
-    port = free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_NUM_THREADS="1")
-    cmd = [str(ray_exe), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
-           "--num-cpus", "2", "--resources", json.dumps({"slot_0": 1, "slot_1": 1}), "--include-dashboard=false",
-           "--temp-dir", tmp, "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0"]
-    for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                 "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"):
-        cmd += [flag, str(free_port())]
-    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
-    address = f"127.0.0.1:{port}"
-    try:
-        jobs = tmp_path / "jobs.csv"
-        jobs.write_text("job_id,model,num_gpus,iterations,arrival_s\n0,tiny_mlp,1,40,0\n1,tiny_cnn,2,20,0\n")
-        out = tmp_path / "out"
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,model,num_gpus,iterations,arrival_s\n0,tiny_mlp,1,40,0\n1,tiny_cnn,2,20,0\n")
+    out = tmp_path / "out"
+    with _ray_head(ray_exe, env, tmp_path) as address:
         base = [str(jig), "deploy", "--address", address, "--slots", "2", "--max-workers-per-gpu", "1", "--no-pin"]
         p = None
-        for _ in range(40):  # the head takes a few seconds to come up
+        for _ in range(10):  # the GCS answers before the raylet has registered the node's resources
             p = subprocess.run(base + ["--policy", "fifo", "--jobs", str(jobs), "--steps-per-round", "20",
                                        "--out", str(out), "--json"], env=env, capture_output=True, text=True,
                                timeout=300)
-            if p.returncode == 0 or "has no resource" in p.stderr or head.poll() is not None:
+            if p.returncode == 0 or "has no resource" in p.stderr:
                 break
             time.sleep(2)
         assert p.returncode == 0, p.stderr[-2000:]
@@ -374,17 +417,6 @@ def test_address_connects_to_a_running_ray_cluster(tmp_path):
                                        str(tmp_path / "o3")], env=env, capture_output=True, text=True, timeout=120)
         err = [line for line in p.stderr.strip().splitlines() if line.startswith("jigsaw deploy")]
         assert p.returncode == 2 and err and "has no resource slot_2" in err[-1]
-    finally:
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):  # SIGKILL skips Ray's 30 s drain
-            try:
-                os.killpg(head.pid, sig)
-                head.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-            except ProcessLookupError:
-                break
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.slow
