@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat,
-                              expert_names, policy_actor)
+                              episode_seed_base, expert_names, policy_actor)
 from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_pause_mode,
                        run_window_order,
                        spaces_signature)
@@ -1340,6 +1340,9 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     2. ``dagger_rounds`` DAgger rounds: play the policy for ``dagger_s`` seconds on new training
        episodes, label each state it visits with the expert's action, refit on all data so far.
 
+    Each stage plays episodes of its own (:func:`agents.imitation.episode_seed_base`), so runs with
+    different ``--seed`` learn from different episodes.
+
     Each finished stage is checkpointed in RUN_DIR/warm_start/: the demonstrations so far
     (``demos.npz``), the policy and statistics fitted to them (``fit/``) and ``progress.json`` (the
     stages done, the fit history); a run stopped by a signal and resumed (``--resume``) goes on
@@ -1379,7 +1382,8 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     threads = int(ws.get("threads") or 1)
     done = int(state["stages_done"])
     if done == 0:
-        demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=seed, progress=progress)
+        demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=episode_seed_base(seed, 0),
+                        progress=progress)
         state["recorded"] = dict(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
                                  expert_mean_avg_jct_s=_mean_jct(demos.episodes))
         with _torch_threads(threads):
@@ -1395,7 +1399,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     for r in range(done - 1, int(ws.get("dagger_rounds") or 0)):
         t_r = time.perf_counter()
         new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]),
-                                seed=seed + 100_000 * (r + 1))
+                                seed=episode_seed_base(seed, r + 1))
         demos = concat([demos, new])
         with _torch_threads(threads):
             h = behaviour_clone(model, demos, venv=venv, epochs=int(ws["dagger_epochs"]), seed=seed + r + 1,

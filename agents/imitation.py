@@ -493,6 +493,17 @@ def collect_on_policy(make_env: Callable[[], Any], expert: HeuristicExpert, act:
     return rec.result("collect_on_policy")
 
 
+def episode_seed_base(run_seed: int, stage: int) -> int:
+    """The first reset seed of one warm-start stage's episodes (stage 0: the expert's recording;
+    stage r: DAgger round r), played with seeds ``base, base + 1, ...`` by :func:`collect` and
+    :func:`collect_on_policy`. Drawn from ``numpy.random.SeedSequence([run_seed, stage])``, a
+    32-bit number: different training seeds and stages get unrelated episodes (``run_seed + ep``
+    would give seeds 0 and 1 the same episodes but one)."""
+    if run_seed < 0 or stage < 0:
+        raise ValueError(f"episode_seed_base: run_seed and stage must be >= 0, got {run_seed} and {stage}")
+    return int(np.random.SeedSequence([int(run_seed), int(stage)]).generate_state(1, dtype=np.uint32)[0])
+
+
 def policy_actor(model, venv=None) -> Callable[[np.ndarray, np.ndarray], int]:
     """``act(raw_obs, mask)``: the policy's feasible action with the highest logit, on observations
     normalised with ``venv``'s statistics (as :class:`agents.rl.LearnedAgent` acts)."""

@@ -56,6 +56,15 @@ def toy_tables():
         unregister_table(t.model, t.batch_size, t.device)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_log_folder(tmp_path_factory):
+    """SB3's ``learn()`` without a logger of its own makes an empty ``$TMPDIR/SB3-<timestamp>``
+    folder unless ``SB3_LOGDIR`` names one: the tests' go under pytest's temporary folder."""
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3"))
+    yield
+    os.environ.pop("SB3_LOGDIR", None)
+
+
 def toy_cluster(num_gpus: int = 4, gpus_per_node: int = 4, **kw) -> ClusterSpec:
     """Toy cluster with the hand-computable links above (v100 nodes, 16 GiB unless overridden)."""
     return ClusterSpec.from_gpus(num_gpus, gpus_per_node=gpus_per_node, intra=TOY_INTRA, cross=TOY_CROSS, **kw)

@@ -13,7 +13,7 @@ import pytest
 import agents  # noqa: F401  (registers the heuristics)
 from agents.base import Scheduler, make_scheduler
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy,
-                              concat, discounted_returns, expert_action, play_expert, policy_actor,
+                              concat, discounted_returns, episode_seed_base, expert_action, play_expert, policy_actor,
                               vecnormalize_reward_scale, work_conserving_action)
 from agents.rl_env import make_env_fn
 from data_helpers import require_data
@@ -327,6 +327,17 @@ def test_dagger_labels_the_learners_states_with_the_expert(cloned):
     assert len(both) == len(demos) + len(new) and both.dones.sum() == demos.dones.sum() + new.dones.sum()
 
 
+def test_each_training_seed_and_stage_plays_episodes_of_its_own():
+    """Stages play seeds base, base + 1, ...: for 4 training seeds and 6 stages (recording and 5
+    DAgger rounds) the first 10,000 episode seeds of any two never meet; the bases are 32-bit
+    and the same on every call."""
+    bases = sorted(episode_seed_base(run, stage) for run in range(4) for stage in range(6))
+    assert len(bases) == 24 and all(b2 - b1 >= 10_000 for b1, b2 in zip(bases, bases[1:]))
+    assert all(0 <= b < 2**32 for b in bases) and episode_seed_base(1, 2) == episode_seed_base(1, 2)
+    with pytest.raises(ValueError, match="run_seed and stage must be >= 0, got -1 and 0"):
+        episode_seed_base(-1, 0)
+
+
 @pytest.mark.slow
 def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
     import torch
@@ -336,12 +347,15 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
     from agents.rl import LearnedAgent
 
     threads = {"fit": [], "play": []}  # torch threads seen by each fit and each recording / DAgger play
+    play_seeds = []  # the first episode seed of the recording and of each DAgger round
 
     def spy(name, key):  # the warm start's steps, where train_agent calls them
         fn = getattr(train_agent, name)
 
         def wrapped(*a, **kw):
             threads[key].append(torch.get_num_threads())
+            if key == "play":
+                play_seeds.append(kw["seed"])
             return fn(*a, **kw)
         monkeypatch.setattr(train_agent, name, wrapped)
 
@@ -355,8 +369,9 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
                "--vec", "dummy", "--eval-freq", "100000", "--checkpoint-freq", "100000", "--no-progress",
                "--no-tensorboard", "--warm-start", "tiresias", "--warm-start-s", "1", "--bc-epochs", "2",
                "--dagger-rounds", "1", "--dagger-s", "0.5", "--dagger-epochs", "1", "--bc-threads", "2",
-               "--run-dir", str(run)])
+               "--seed", "5", "--run-dir", str(run)])
     assert rc == 0
+    assert play_seeds == [episode_seed_base(5, 0), episode_seed_base(5, 1)]
     # the fits get --bc-threads; recording, DAgger play and RL afterwards keep train_agent's one thread
     assert threads == {"fit": [2, 2], "play": [1, 1]}
     assert torch.get_num_threads() == 1
