@@ -1351,7 +1351,8 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     Writes RUN_DIR/warm_start.csv (one row per epoch: stage, loss, accuracy, value MSE) and the
     cloned policy as RUN_DIR/warm_start/ (a RUN_DIR of its own), and records in
     ``cfg["warm_start"]`` the data sizes, the expert's and each DAgger round's mean JCT on their
-    training episodes, the final fit and the wall time."""
+    training episodes and the first of their episode seeds (``first_episode_seed``), the final fit
+    and the wall time."""
     ws = cfg["warm_start"]
     seed = int(cfg["seed"])
     hp = cfg["hyperparameters"]
@@ -1382,10 +1383,10 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     threads = int(ws.get("threads") or 1)
     done = int(state["stages_done"])
     if done == 0:
-        demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=episode_seed_base(seed, 0),
-                        progress=progress)
+        first = episode_seed_base(seed, 0)
+        demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=first, progress=progress)
         state["recorded"] = dict(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
-                                 expert_mean_avg_jct_s=_mean_jct(demos.episodes))
+                                 expert_mean_avg_jct_s=_mean_jct(demos.episodes), first_episode_seed=first)
         with _torch_threads(threads):
             state["hist"] = [dict(stage="clone", **h) for h in behaviour_clone(
                 model, demos, venv=venv, epochs=int(ws["epochs"]), seed=seed, **fit)]
@@ -1398,15 +1399,17 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     ws.update(state["recorded"])
     for r in range(done - 1, int(ws.get("dagger_rounds") or 0)):
         t_r = time.perf_counter()
-        new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]),
-                                seed=episode_seed_base(seed, r + 1))
+        first = episode_seed_base(seed, r + 1)
+        new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]), seed=first)
         demos = concat([demos, new])
         with _torch_threads(threads):
             h = behaviour_clone(model, demos, venv=venv, epochs=int(ws["dagger_epochs"]), seed=seed + r + 1,
                                 fit_stats=False, **fit)
         state["hist"] += [dict(stage=f"dagger{r + 1}", **x) for x in h]
         state["rounds"].append({"round": r + 1, "steps": len(new), "episodes": len(new.episodes),
-                                "policy_mean_avg_jct_s": _mean_jct(new.episodes), "wall_s": time.perf_counter() - t_r})
+                                "policy_mean_avg_jct_s": _mean_jct(new.episodes), "first_episode_seed": first,
+                                "policy_avg_jct_s": _episode_jcts(new.episodes),
+                                "wall_s": time.perf_counter() - t_r})
         state["stages_done"] = r + 2
         checkpoint(demos, True)
     hist = state["hist"]
@@ -1434,6 +1437,11 @@ def _torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def _episode_jcts(episodes: list[dict]) -> list[float | None]:
+    """Each episode's mean JCT in seconds, in play order; None for an episode cut short."""
+    return [None if e.get("truncated") or e.get("avg_jct_s") is None else float(e["avg_jct_s"]) for e in episodes]
 
 
 def _mean_jct(episodes: list[dict]) -> float | None:
