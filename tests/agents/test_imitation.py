@@ -379,6 +379,8 @@ def test_train_with_warm_start_end_to_end(tmp_path, monkeypatch):
     ws = cfg["warm_start"]
     assert ws["expert"] == "tiresias" and ws["steps"] > 0 and len(ws["dagger"]) == 1 and ws["threads"] == 2
     assert ws["total_steps"] == ws["steps"] + ws["dagger"][0]["steps"]
+    assert ws["first_episode_seed"] == episode_seed_base(5, 0) and ws["dagger"][0]["first_episode_seed"] == play_seeds[1]
+    assert len(ws["dagger"][0]["policy_avg_jct_s"]) == ws["dagger"][0]["episodes"]
     assert cfg["train_wall_s"] >= ws["wall_s"]  # the warm start counts against --max-wall-s
     csv = pd.read_csv(run / "warm_start.csv")
     assert csv["stage"].tolist() == ["clone", "clone", "dagger1"]

@@ -654,3 +654,20 @@ def test_results_commands_name_the_data_folder_by_its_variable(monkeypatch, tmp_
     cmd = [sys.executable, "-m", "bench.replay", "--trace", f"philly:{tmp_path}/philly/philly.csv", "--gpus", "512"]
     assert bench_main._shown_command(cmd) == \
         "python -m bench.replay --trace philly:$JIGSAW_DATA/philly/philly.csv --gpus 512"
+
+
+def test_warm_start_episodes_finds_each_rounds_episodes_and_refuses_a_run_without_rounds(tmp_path, capsys):
+    """Round r's first episode seed: as recorded, else seed + 100000 r (what runs that do not
+    record it used); a folder without config.json or without DAgger rounds is one line."""
+    from bench.warm_start_episodes import main, round_seeds
+
+    cfg = {"seed": 3, "warm_start": {"dagger": [{"round": 1, "episodes": 7}, {"round": 2, "episodes": 4},
+                                                {"round": 3, "episodes": 5, "first_episode_seed": 991}]}}
+    assert round_seeds(cfg) == [(1, 100_003, 7), (2, 200_003, 4), (3, 991, 5)]
+    with pytest.raises(SystemExit):
+        main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert f"{tmp_path} has no config.json" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text(json.dumps({"seed": 0, "warm_start": {"dagger": []}}))
+    with pytest.raises(SystemExit):
+        main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert "records no DAgger rounds" in capsys.readouterr().err
