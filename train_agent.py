@@ -581,7 +581,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- envs
-def _env_factories(cfg: dict, split: str, n: int, seed: int, subprocess_workers: bool = False):
+def env_factories(cfg: dict, split: str, n: int, seed: int, subprocess_workers: bool = False):
     """The env factories of ``n`` envs of a split; ``subprocess_workers``: for SubprocVecEnv
     workers, which then ignore SIGINT/SIGTERM (the trainer handles them, ``make_env_fn``)."""
     s = cfg["sampling"]
@@ -599,7 +599,7 @@ def _check_env(cfg: dict) -> None:
     """Build and reset one train and one eval env here, so that a bad config fails with its own
     message before any worker process starts."""
     for split in ("train", "eval") + (("val",) if float(cfg["sampling"].get("val") or 0.0) > 0 else ()):
-        env = _env_factories(cfg, split, 1, cfg["seed"])[0]()
+        env = env_factories(cfg, split, 1, cfg["seed"])[0]()
         env.reset(seed=cfg["seed"])
         env.close()
 
@@ -741,7 +741,7 @@ def play_reference(cfg: dict, name: str, episodes: int, eval_seed: int) -> dict:
     episodes the in-training evaluation replays: the validation env made as the evaluation's, reset
     with ``eval_seed``, then reset without a seed between episodes, as SB3's DummyVecEnv does.
     Returns its mean episode return and mean JCT (s) over them."""
-    env = _env_factories(cfg, "val", 1, eval_seed)[0]()
+    env = env_factories(cfg, "val", 1, eval_seed)[0]()
     base = env.unwrapped
     expert = HeuristicExpert(name)
     returns, jcts = [], []
@@ -1215,10 +1215,10 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
         if ray_address is not None:
             venv, ray_owned = _ray_venv(cfg, ray_address, n_envs, seed)
         else:
-            venv = vec_cls(_env_factories(cfg, "train", n_envs, seed, subprocess_workers=vec_cls is SubprocVecEnv))
+            venv = vec_cls(env_factories(cfg, "train", n_envs, seed, subprocess_workers=vec_cls is SubprocVecEnv))
         # the evaluation callback (and so best/) uses the validation split, never the held-out one
         if cfg["sampling"].get("select_on") == "val":
-            eval_raw = DummyVecEnv(_env_factories(cfg, "val", 1, seed + 1_000_003))
+            eval_raw = DummyVecEnv(env_factories(cfg, "val", 1, seed + 1_000_003))
         if resume_from is not None:
             steps, model_path, vn_path = resume_from
             if vn_path is None:
@@ -1283,7 +1283,7 @@ def _ray_venv(cfg: dict, address: str, n_envs: int, seed: int):
     owned = connect(address, num_cpus=max(1, n_envs))
     try:
         tables = [CostTable.load(f).to_dict() for f in table_files(cfg["tables"])] if cfg.get("tables") else []
-        fns = [with_tables(fn, tables) for fn in _env_factories({**cfg, "tables": None}, "train", n_envs, seed)]
+        fns = [with_tables(fn, tables) for fn in env_factories({**cfg, "tables": None}, "train", n_envs, seed)]
         venv = RayVecEnv(fns)
     except BaseException:
         if owned:
@@ -1332,6 +1332,12 @@ def _load_stats_into(venv, path: Path) -> None:
     venv.ret_rms.mean, venv.ret_rms.var, venv.ret_rms.count = np.float64(st.ret_mean), np.float64(st.ret_var), st.ret_count
 
 
+def warm_start_env_factory(cfg: dict):
+    """The factory of the one training-split env the warm start records and plays DAgger on (its
+    own seed stream, apart from the RL phase's envs); each episode is reset with its own seed."""
+    return env_factories(cfg, "train", 1, int(cfg["seed"]) + 7_000_003)[0]
+
+
 def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> None:
     """Imitation warm start from ``cfg["warm_start"]["expert"]`` (agents/imitation.py):
 
@@ -1376,7 +1382,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         _write_json(state_path, state)
 
     expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"))
-    make = _env_factories(cfg, "train", 1, seed + 7_000_003)[0]
+    make = warm_start_env_factory(cfg)
     fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
                gamma_per_hour=hp.get("gamma_per_hour"), act_weight=float(ws.get("act_weight", 1.0)),
                width_power=float(ws.get("width_power", 0.0)), progress=progress)

@@ -38,7 +38,7 @@ def round_seeds(cfg: dict) -> list[tuple[int, int, int]]:
 
 def measure(run_dir: Path, log=print) -> dict:
     from agents.imitation import HeuristicExpert, collect
-    from train_agent import _env_factories
+    from train_agent import warm_start_env_factory
 
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
@@ -47,7 +47,7 @@ def measure(run_dir: Path, log=print) -> dict:
     ws = cfg.get("warm_start") or {}
     if not ws.get("dagger"):
         raise ValueError(f"--run: {cfg_path} records no DAgger rounds (warm_start.dagger is empty)")
-    make = _env_factories(cfg, "train", 1, int(cfg["seed"]) + 7_000_003)[0]
+    make = warm_start_env_factory(cfg)
     expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"))
     rows = []
     for (rnd, first, n), rec in zip(round_seeds(cfg), ws["dagger"]):

@@ -385,13 +385,13 @@ def test_train_gpus_draws_the_cluster_per_training_episode(tables_dir, tmp_path)
     import train_agent
     cfg = {"env": dict(gpus=16, trace=spec, max_jobs=6, window_k=4, load=1.0), "seed": 0,
            "sampling": {"holdout": 0.2, "val": 0.1, "loads": None, "train_gpus": [8, 16]}}
-    tr = train_agent._env_factories(cfg, "train", 1, 0)[0]().unwrapped
-    va = train_agent._env_factories(cfg, "val", 1, 0)[0]().unwrapped
+    tr = train_agent.env_factories(cfg, "train", 1, 0)[0]().unwrapped
+    va = train_agent.env_factories(cfg, "val", 1, 0)[0]().unwrapped
     assert tr.cluster_sizes == [8, 16] and va.cluster_sizes is None and va.cluster.num_gpus == 16
     cfg["sampling"]["val_gpus"] = [8]
-    tr = train_agent._env_factories(cfg, "train", 1, 0)[0]().unwrapped
-    va = train_agent._env_factories(cfg, "val", 1, 0)[0]().unwrapped
-    ev = train_agent._env_factories(cfg, "eval", 1, 0)[0]().unwrapped
+    tr = train_agent.env_factories(cfg, "train", 1, 0)[0]().unwrapped
+    va = train_agent.env_factories(cfg, "val", 1, 0)[0]().unwrapped
+    ev = train_agent.env_factories(cfg, "eval", 1, 0)[0]().unwrapped
     assert tr.cluster_sizes == [8, 16] and va.cluster_sizes == [8] and va.cluster.num_gpus == 8
     assert ev.cluster_sizes is None and ev.cluster.num_gpus == 16
 

@@ -127,7 +127,7 @@ def test_reference_values_are_the_heuristics_on_the_evaluation_episodes(tables_d
     args = _parse(tiny_args(tables_dir, "unused")[1:] + ["--eval-episodes", "3"])
     cfg = train_agent.config_from_args(args)
     eval_seed = int(cfg["seed"]) + 1_000_003
-    raw = DummyVecEnv(train_agent._env_factories(cfg, "val", 1, eval_seed))
+    raw = DummyVecEnv(train_agent.env_factories(cfg, "val", 1, eval_seed))
     venv = VecNormalize(raw, norm_obs=True, norm_reward=False, training=False)
     base = raw.envs[0].unwrapped
 
@@ -151,14 +151,14 @@ def test_reference_values_are_the_heuristics_on_the_evaluation_episodes(tables_d
                                                 ([], "pause", "leave"), (["--pause", "requeue"], "pause", "requeue")])
 def test_window_order_and_pause_reach_the_config_and_every_training_env(tables_dir, tmp_path, flag, field,  # noqa: F811
                                                                         value):
-    from train_agent import _env_factories
+    from train_agent import env_factories
 
     args = _parse(tiny_args(tables_dir, tmp_path / "run", "--val", "0.1", *flag)[1:])
     train_agent.apply_option_files(args)
     cfg = train_agent.config_from_args(args)
     assert cfg["env"][field] == value
     for split in ("train", "eval", "val"):
-        env = _env_factories(cfg, split, 1, 0)[0]()
+        env = env_factories(cfg, split, 1, 0)[0]()
         assert getattr(env.unwrapped, field) == value
         if field == "pause":
             env.reset(seed=0)
@@ -168,14 +168,14 @@ def test_window_order_and_pause_reach_the_config_and_every_training_env(tables_d
 
 @pytest.mark.parametrize("flag, on", [([], False), (["--work-conserving"], True)])
 def test_work_conserving_reaches_the_config_and_every_training_env(tables_dir, tmp_path, flag, on):  # noqa: F811
-    from train_agent import _env_factories
+    from train_agent import env_factories
 
     args = _parse(tiny_args(tables_dir, tmp_path / "run", "--val", "0.1", *flag)[1:])
     train_agent.apply_option_files(args)
     cfg = train_agent.config_from_args(args)
     assert cfg["env"]["work_conserving"] is on
     for split in ("train", "eval", "val"):
-        env = _env_factories(cfg, split, 1, 0)[0]()
+        env = env_factories(cfg, split, 1, 0)[0]()
         assert env.unwrapped.work_conserving is on
         env.reset(seed=0)
         assert env.unwrapped.builder.work_conserving is on
