@@ -54,3 +54,13 @@ def write_results(out: str | Path, res: dict, write_md: Callable[[Path, dict], N
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     write_md(out / "results.md", res)
     return out
+
+
+def write_and_show(out: str | Path, res: dict, write_md: Callable[[Path, dict], None], module: str, argv,
+                   t0: float) -> Path:
+    """Add :func:`run_record` to ``res``, write the folder (:func:`write_results`) and print its
+    results.md; returns the folder."""
+    res.update(run_record(module, argv, t0))
+    folder = write_results(out, res, write_md)
+    print((folder / "results.md").read_text())
+    return folder

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.results_folder import portable_text, run_line, run_record, write_results
+from bench.results_folder import portable_text, run_line, write_and_show
 
 
 def validation_windows(trace: str, gpus: int, holdout: float, val: float, window_jobs: int, windows: int,
@@ -184,9 +184,7 @@ def main(argv=None) -> int:
                       _floats(a.loads, "--loads"), a.windows, a.baseline, a.workers)
     except ValueError as e:
         p.error(str(e))
-    res.update(run_record("bench.validation_choice", argv, t0))
-    out = write_results(a.out, res, write_md)
-    print((out / "results.md").read_text())
+    write_and_show(a.out, res, write_md, "bench.validation_choice", argv, t0)
     return 0
 
 

@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.results_folder import run_line, run_record, write_results
+from bench.results_folder import run_line, write_and_show
 
 UNRECORDED_ROUND_STRIDE = 100_000  # first episode seed of round r in runs without first_episode_seed
 
@@ -91,9 +91,7 @@ def main(argv=None) -> int:
         res = measure(a.run)
     except ValueError as e:
         p.error(str(e))
-    res.update(run_record("bench.warm_start_episodes", argv, t0))
-    out = write_results(a.out, res, write_md)
-    print((out / "results.md").read_text())
+    write_and_show(a.out, res, write_md, "bench.warm_start_episodes", argv, t0)
     return 0
 
 
