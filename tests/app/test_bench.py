@@ -671,3 +671,29 @@ def test_warm_start_episodes_finds_each_rounds_episodes_and_refuses_a_run_withou
     with pytest.raises(SystemExit):
         main(["--run", str(tmp_path), "--out", str(tmp_path / "o")])
     assert "records no DAgger rounds" in capsys.readouterr().err
+
+
+def test_warm_start_episodes_replays_each_rounds_episodes_and_pairs_the_finished_ones(tmp_path):
+    """A run whose one DAgger round records per-episode JCTs of exactly twice what the expert
+    scores on that round's episodes (the second cut short): the bench replays those episodes (the
+    warm start's env, from the recorded first seed) and finds the ratio 2 over the finished ones
+    and the expert's mean over all three."""
+    import train_agent
+    from agents.imitation import HeuristicExpert, collect, episode_seed_base
+    from bench.warm_start_episodes import measure
+    from jigsaw_env.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--trace", "synthetic", "--gpus", "8", "--max-jobs", "6",
+                                      "--window-k", "4", "--spb-levels", "1", "--seed", "4"])
+    cfg = train_agent.config_from_args(args)
+    first = episode_seed_base(4, 1)
+    played = collect(train_agent.warm_start_env_factory(cfg), HeuristicExpert("tiresias"), episodes=3, seed=first)
+    jcts = [e["avg_jct_s"] for e in played.episodes]
+    learner = [2 * jcts[0], None, 2 * jcts[2]]
+    cfg["warm_start"] = {"expert": "tiresias", "dagger": [
+        {"round": 1, "episodes": 3, "first_episode_seed": first, "policy_avg_jct_s": learner,
+         "policy_mean_avg_jct_s": (learner[0] + learner[2]) / 2}]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (row,) = measure(tmp_path, log=lambda *_: None)["rounds"]
+    assert row["paired"] and row["learner_over_expert"] == pytest.approx(2.0, rel=1e-12)
+    assert row["expert_mean_jct_s"] == pytest.approx(sum(jcts) / 3, rel=1e-12) and row["first_episode_seed"] == first
