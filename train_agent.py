@@ -1451,7 +1451,8 @@ def _episode_jcts(episodes: list[dict]) -> list[float | None]:
 
 
 def _mean_jct(episodes: list[dict]) -> float | None:
-    v = [e["avg_jct_s"] for e in episodes if e.get("avg_jct_s") is not None and not e.get("truncated")]
+    """The mean of :func:`_episode_jcts` over the finished episodes (None when none finished)."""
+    v = [x for x in _episode_jcts(episodes) if x is not None]
     return float(sum(v) / len(v)) if v else None
 
 

@@ -54,17 +54,18 @@ def measure(run_dir: Path, log=print) -> dict:
         t0 = time.perf_counter()
         played = collect(make, expert, episodes=n, seed=first)
         exp = [float(e["avg_jct_s"]) for e in played.episodes]
+        exp_mean = sum(exp) / len(exp)
         per_ep = rec.get("policy_avg_jct_s")
         if per_ep is not None:
             pairs = [(p, e) for p, e in zip(per_ep, exp) if p is not None]
             ratio = sum(p for p, _ in pairs) / sum(e for _, e in pairs)
         else:
-            ratio = float(rec["policy_mean_avg_jct_s"]) / (sum(exp) / len(exp))
+            ratio = float(rec["policy_mean_avg_jct_s"]) / exp_mean
         rows.append({"round": rnd, "first_episode_seed": first, "episodes": n,
-                     "learner_mean_jct_s": rec["policy_mean_avg_jct_s"], "expert_mean_jct_s": sum(exp) / len(exp),
+                     "learner_mean_jct_s": rec["policy_mean_avg_jct_s"], "expert_mean_jct_s": exp_mean,
                      "expert_max_jct_s": max(exp), "learner_over_expert": ratio, "paired": per_ep is not None})
         log(f"round {rnd}: {n} episodes from seed {first}; learner {rec['policy_mean_avg_jct_s']:,.0f} s, "
-            f"expert {rows[-1]['expert_mean_jct_s']:,.0f} s, ratio {ratio:.2f} ({time.perf_counter() - t0:.0f} s)")
+            f"expert {exp_mean:,.0f} s, ratio {ratio:.2f} ({time.perf_counter() - t0:.0f} s)")
     return {"run": str(run_dir), "expert": ws["expert"], "rounds": rows}
 
 

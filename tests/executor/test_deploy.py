@@ -24,6 +24,7 @@ pytest.importorskip("ray")
 
 from jigsaw_executor.deploy import demo_jobs, deploy  # noqa: E402
 from jigsaw_executor.live import JobFailed, LiveJob  # noqa: E402
+from net_helpers import free_port  # noqa: E402
 
 SLOTS = 2
 MWPG = 1  # one worker host per slot keeps the module's start-up short on 2 cores
@@ -324,12 +325,6 @@ def test_a_policy_trained_on_a_larger_cluster_deploys_unchanged(ray_pieces, tmp_
     assert steps and replay["steps_checked"] == len(steps) and replay["decisions_match"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _head_command(ray_exe: Path, temp_dir: str, port: int) -> list[str]:
     """`ray start --head` on loopback with every port named (fresh free ports), 2 CPUs and the
     resources slot_0 and slot_1."""
@@ -338,7 +333,7 @@ def _head_command(ray_exe: Path, temp_dir: str, port: int) -> list[str]:
            "--temp-dir", temp_dir, "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0"]
     for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
                  "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"):
-        cmd += [flag, str(_free_port())]
+        cmd += [flag, str(free_port())]
     return cmd
 
 
@@ -362,7 +357,7 @@ def _ray_head(ray_exe: Path, env: dict, log_dir: Path, attempts: int = 3, up_wit
     tails = []
     for attempt in range(attempts):
         temp_dir = tempfile.mkdtemp(prefix="rjd", dir="/tmp")  # short: Ray's socket paths live under it
-        port = _free_port()
+        port = free_port()
         log = log_dir / f"ray_head_{attempt}.log"
         with open(log, "wb") as sink:
             head = subprocess.Popen(_head_command(ray_exe, temp_dir, port), stdout=sink, stderr=subprocess.STDOUT,

@@ -7,19 +7,12 @@ run without a failure.
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
+from net_helpers import free_port
+
 pytest.importorskip("ray")
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.mark.timeout(60)  # the bounded wait: a hang fails the test
@@ -33,7 +26,7 @@ def test_an_unreachable_address_is_one_line_within_a_bounded_wait(tmp_path, caps
     from jigsaw_executor.cluster_ray import CONNECT_TIMEOUT_S
 
     assert not ray.is_initialized()
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     rc = main(["deploy", "--address", address, "--policy", "fifo", "--demo", "--slots", "2",
                "--out", str(tmp_path / "out")])

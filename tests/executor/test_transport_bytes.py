@@ -5,13 +5,13 @@ bytes the ring algorithm has to send."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from jigsaw_executor.transport import (LoopbackWindow, TransportCounterUnavailable, loopback_bytes,
                                        parse_net_dev)
+from net_helpers import free_port
 
 SAMPLE = """Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
@@ -51,12 +51,6 @@ def test_bad_counter_files_are_one_clear_error(tmp_path):
             pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _allreduce_worker(rank: int, world: int, port: int, numel: int) -> None:
     import torch
     import torch.distributed as dist
@@ -82,7 +76,7 @@ def test_a_gloo_allreduce_raises_the_loopback_count_by_at_least_the_ring_bytes()
     m = numel * 4
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with LoopbackWindow() as w:
-        mp.spawn(_allreduce_worker, args=(world, _free_port(), numel), nprocs=world, join=True)
+        mp.spawn(_allreduce_worker, args=(world, free_port(), numel), nprocs=world, join=True)
     assert w.bytes >= 2 * (world - 1) * m
 
 
