@@ -550,6 +550,38 @@ def test_lookahead_rollout_of_the_base_decision_reproduces_the_base_run():
     assert rollout_jct_s(sim, sched, sched.schedule(sim.state)) == pytest.approx(ref.metrics()["avg_jct_s"], rel=1e-12)
 
 
+def test_lookahead_time_in_system_counts_each_job_between_its_arrival_and_finish_inside_the_horizon():
+    from types import SimpleNamespace as J
+
+    from bench.lookahead import time_in_system_s
+
+    jobs = [J(arrival_s=0.0, finish_s=100.0),    # finished at the horizon's start: 0
+            J(arrival_s=50.0, finish_s=None),    # waiting throughout: 400 - 100
+            J(arrival_s=200.0, finish_s=300.0),  # arrives and finishes inside: 100
+            J(arrival_s=350.0, finish_s=900.0),  # finishes after the horizon: 400 - 350
+            J(arrival_s=500.0, finish_s=None)]   # arrives after it: 0
+    assert time_in_system_s(jobs, 100.0, 400.0) == 300.0 + 100.0 + 50.0
+
+
+def test_lookahead_rollout_cut_after_every_finish_scores_the_total_jct():
+    """From the first round, a rollout whose horizon reaches past the last finish scores the
+    job-seconds of the whole run: the mean JCT times the jobs."""
+    from agents import make_scheduler
+    from bench.lookahead import rollout_jct_s
+    from jigsaw_env.simulator import Simulator
+
+    cluster, cfg, jobs = _small_window()
+    ref = Simulator(cluster, jobs, cfg)
+    ref.run(make_scheduler("jigsaw"))
+    sim = Simulator(cluster, jobs, cfg)
+    sched = make_scheduler("jigsaw")
+    sched.reset()
+    whole = rollout_jct_s(sim, sched, sched.schedule(sim.state), horizon_s=1e9)
+    assert whole == pytest.approx(ref.metrics()["avg_jct_s"] * len(jobs), rel=1e-12)
+    short = rollout_jct_s(sim, sched, sched.schedule(sim.state), horizon_s=600.0)
+    assert 0.0 < short < whole
+
+
 def test_lookahead_alternatives_change_one_job_and_are_feasible():
     from agents import make_scheduler
     from bench.lookahead import KINDS, alternatives
@@ -592,6 +624,11 @@ def test_lookahead_rejects_bad_arguments(capsys):
             main(argv)
         assert e.value.code == 2
     assert "--windows must be" in capsys.readouterr().err
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit) as e:
+            main(["--horizon-h", bad])
+        assert e.value.code == 2
+        assert f"--horizon-h must be a positive number of hours, got {float(bad)}" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------- validation choice
