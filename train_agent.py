@@ -1152,7 +1152,7 @@ def _train(args, cfg: dict, run_dir: Path, resume_from) -> dict:
             signal.signal(s, h)
 
 
-def _sb3_gamma(cfg: dict) -> float:
+def sb3_gamma_of(cfg: dict) -> float:
     """SB3's scalar gamma (VecNormalize's return, a truncated episode's bootstrap): --gamma, or
     one round's discount under --gamma-per-hour (agents/semi_mdp.py)."""
     hp = cfg["hyperparameters"]
@@ -1208,7 +1208,7 @@ def _train_inner(args, cfg: dict, run_dir: Path, resume_from) -> dict:
     ray_address = getattr(args, "ray", None)
     if ray_address is None and cfg.get("vec") == "ray":
         ray_address = "local"
-    sb3_gamma = _sb3_gamma(cfg)
+    sb3_gamma = sb3_gamma_of(cfg)
     venv = eval_raw = eval_env = None
     ray_owned = False
     try:
@@ -1310,7 +1310,7 @@ WARM_DIR = "warm_start"
 WARM_STATE = "progress.json"
 
 
-def _save_demos(path: Path, demos) -> None:
+def save_demos(path: Path, demos) -> None:
     """The demonstrations as plain arrays (np.savez, no pickle), written atomically."""
     def write(f):
         np.savez(f, obs=demos.obs, masks=demos.masks, actions=demos.actions, rewards=demos.rewards,
@@ -1319,13 +1319,14 @@ def _save_demos(path: Path, demos) -> None:
     _atomic_write(path, write)
 
 
-def _load_demos(path: Path):
+def load_demos(path: Path):
+    """The demonstrations :func:`save_demos` wrote to ``path`` (a run's ``warm_start/demos.npz``)."""
     with np.load(path, allow_pickle=False) as d:
         return Demonstrations(d["obs"], d["masks"], d["actions"], d["rewards"], d["dones"], d["widths"],
                               json.loads(d["episodes"].tobytes().decode()), dt_s=d["dt_s"])
 
 
-def _load_stats_into(venv, path: Path) -> None:
+def load_stats_into(venv, path: Path) -> None:
     """VecNormalize statistics of ``path`` (an .npz) into the VecNormalize ``venv``, in place."""
     st = read_vecnormalize(path)
     venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = st.obs_mean.copy(), st.obs_var.copy(), st.obs_count
@@ -1375,7 +1376,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
     wall_before = float(state.get("wall_s") or 0.0)
 
     def checkpoint(demos, fitted: bool) -> None:
-        _save_demos(bc_dir / "demos.npz", demos)
+        save_demos(bc_dir / "demos.npz", demos)
         if fitted:
             save_state(model, venv, fit_dir / "model.zip", fit_dir / "vecnormalize.npz")
         state["wall_s"] = wall_before + time.perf_counter() - t0
@@ -1399,9 +1400,9 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         state["stages_done"] = done = 1
         checkpoint(demos, True)
     else:
-        demos = _load_demos(bc_dir / "demos.npz")
+        demos = load_demos(bc_dir / "demos.npz")
         model.set_parameters(str(fit_dir / "model.zip"), exact_match=True, device="cpu")
-        _load_stats_into(venv, fit_dir / "vecnormalize.npz")
+        load_stats_into(venv, fit_dir / "vecnormalize.npz")
     ws.update(state["recorded"])
     for r in range(done - 1, int(ws.get("dagger_rounds") or 0)):
         t_r = time.perf_counter()
