@@ -156,8 +156,24 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     assert main(["export", str(run), "--out", str(out)]) == 0
     onnx_policy = OnnxPolicy(out)
     obs, mask = random_inputs(4 * F + C, 4 * 92 + 1, 200, np.random.default_rng(3))
-    want = [agent.act(o, m) for o, m in zip(obs, mask)]
-    assert np.array_equal(onnx_policy.act_batch(obs, mask), np.array(want))
+    want = np.array([agent.act(o, m) for o, m in zip(obs, mask)])
+    got = onnx_policy.act_batch(obs, mask)
+    # the same action, or one whose logit ties the model's within float rounding: the model acts on
+    # one observation at a time and the graph on the batch, whose kernels round differently
+    for i in np.flatnonzero(got != want):
+        logits = _logits(agent, obs[i])
+        assert mask[i][got[i]] and abs(logits[got[i]] - logits[want[i]]) <= 1e-5 * max(1.0, abs(logits[want[i]])), \
+            (i, got[i], want[i], logits[got[i]], logits[want[i]])
+    assert np.count_nonzero(got != want) <= 2
+
+
+def _logits(agent, obs) -> np.ndarray:
+    """The policy's logits over all actions for one raw observation (normalized as the agent does)."""
+    import torch
+
+    with torch.no_grad():
+        t, _ = agent.model.policy.obs_to_tensor(agent.normalize(np.asarray(obs, dtype=np.float32)))
+        return agent.model.policy.get_distribution(t).distribution.logits.numpy()[0]
 
 
 @pytest.mark.slow
