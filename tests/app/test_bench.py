@@ -532,11 +532,9 @@ def _small_window(gpus: int = 16):
     return ClusterSpec.from_gpus(**cluster_kwargs), cfg, jobs
 
 
-def test_lookahead_rollout_of_the_base_decision_reproduces_the_base_run():
-    """A rollout copies the simulator and the scheduler: playing Jigsaw's own first decision and
-    then Jigsaw gives exactly the JCT of Jigsaw run from the start."""
+def _jigsaw_from_the_start():
+    """Jigsaw run through the small window (the reference), and a fresh simulator and Jigsaw at its start."""
     from agents import make_scheduler
-    from bench.lookahead import rollout_jct_s
     from jigsaw_env.simulator import Simulator
 
     cluster, cfg, jobs = _small_window()
@@ -545,6 +543,15 @@ def test_lookahead_rollout_of_the_base_decision_reproduces_the_base_run():
     sim = Simulator(cluster, jobs, cfg)
     sched = make_scheduler("jigsaw")
     sched.reset()
+    return ref, sim, sched, jobs
+
+
+def test_lookahead_rollout_of_the_base_decision_reproduces_the_base_run():
+    """A rollout copies the simulator and the scheduler: playing Jigsaw's own first decision and
+    then Jigsaw gives exactly the JCT of Jigsaw run from the start."""
+    from bench.lookahead import rollout_jct_s
+
+    ref, sim, sched, jobs = _jigsaw_from_the_start()
     for _ in range(2):  # a few rounds in, with the scheduler's memory
         sim.step(sched.schedule(sim.state))
     assert rollout_jct_s(sim, sched, sched.schedule(sim.state)) == pytest.approx(ref.metrics()["avg_jct_s"], rel=1e-12)
@@ -566,16 +573,9 @@ def test_lookahead_time_in_system_counts_each_job_between_its_arrival_and_finish
 def test_lookahead_rollout_cut_after_every_finish_scores_the_total_jct():
     """From the first round, a rollout whose horizon reaches past the last finish scores the
     job-seconds of the whole run: the mean JCT times the jobs."""
-    from agents import make_scheduler
     from bench.lookahead import rollout_jct_s
-    from jigsaw_env.simulator import Simulator
 
-    cluster, cfg, jobs = _small_window()
-    ref = Simulator(cluster, jobs, cfg)
-    ref.run(make_scheduler("jigsaw"))
-    sim = Simulator(cluster, jobs, cfg)
-    sched = make_scheduler("jigsaw")
-    sched.reset()
+    ref, sim, sched, jobs = _jigsaw_from_the_start()
     whole = rollout_jct_s(sim, sched, sched.schedule(sim.state), horizon_s=1e9)
     assert whole == pytest.approx(ref.metrics()["avg_jct_s"] * len(jobs), rel=1e-12)
     short = rollout_jct_s(sim, sched, sched.schedule(sim.state), horizon_s=600.0)
