@@ -161,13 +161,13 @@ def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noq
     # the same action, or one whose logit ties the model's within float rounding: the model acts on
     # one observation at a time and the graph on the batch, whose kernels round differently
     for i in np.flatnonzero(got != want):
-        logits = _logits(agent, obs[i])
+        logits = _agent_logits(agent, obs[i])
         assert mask[i][got[i]] and abs(logits[got[i]] - logits[want[i]]) <= 1e-5 * max(1.0, abs(logits[want[i]])), \
             (i, got[i], want[i], logits[got[i]], logits[want[i]])
     assert np.count_nonzero(got != want) <= 2
 
 
-def _logits(agent, obs) -> np.ndarray:
+def _agent_logits(agent, obs) -> np.ndarray:
     """The policy's logits over all actions for one raw observation (normalized as the agent does)."""
     import torch
 
