@@ -1394,7 +1394,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         demos = collect(make, expert, max_wall_s=float(ws["record_s"]), seed=first, progress=progress)
         state["recorded"] = dict(episodes=len(demos.episodes), steps=len(demos), record_wall_s=time.perf_counter() - t0,
                                  expert_mean_avg_jct_s=_mean_jct(demos.episodes), first_episode_seed=first)
-        with _torch_threads(threads):
+        with torch_threads(threads):
             state["hist"] = [dict(stage="clone", **h) for h in behaviour_clone(
                 model, demos, venv=venv, epochs=int(ws["epochs"]), seed=seed, **fit)]
         state["stages_done"] = done = 1
@@ -1409,7 +1409,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         first = episode_seed_base(seed, r + 1)
         new = collect_on_policy(make, expert, policy_actor(model, venv), max_wall_s=float(ws["dagger_s"]), seed=first)
         demos = concat([demos, new])
-        with _torch_threads(threads):
+        with torch_threads(threads):
             h = behaviour_clone(model, demos, venv=venv, epochs=int(ws["dagger_epochs"]), seed=seed + r + 1,
                                 fit_stats=False, **fit)
         state["hist"] += [dict(stage=f"dagger{r + 1}", **x) for x in h]
@@ -1432,7 +1432,7 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
 
 
 @contextlib.contextmanager
-def _torch_threads(n: int):
+def torch_threads(n: int):
     """Run the block with ``n`` torch intra-op threads, then restore the previous count. Fitting
     the demonstrations runs in this process alone (the vec-env workers wait), so it may use every
     core; measured on the 2-core VM, 2 threads fit 1.5-1.6x as many transitions per second as 1

@@ -26,7 +26,6 @@ def refit(run: Path, out: Path, epochs: int, learning_rate: float, seed: int = 0
           progress: bool = True) -> dict:
     """Fit RUN's clone ``epochs`` more epochs on RUN's demonstrations and save it as OUT (module
     docstring); returns the record written to OUT/refit.json."""
-    import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -42,16 +41,12 @@ def refit(run: Path, out: Path, epochs: int, learning_rate: float, seed: int = 0
     model = MaskablePPO.load(str(clone / "model.zip"), env=venv, device="cpu")
     t0 = time.perf_counter()
     demos = ta.load_demos(clone / "demos.npz")
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with ta.torch_threads(threads):
         hist = behaviour_clone(model, demos, venv=venv, epochs=epochs, seed=seed, fit_stats=False,
                                batch_size=int(ws.get("batch_size", 1024)), learning_rate=learning_rate,
                                gamma=float(venv.gamma), gamma_per_hour=cfg["hyperparameters"].get("gamma_per_hour"),
                                act_weight=float(ws.get("act_weight", 1.0)),
                                width_power=float(ws.get("width_power", 0.0)), progress=progress)
-    finally:
-        torch.set_num_threads(before)
     record = {"run": portable_text(str(run)), "transitions": len(demos), "epochs": epochs,
               "learning_rate": learning_rate, "seed": seed, "history": hist, "wall_s": time.perf_counter() - t0}
     out.mkdir(parents=True, exist_ok=True)
