@@ -62,7 +62,7 @@ from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, 
 from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_pause_mode,
                        run_window_order,
                        spaces_signature)
-from agents.rl_env import ENV_KEYS, make_env_fn
+from agents.rl_env import ENV_KEYS, make_env_fn, proposer_name
 from agents.vecnorm_file import legacy_refusal, read_vecnormalize, wrap_vecnormalize, write_vecnormalize
 from jigsaw_env.actions import PAUSE_MODES, WINDOW_ORDERS
 from jigsaw_env.cli import error_line
@@ -240,7 +240,10 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
                         "others) (default leave)")
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
                    help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
-                        f"(docs/environment.md lists each group's features) (default: every group)")
+                        f"(docs/environment.md lists each group's features) (default: every group but proposal)")
+    e.add_argument("--proposer", default=None, metavar="NAME",
+                   help="with the 'proposal' feature group: the scheduler whose decision for each round the "
+                        "observation shows (default jigsaw)")
 
 
 def _training_arguments(p: argparse.ArgumentParser) -> None:
@@ -508,6 +511,10 @@ def config_from_args(args) -> dict[str, Any]:
         "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
         "work_conserving": args.work_conserving, "window_order": args.window_order, "pause": args.pause,
     }
+    proposer = proposer_name({"obs_features": env["obs_features"], "proposer": args.proposer},
+                             ("--proposer", "--obs-features"))
+    if proposer is not None:  # recorded only with the proposal group
+        env["proposer"] = proposer
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
         "format": RUN_FORMAT,
@@ -933,7 +940,7 @@ RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
                                "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
-                               "obs_features", "work_conserving", "window_order", "pause")},
+                               "obs_features", "work_conserving", "window_order", "pause", "proposer")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
                                     "val_gpus", "curriculum", "curriculum_steps")},
@@ -1047,6 +1054,10 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
         raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")
     run_window_order(cfg, cfg_path)
     run_pause_mode(cfg, cfg_path)
+    try:
+        proposer_name(cfg["env"])
+    except ValueError as e:
+        raise ValueError(f"{cfg_path}: {e}") from None
 
 
 def _resume_config(args, run_dir: Path) -> tuple[dict, tuple[int, Path, Path | None] | None]:
@@ -1165,7 +1176,7 @@ def sb3_gamma_of(cfg: dict) -> float:
 def _build_model(args, cfg: dict, venv, resume_from, sb3_gamma: float, tb: str | None):
     """The model to train: loaded from ``resume_from``'s checkpoint, or new from the config's
     algorithm, policy and hyperparameters. A model file or option SB3 refuses: one line."""
-    from agents.slot_policy import policy_for
+    from agents.slot_policy import policy_for, slot_proposal_features
 
     cls = algo_class(cfg["algo"])
     if resume_from is not None:
@@ -1181,7 +1192,8 @@ def _build_model(args, cfg: dict, venv, resume_from, sb3_gamma: float, tb: str |
                               ent_coef=hp["ent_coef"],
                               policy_kwargs=dict(net_arch=dict(pi=hp["net_arch"], vf=hp["net_arch"])))
     if cfg["policy"] == "slots":
-        kw["policy_kwargs"].update(slot_hidden=int(hp.get("slot_hidden", 64)))
+        kw["policy_kwargs"].update(slot_hidden=int(hp.get("slot_hidden", 64)),
+                                   proposal_features=slot_proposal_features(cfg["env"]))
     if cfg["algo"] in ("maskable_ppo", "ppo"):
         kw.update(batch_size=hp["batch_size"], n_epochs=hp["n_epochs"], clip_range=hp.get("clip_range", 0.2),
                   target_kl=hp.get("target_kl"))

@@ -41,6 +41,7 @@ from jigsaw_env.spb import SPBConfig
 from jigsaw_env.state import ClusterState, Decision
 
 from .base import Scheduler
+from .rl_env import make_proposer
 from .vecnorm_file import FILE_NAME as VECNORM_FILE
 from .vecnorm_file import read_vecnormalize, stats_path
 
@@ -383,7 +384,8 @@ class LearnedAgent:
                                                       if observe_remaining is None else observe_remaining),
                                max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
                                obs_features=self.features, work_conserving=work_conserving,
-                               window_order=self.window_order, pause=self.pause)
+                               window_order=self.window_order, pause=self.pause,
+                               proposer=make_proposer({**envc, "obs_features": list(self.features)}))
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
 
@@ -415,22 +417,35 @@ class LearnedScheduler(Scheduler):
         self.work_conserving = work_conserving
         self._codec: ActionCodec | None = None
         # the run's feature groups (an exported policy's are in its metadata's env)
+        features = getattr(self.agent, "features", None) or run_features(self.agent.config)
         self._encoder = ObservationEncoder(self.agent.window_k,
-                                           bool(self.agent.config["env"].get("observe_remaining", True)),
-                                           getattr(self.agent, "features", None) or run_features(self.agent.config))
+                                           bool(self.agent.config["env"].get("observe_remaining", True)), features)
+        #: the scheduler whose round decision the ``proposal`` feature group shows (None without it)
+        self.proposer = make_proposer({**self.agent.config["env"], "obs_features": list(features)})
 
     def reset(self) -> None:
-        """A new run: the observation's LAS queue (features 19-21) starts afresh."""
+        """A new run: the observation's LAS queue (features 19-21) starts afresh, and so does the
+        proposer."""
         self._encoder.reset()
+        if self.proposer is not None:
+            self.proposer.reset()
 
     def _state(self) -> dict:
-        """The observation's LAS queue and when it was last updated; the encoder's other tables and
-        the action codec are caches of one round or of the SPB layout, rebuilt on demand. The
-        policy's weights are its file's, not state."""
-        return {"las": self._encoder.las_state_dict()}
+        """The observation's LAS queue and when it was last updated, and the proposer's own state;
+        the encoder's other tables and the action codec are caches of one round or of the SPB
+        layout, rebuilt on demand. The policy's weights are its file's, not state."""
+        d = {"las": self._encoder.las_state_dict()}
+        if self.proposer is not None:
+            d["proposer"] = self.proposer.state_dict()
+        return d
 
     def _load_state(self, d: dict) -> None:
         self._encoder.load_las_state_dict(d.get("las"))
+        if self.proposer is not None:
+            if "proposer" not in d:
+                raise ValueError("scheduler state: field 'proposer': expected the proposing scheduler's state "
+                                 "(the policy's observation shows its decision)")
+            self.proposer.load_state_dict(d["proposer"])
 
     def schedule(self, state: ClusterState) -> Decision:
         if self._codec is None or self._codec.spb != state.spb:
@@ -441,8 +456,9 @@ class LearnedScheduler(Scheduler):
                          order=getattr(self.agent, "window_order", "attained"),
                          pause=getattr(self.agent, "pause", "leave"))
         steps = 0
+        proposal = None if self.proposer is None else self.proposer(state)
         while True:
-            obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts())
+            obs = self._encoder.encode(state, b.window, b.ledger, b.acted, steps, b.hosts(), proposal)
             np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
             a = self.agent.act(obs, b.masks())
             steps += 1

@@ -48,7 +48,9 @@ import pandas as pd
 from jigsaw_env.cluster import ClusterSpec
 from jigsaw_env.cost_table import register_tables_dir
 from jigsaw_env.digest import file_sha256
+from jigsaw_env.encoder import PROPOSAL_GROUP, check_features
 from jigsaw_env.env import JigsawClusterEnv
+from agents.base import Scheduler, available_schedulers, make_scheduler
 from traces import load_trace, offered_load, parse_spec
 from traces.models import default_throughput_fn, estimated_durations
 from traces.synthetic import check_spec_load, parse_params
@@ -61,7 +63,35 @@ SYNTHETIC_VAL_BASE = 2**31
 ENV_KEYS = ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "load", "window_k",
             "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward", "reward_scale",
             "observe_remaining", "backlogged", "max_time_s", "eta_scale", "eta_override", "sharing", "pace",
-            "obs_features", "work_conserving", "window_order", "pause")
+            "obs_features", "work_conserving", "window_order", "pause", "proposer")
+
+#: the heuristic the ``proposal`` feature group shows when a run names none (``--proposer``)
+DEFAULT_PROPOSER = "jigsaw"
+
+
+def proposer_name(env_config: dict, labels: tuple[str, str] = ("field 'env.proposer'", "'env.obs_features'")) \
+        -> str | None:
+    """The scheduler a run's observation shows (its config's ``env.proposer``; the default one when
+    ``env.obs_features`` has the ``proposal`` group and names none), or None without that group.
+    ValueError (one line, naming the two settings as ``labels`` calls them) for a proposer named
+    without the group, or a name no scheduler has."""
+    name = env_config.get("proposer")
+    name_label, features_label = labels
+    if PROPOSAL_GROUP not in check_features(env_config.get("obs_features"), features_label):
+        if name is not None:
+            raise ValueError(f"{name_label} is {name!r} but {features_label} has no 'proposal' group to show its "
+                             f"decision; add 'proposal' there or leave the proposer out")
+        return None
+    name = DEFAULT_PROPOSER if name is None else name
+    if not isinstance(name, str) or name not in available_schedulers():
+        raise ValueError(f"{name_label}: expected a scheduler name from {available_schedulers()}, got {name!r}")
+    return name
+
+
+def make_proposer(env_config: dict) -> Scheduler | None:
+    """A fresh scheduler for the run's ``proposal`` feature group (:func:`proposer_name`), or None."""
+    name = proposer_name(env_config)
+    return None if name is None else make_scheduler(name)
 
 
 def is_synthetic(spec: str) -> bool:
@@ -210,6 +240,9 @@ class TrainingEnv(JigsawClusterEnv):
             raise ValueError(f"wide_share must be in [0, 1], got {wide_share!r}")
         if wide_gpus < 1:
             raise ValueError(f"wide_gpus must be >= 1, got {wide_gpus!r}")
+        if isinstance(kw.get("proposer"), str) or (kw.get("proposer") is None and kw.get("obs_features")):
+            # config.json records the proposer by name: the env asks a scheduler of that name
+            kw["proposer"] = make_proposer(kw)
         super().__init__(**kw)
         self.cluster_sizes: list[int] | None = None
         self._clusters: dict[int, Any] = {self.cluster.num_gpus: self.cluster}

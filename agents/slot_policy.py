@@ -44,20 +44,31 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
 from agents.rl import POLICIES
-from jigsaw_env.encoder import CLUSTER_FEATURES, HOST_SLOTS, JOB_FEATURES
+from jigsaw_env.encoder import CLUSTER_FEATURES, HOST_SLOTS, JOB_FEATURES, PROPOSAL_GROUP, check_features
+from jigsaw_env.proposal import proposal_slot_features
 
 #: what every slot reads besides its own block: the host slots' blocks and the cluster features
 CONTEXT_FEATURES = HOST_SLOTS * JOB_FEATURES + CLUSTER_FEATURES
 
 
-def slot_layout(obs_dim: int, n_actions: int) -> tuple[int, int]:
-    """(K, per_job) of an env whose observation has ``obs_dim`` values and whose action space has
-    ``n_actions`` actions; ValueError when the spaces are not the env's slot layout."""
-    k, rest = divmod(obs_dim - CONTEXT_FEATURES, JOB_FEATURES)
-    if obs_dim <= CONTEXT_FEATURES or rest:
+def slot_proposal_features(env_config: dict) -> int:
+    """The proposal values per slot of a run's observation (its config's ``env.obs_features``):
+    the block's per-slot width with the ``proposal`` group, else 0."""
+    groups = check_features(env_config.get("obs_features"), "field 'env.obs_features'")
+    return proposal_slot_features(HOST_SLOTS) if PROPOSAL_GROUP in groups else 0
+
+
+def slot_layout(obs_dim: int, n_actions: int, proposal_features: int = 0) -> tuple[int, int]:
+    """(K, per_job) of an env whose observation has ``obs_dim`` values (with a proposal block of
+    ``proposal_features`` values per slot, or none) and whose action space has ``n_actions``
+    actions; ValueError when the spaces are not the env's slot layout."""
+    p = proposal_features
+    k, rest = divmod(obs_dim - CONTEXT_FEATURES - HOST_SLOTS * p, JOB_FEATURES + p)
+    if obs_dim <= CONTEXT_FEATURES + HOST_SLOTS * p or rest:
+        block = f" + (K + {HOST_SLOTS}) x {p} proposal features" if p else ""
         raise ValueError(f"the slot policy needs an observation of K x {JOB_FEATURES} job features + "
-                         f"{HOST_SLOTS} x {JOB_FEATURES} host-slot features + {CLUSTER_FEATURES} cluster features, "
-                         f"got {obs_dim} values")
+                         f"{HOST_SLOTS} x {JOB_FEATURES} host-slot features + {CLUSTER_FEATURES} cluster features"
+                         f"{block}, got {obs_dim} values")
     per_job, rest = divmod(n_actions - 1, k)
     if n_actions < 2 or rest:
         raise ValueError(f"the slot policy needs K x per_job + 1 actions for K = {k} window slots, got {n_actions}")
@@ -70,12 +81,17 @@ class SlotActor(nn.Module):
 
     A linear layer on a concatenation is the sum of linear layers on its parts, so the parts that
     are the same for every slot (the cluster features, the pooled context) are multiplied once
-    per observation, not once per slot, and the one-hot slot index is a learned per-slot bias."""
+    per observation, not once per slot, and the one-hot slot index is a learned per-slot bias.
 
-    def __init__(self, k: int, hidden: int, slot_position: bool = True):
+    With a proposal block (``proposal_features`` P > 0 values per slot after the cluster
+    features, :mod:`jigsaw_env.proposal`), slot k's input also holds its own P proposal values,
+    and the context the host slots' proposal values."""
+
+    def __init__(self, k: int, hidden: int, slot_position: bool = True, proposal_features: int = 0):
         super().__init__()
         self.k, self.hidden, self.slot_position = k, hidden, slot_position
-        f, c = JOB_FEATURES, CONTEXT_FEATURES
+        self.proposal_features = p = proposal_features
+        f, c = JOB_FEATURES + p, CONTEXT_FEATURES + HOST_SLOTS * p
         self.job_in = nn.Linear(f, hidden)                       # W1's job-feature columns, and b1
         self.cluster_in = nn.Linear(c, hidden, bias=False)       # W1's cluster-feature columns
         # W1's one-hot columns: a bias per slot (zero at the start: every slot alike)
@@ -87,7 +103,13 @@ class SlotActor(nn.Module):
     def forward(self, x: th.Tensor) -> th.Tensor:
         k, f, h = self.k, JOB_FEATURES, self.hidden
         slots = x[:, : k * f].reshape(-1, k, f)
-        cluster = x[:, k * f:]
+        p = self.proposal_features
+        if p:
+            start = k * f + CONTEXT_FEATURES  # the proposal block: K window slots, then H host slots
+            slots = th.cat([slots, x[:, start:start + k * p].reshape(-1, k, p)], dim=2)
+            cluster = th.cat([x[:, k * f:start], x[:, start + k * p:]], dim=1)
+        else:
+            cluster = x[:, k * f:]
         pre = self.job_in(slots) + self.cluster_in(cluster).unsqueeze(1)
         if self.slot_position:
             pre = pre + self.position
@@ -118,9 +140,9 @@ class SlotExtractor(nn.Module):
     ``value_net`` an MLP on the flat features (``vf_arch`` hidden sizes, tanh)."""
 
     def __init__(self, features_dim: int, k: int, hidden: int, vf_arch: Sequence[int], slot_position: bool = True,
-                 activation_fn: type[nn.Module] = nn.Tanh):
+                 activation_fn: type[nn.Module] = nn.Tanh, proposal_features: int = 0):
         super().__init__()
-        self.policy_net = SlotActor(k, hidden, slot_position)
+        self.policy_net = SlotActor(k, hidden, slot_position, proposal_features)
         layers: list[nn.Module] = []
         last = features_dim
         for width in vf_arch:
@@ -153,8 +175,10 @@ class _SlotMixin:
     """The slot actor on an SB3 or sb3-contrib actor-critic policy class (put before it in the bases)."""
 
     def __init__(self, observation_space, action_space, lr_schedule, *args: Any, slot_hidden: int = 64,
-                 slot_position: bool = True, **kwargs: Any):
-        self.window_k, self.per_job = slot_layout(int(np.prod(observation_space.shape)), int(action_space.n))
+                 slot_position: bool = True, proposal_features: int = 0, **kwargs: Any):
+        self.proposal_features = int(proposal_features)
+        self.window_k, self.per_job = slot_layout(int(np.prod(observation_space.shape)), int(action_space.n),
+                                                  self.proposal_features)
         if int(slot_hidden) < 1:
             raise ValueError(f"slot_hidden must be at least 1, got {slot_hidden}")
         self.slot_hidden, self.slot_position = int(slot_hidden), bool(slot_position)
@@ -162,12 +186,14 @@ class _SlotMixin:
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(slot_hidden=self.slot_hidden, slot_position=self.slot_position)
+        data.update(slot_hidden=self.slot_hidden, slot_position=self.slot_position,
+                    proposal_features=self.proposal_features)
         return data
 
     def _build_mlp_extractor(self) -> None:
         self.mlp_extractor = SlotExtractor(self.features_dim, self.window_k, self.slot_hidden,
-                                           _vf_arch(self.net_arch), self.slot_position, self.activation_fn)
+                                           _vf_arch(self.net_arch), self.slot_position, self.activation_fn,
+                                           self.proposal_features)
 
     def _build(self, lr_schedule) -> None:
         super()._build(lr_schedule)

@@ -68,10 +68,16 @@ this round / K, round progress (steps this round / (2K+2)), fraction of the wind
 Feature groups (``features``, the env's ``obs_features``, ``jigsaw train --obs-features``): the
 per-job features fall in named groups, :data:`FEATURE_GROUPS`; an encoder made with some of
 them keeps only their per-job columns, in the order above (every cluster feature stays). The
-default is every group (:data:`DEFAULT_FEATURES`), the 27 x (K + H) + 10 layout above, computed with no
-selection step. ``base`` (0-7, 10-15, 26) is always in; ``oracle`` (8-9), ``history`` (16-18),
-``las`` (19-21) and ``fill`` (22-25) can be left out, e.g. to study a representation without the
-oracle or the heuristic-derived features. docs/environment.md lists every index.
+default is every group but ``proposal`` (:data:`DEFAULT_FEATURES`), the 27 x (K + H) + 10 layout
+above, computed with no selection step. ``base`` (0-7, 10-15, 26) is always in; ``oracle`` (8-9),
+``history`` (16-18), ``las`` (19-21) and ``fill`` (22-25) can be left out, e.g. to study a
+representation without the oracle or the heuristic-derived features. docs/environment.md lists
+every index.
+
+The ``proposal`` group adds no per-job columns: it appends a block after the cluster features
+that shows, per window and host slot, what a heuristic (the *proposer*) runs this round
+(:mod:`jigsaw_env.proposal`: ``(K + H) x (7 + H)`` values). An encoder with it needs that
+decision at each :meth:`ObservationEncoder.encode` (``proposal=``).
 """
 from __future__ import annotations
 
@@ -80,8 +86,9 @@ import math
 import numpy as np
 
 from .las import LASQueues
+from .proposal import ProposalBlock, proposal_slot_features
 from .spb import Pattern, spb_compute_bound
-from .state import ClusterState, JobStatus
+from .state import ClusterState, Decision, JobStatus
 
 JOB_FEATURES = 27
 CLUSTER_FEATURES = 10
@@ -96,9 +103,13 @@ FEATURE_GROUPS: dict[str, tuple[int, ...]] = {
     "history": (16, 17, 18),
     "las": (19, 20, 21),
     "fill": (22, 23, 24, 25),
+    # no per-job columns: a block of its own after the cluster features (jigsaw_env.proposal)
+    "proposal": (),
 }
-#: every group, in canonical order: the default observation
-DEFAULT_FEATURES: tuple[str, ...] = tuple(FEATURE_GROUPS)
+#: the groups that need a proposer (a heuristic asked each round) to encode
+PROPOSAL_GROUP = "proposal"
+#: every group but ``proposal``, in canonical order: the default observation
+DEFAULT_FEATURES: tuple[str, ...] = tuple(g for g in FEATURE_GROUPS if g != PROPOSAL_GROUP)
 
 
 def check_features(features, name: str = "obs_features") -> tuple[str, ...]:
@@ -139,8 +150,11 @@ _NOT_QUEUED = (0.0, 0.0, 0.0, 0.0)  # features 22-25 of a job no longer active (
 
 def observation_size(window_k: int, features=None, host_slots: int = HOST_SLOTS) -> int:
     """Values in the observation: K window slots and H host slots of job features, then the
-    cluster features."""
-    return (window_k + host_slots) * job_feature_count(features) + CLUSTER_FEATURES
+    cluster features, then the proposal block when ``features`` has that group."""
+    size = (window_k + host_slots) * job_feature_count(features) + CLUSTER_FEATURES
+    if PROPOSAL_GROUP in check_features(features):
+        size += (window_k + host_slots) * proposal_slot_features(host_slots)
+    return size
 
 
 class ObservationEncoder:
@@ -181,6 +195,8 @@ class ObservationEncoder:
         self._las_rank: dict[int, int] | None = None  # this round's 2D-LAS rank of each active job
         self._las_order: list = []                   # this round's active jobs in 2D-LAS order
         self._rows: dict[int, np.ndarray] = {}      # this round's job rows (float32), made on first use
+        #: the proposal block's writer, when the encoder has that group (else None)
+        self.proposal = ProposalBlock(host_slots) if PROPOSAL_GROUP in self.features else None
 
     def reset(self) -> None:
         """Start a new episode: forget the LAS queue's history. The per-round caches follow the
@@ -205,7 +221,10 @@ class ObservationEncoder:
 
     @property
     def size(self) -> int:
-        return (self.window_k + self.host_slots) * self.job_features + CLUSTER_FEATURES
+        size = (self.window_k + self.host_slots) * self.job_features + CLUSTER_FEATURES
+        if self.proposal is not None:
+            size += self.proposal.size(self.window_k)
+        return size
 
     def las_rank(self, state: ClusterState) -> dict[int, int]:
         """Each active job's position in this round's 2D-LAS order (0: the highest priority), the
@@ -328,10 +347,28 @@ class ObservationEncoder:
                 q, log1p(max(0.0, service)) / 20, starve, *self._fill.get(jid, _NOT_QUEUED), 0.0)
 
     def encode(self, state: ClusterState, window: list[int], ledger, acted: set[int], steps_in_round: int = 0,
-               hosts: list[int] | tuple = ()) -> np.ndarray:
+               hosts: list[int] | tuple = (), proposal: Decision | None = None) -> np.ndarray:
         """The observation of the round's state with the decision being built (``ledger``, the
         jobs ``acted`` on this round); ``hosts``: the host slots' jobs, in slot order
-        (``RoundBuilder.hosts``; at most H are shown)."""
+        (``RoundBuilder.hosts``; at most H are shown); ``proposal``: the proposer's decision for
+        the round, which an encoder with the ``proposal`` group needs (ValueError without it)."""
+        obs = self._encode_jobs_and_cluster(state, window, ledger, acted, steps_in_round, hosts)
+        if self.proposal is None:
+            return obs
+        if proposal is None:
+            raise ValueError("the observation has the 'proposal' feature group: encode() needs the round's "
+                             "proposed decision (proposal=..., the proposer's Decision for this state)")
+        block = np.zeros(self.proposal.size(self.window_k), dtype=np.float32)
+        win = list(window[:self.window_k])
+        host_ids = list(hosts)[:self.host_slots]
+        slots = (win + [None] * (self.window_k - len(win)) + host_ids
+                 + [None] * (self.host_slots - len(host_ids)))
+        self.proposal.write(block, state, proposal, slots, ledger.decision, host_ids)
+        return np.concatenate((obs, block))
+
+    def _encode_jobs_and_cluster(self, state: ClusterState, window: list[int], ledger, acted: set[int],
+                                 steps_in_round: int, hosts) -> np.ndarray:
+        """:meth:`encode`'s job slots and cluster features (everything but the proposal block)."""
         k = self.window_k
         kf = k * JOB_FEATURES
         hf = self.host_slots * JOB_FEATURES

@@ -6,7 +6,9 @@ STATE
     shared :class:`~jigsaw_env.encoder.ObservationEncoder`: a ``Box`` of
     ``(K + H) * 27 + 10`` float32 values (K window slots, H = 8 host slots; every feature group;
     ``obs_features`` keeps some of them, docs/environment.md) whose shape does not depend on the
-    cluster's size.
+    cluster's size. With the ``proposal`` group (``proposer=``, a scheduler asked once per round)
+    a block after the cluster features shows what that heuristic runs this round
+    (jigsaw_env/proposal.py).
 ACTIONS
     ``Discrete(K * ((5 + H) * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one
     job of the round's window of K waiting and running jobs (ordered by attained service, or by
@@ -71,12 +73,13 @@ from traces.models import default_throughput_fn, estimated_durations, fill_defau
 
 from .actions import ActionCodec, InvalidAction, RoundBuilder, check_pause_mode, check_window_order
 from .cluster import ClusterSpec
-from .encoder import ObservationEncoder, check_features
+from .encoder import PROPOSAL_GROUP, ObservationEncoder, check_features
 from .free_running import DEFAULT_PACE, check_pace
 from .interference import DEFAULT_SHARING, check_sharing
 from .render import FrameRenderer
 from .simulator import SimConfig, Simulator, check_job_table, jobs_from_table
 from .spb import SPBConfig
+from .state import Decision
 
 _REWARDS = ("jct", "efficiency")
 #: the values ``render_mode`` takes besides None (``metadata["render_modes"]``)
@@ -144,6 +147,21 @@ def _bool_arg(name: str, v: Any) -> bool:
     return bool(v)
 
 
+def _proposer_arg(proposer: Any, features: tuple[str, ...]):
+    """``proposer``: a callable ``state -> Decision`` (a scheduler) exactly when the observation
+    has the ``proposal`` feature group; ValueError naming the argument otherwise."""
+    wanted = PROPOSAL_GROUP in features
+    if proposer is None and wanted:
+        raise ValueError("obs_features includes 'proposal': give proposer, the scheduler whose round decision the "
+                         "observation shows (e.g. agents.make_scheduler('jigsaw'))")
+    if proposer is not None and not wanted:
+        raise ValueError(f"proposer is given but obs_features {list(features)} has no 'proposal' group to show "
+                         f"its decision; add 'proposal' or leave proposer out")
+    if proposer is not None and not callable(proposer):
+        raise ValueError(f"proposer must be a callable state -> Decision (a scheduler), got {_shown(proposer)}")
+    return proposer
+
+
 def _round_s_arg(v: Any) -> float | None:
     """``round_s``: seconds > 0, or None / 'iteration' (the spelling of ``--round-s``) for
     iteration granularity."""
@@ -169,7 +187,8 @@ class JigsawClusterEnv(gym.Env):
                  eta_scale: float = 1.0, eta_override: float | None = None, invalid_action: str = "noop",
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
                  sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None,
-                 work_conserving: bool = False, window_order: str = "attained", pause: str = "leave"):
+                 work_conserving: bool = False, window_order: str = "attained", pause: str = "leave",
+                 proposer=None):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -228,6 +247,10 @@ class JigsawClusterEnv(gym.Env):
         self.render_mode = render_mode
         self.codec = ActionCodec(window_k, self.spb)
         self.encoder = ObservationEncoder(window_k, observe_remaining, check_features(obs_features))
+        #: the heuristic whose round decision the ``proposal`` feature group shows (None without it)
+        self.proposer = _proposer_arg(proposer, self.encoder.features)
+        #: the proposer's decision for the round being built (None without a proposer)
+        self.proposal: Decision | None = None
         #: the observation's feature groups (``jigsaw_env.encoder.FEATURE_GROUPS``; default every group)
         self.obs_features = self.encoder.features
         self.action_space = spaces.Discrete(self.codec.n)
@@ -348,6 +371,8 @@ class JigsawClusterEnv(gym.Env):
         self._mask_cache = {}  # the round builders' mask cache, kept for the episode
         self._stalled_rounds = 0
         self.encoder.reset()  # the observation's LAS queue (features 19-21) starts afresh
+        if self.proposer is not None and hasattr(self.proposer, "reset"):
+            self.proposer.reset()  # a new episode for the proposing heuristic too
         self._new_round()
         return self._obs(), {"time_s": self.sim.state.time_s, "action_mask": self._refresh_mask()}
 
@@ -357,10 +382,13 @@ class JigsawClusterEnv(gym.Env):
                                     self.encoder.las_rank(state), work_conserving=self.work_conserving,
                                     order=self.window_order, pause=self.pause)
         self._steps_in_round = 0
+        if self.proposer is not None:
+            self.proposal = self.proposer(state)  # asked once per round, as the simulator asks a policy
 
     def _obs(self) -> np.ndarray:
         b = self.builder
-        obs = self.encoder.encode(self.sim.state, b.window, b.ledger, b.acted, self._steps_in_round, b.hosts())
+        obs = self.encoder.encode(self.sim.state, b.window, b.ledger, b.acted, self._steps_in_round, b.hosts(),
+                                  self.proposal)
         # np.clip's result, with less call overhead
         return np.minimum(np.maximum(obs, OBS_LOW, out=obs), OBS_HIGH, out=obs)
 

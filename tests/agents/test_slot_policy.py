@@ -130,6 +130,60 @@ def test_slots_meet_only_through_the_pooled_context():
     assert not same[:, -1].all()  # advance reads the pooled window directly
 
 
+P = 15  # proposal values per slot (jigsaw_env.proposal: 7 + the 8 host slots' columns)
+
+
+def _proposal_policy(k: int, per_job: int, **kw):
+    obs = gym.spaces.Box(-1.0, 10.0, (k * F + C + (k + 8) * P,), np.float32)
+    return MaskableSlotPolicy(obs, gym.spaces.Discrete(k * per_job + 1), lambda _: 1e-3, proposal_features=P, **kw)
+
+
+def test_with_a_proposal_block_each_slot_reads_its_own_proposal():
+    """Layout [K x 27 | 8 x 27 | 10 | K x P | 8 x P]: slot k's input is its job block and its
+    proposal row, the context the hosts' blocks, the cluster features and the hosts' proposal
+    rows. Checked against the formulas with those inputs, and by moving slots with their rows."""
+    k, per = 3, 5
+    assert slot_layout(k * F + C + (k + 8) * P, k * per + 1, P) == (k, per)
+    with pytest.raises(ValueError, match=r"\+ \(K \+ 8\) x 15 proposal features, got 100 values"):
+        slot_layout(100, k * per + 1, P)
+    pol = _proposal_policy(k, per, slot_hidden=6)
+    with torch.no_grad():
+        pol.mlp_extractor.policy_net.position.normal_(0.0, 0.5)
+        for p in pol.action_net.parameters():
+            p.normal_(0.0, 0.5)
+    x = np.random.default_rng(3).normal(size=(4, k * F + C + (k + 8) * P))
+    start = k * F + C
+    # the same rows laid out as a policy without the block reads them: job + proposal per slot,
+    # context + hosts' proposals, through the reference formulas with F + P and C + 8 P columns
+    a = pol.mlp_extractor.policy_net
+    head = pol.action_net
+    w = {n: q.detach().double().numpy() for n, q in list(a.named_parameters()) + list(head.named_parameters())}
+    W1 = np.concatenate([w["job_in.weight"], w["cluster_in.weight"], w["position"].T], axis=1)
+    W2 = np.concatenate([w["own.weight"], w["context.weight"]], axis=1)
+    want = []
+    for row in x:
+        cl = np.concatenate([row[k * F:start], row[start + k * P:]])
+        slots = [np.concatenate([row[i * F:(i + 1) * F], row[start + i * P:start + (i + 1) * P]]) for i in range(k)]
+        h1 = np.stack([np.tanh(W1 @ np.concatenate([slots[i], cl, np.eye(k)[i]]) + w["job_in.bias"])
+                       for i in range(k)])
+        pool = np.concatenate([h1.mean(axis=0), h1.max(axis=0)])
+        z = np.stack([np.tanh(W2 @ np.concatenate([h1[i], pool]) + w["own.bias"]) for i in range(k)])
+        g = np.tanh(w["window.weight"] @ np.concatenate([pool, cl]) + w["window.bias"])
+        want.append(np.concatenate([w["slot.weight"] @ z[i] + w["slot.bias"] for i in range(k)]
+                                   + [w["advance.weight"] @ g + w["advance.bias"]]))
+    np.testing.assert_allclose(_logits(pol, x), np.stack(want), rtol=1e-5, atol=1e-5)
+    # without the slot bias: moving slots with their proposal rows moves their logits
+    eq = _proposal_policy(k, per, slot_hidden=6, slot_position=False)
+    eq.load_state_dict({n: v for n, v in pol.state_dict().items() if "position" not in n}, strict=False)
+    perm = np.array([2, 0, 1])
+    xp = x.copy()
+    xp[:, :k * F] = x[:, :k * F].reshape(4, k, F)[:, perm].reshape(4, k * F)
+    xp[:, start:start + k * P] = x[:, start:start + k * P].reshape(4, k, P)[:, perm].reshape(4, k * P)
+    lx, lp = _logits(eq, x), _logits(eq, xp)
+    np.testing.assert_allclose(lp[:, :k * per].reshape(4, k, per), lx[:, :k * per].reshape(4, k, per)[:, perm],
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_slot_run_trains_reloads_plays_and_exports(tables_dir, tmp_path):  # noqa: F811
     from agents.rl import LearnedAgent

@@ -94,7 +94,7 @@ def test_help_prints_each_default_once():
     assert len(options) > 60
     twice = [b.split()[0] for b in options if len(re.findall(r"\(default", b)) > 1 or b.count("default") > 1]
     assert twice == []
-    assert "(default: every group)" in text and "(default 0.1)" in text
+    assert "(default: every group but proposal)" in text and "(default 0.1)" in text
 
 
 def test_validation_is_on_by_default():

@@ -18,6 +18,7 @@ from jigsaw_env.env import JigsawClusterEnv
 def test_groups_partition_the_job_features():
     idx = sorted(i for g in FEATURE_GROUPS.values() for i in g)
     assert idx == list(range(JOB_FEATURES))
+    assert FEATURE_GROUPS["proposal"] == ()  # a block of its own (tests/env/test_proposal.py)
     assert DEFAULT_FEATURES == ("base", "oracle", "history", "las", "fill")
     # K window slots and H = 8 host slots of per-job features, then the cluster features
     assert observation_size(16) == (16 + 8) * 27 + 10 == 658
@@ -54,10 +55,10 @@ def test_kept_columns_equal_the_full_observation(groups):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (("base", "nope"), "obs_features: unknown feature group 'nope'; allowed: ['base', 'oracle', 'history', 'las', 'fill']"),
+    (("base", "nope"), "obs_features: unknown feature group 'nope'; allowed: ['base', 'oracle', 'history', 'las', 'fill', 'proposal']"),
     (("las",), "obs_features must include 'base' (the job's size, state and model features and every cluster "
-               "feature), got ['las']; allowed groups: ['base', 'oracle', 'history', 'las', 'fill']"),
-    (5, "obs_features must be a list of feature groups from ['base', 'oracle', 'history', 'las', 'fill'], got 5"),
+               "feature), got ['las']; allowed groups: ['base', 'oracle', 'history', 'las', 'fill', 'proposal']"),
+    (5, "obs_features must be a list of feature groups from ['base', 'oracle', 'history', 'las', 'fill', 'proposal'], got 5"),
 ])
 def test_bad_groups_one_line(bad, message):
     with pytest.raises(ValueError) as e:
