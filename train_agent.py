@@ -1394,7 +1394,9 @@ def warm_start(model, venv, cfg: dict, run_dir: Path, progress: bool = True) -> 
         state["wall_s"] = wall_before + time.perf_counter() - t0
         _write_json(state_path, state)
 
-    expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"))
+    # with the proposal group showing the expert's own heuristic, the expert reads the env's proposal
+    expert = HeuristicExpert(ws["expert"], order=ws.get("order", "slot"),
+                             use_proposal=proposer_name(cfg["env"]) == ws["expert"])
     make = warm_start_env_factory(cfg)
     fit = dict(batch_size=int(ws.get("batch_size", 1024)), learning_rate=float(ws["learning_rate"]), gamma=gamma,
                gamma_per_hour=hp.get("gamma_per_hour"), act_weight=float(ws.get("act_weight", 1.0)),

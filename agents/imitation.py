@@ -267,12 +267,19 @@ class HeuristicExpert:
 
     ``act(env)`` returns the next action; the heuristic is asked once per round (when the env's
     round builder changes), exactly as the simulator asks it, and :meth:`reset` is called at
-    each new episode (also detected by the simulator object changing)."""
+    each new episode (also detected by the simulator object changing).
 
-    def __init__(self, name: str | Scheduler, order: str = "slot", **kwargs: Any):
+    ``use_proposal=True``: the env's round proposal (its ``proposer``, the ``proposal`` feature
+    group) is this heuristic's decision, made by a scheduler of the same name and arguments, so
+    the expert reads ``env.proposal`` as its target instead of asking its own copy each round
+    (the same decisions, one heuristic call per round instead of two). ValueError at the first
+    ``act`` when the env's proposer is another scheduler."""
+
+    def __init__(self, name: str | Scheduler, order: str = "slot", use_proposal: bool = False, **kwargs: Any):
         self.scheduler = make_scheduler(name, **kwargs) if isinstance(name, str) else name
         self.order = order
         self.name = self.scheduler.name
+        self.use_proposal = use_proposal
         self._builder = None
         self._sim = None
         self._target: Decision = Decision()
@@ -282,11 +289,17 @@ class HeuristicExpert:
     def act(self, env) -> int:
         if env.sim is not self._sim:
             self._sim = env.sim
-            self.scheduler.reset()
+            if self.use_proposal:
+                proposer = getattr(env, "proposer", None)
+                if getattr(proposer, "name", None) != self.name:
+                    raise ValueError(f"expert {self.name!r} reads the env's proposal, but the env's proposer is "
+                                     f"{getattr(proposer, 'name', proposer)!r}")
+            else:
+                self.scheduler.reset()
         b = env.builder
         if b is not self._builder:
             self._builder = b
-            self._target = self.scheduler.schedule(env.sim.state)
+            self._target = env.proposal if self.use_proposal else self.scheduler.schedule(env.sim.state)
             self._plan = []
             self._unplanned = None
         a = self._planned_action(b)

@@ -151,6 +151,33 @@ def test_jigsaw_proposes_what_the_expert_translates():
     assert term and rounds > 20 and reached > rounds // 2
 
 
+def test_an_expert_reading_the_proposal_acts_as_one_asking_its_own_heuristic():
+    """HeuristicExpert(use_proposal=True) takes the env's proposal as its target: the same actions
+    over a whole episode as an expert that asks its own Jigsaw; another proposer is refused."""
+    from agents import make_scheduler
+    from agents.imitation import HeuristicExpert
+
+    def actions(use_proposal: bool) -> list[int]:
+        env = JigsawClusterEnv(gpus=16, max_jobs=30, window_k=8, obs_features=GROUPS, window_order="las",
+                               proposer=make_scheduler("jigsaw"))
+        expert = HeuristicExpert("jigsaw", use_proposal=use_proposal)
+        env.reset(seed=4)
+        out = []
+        while True:
+            out.append(expert.act(env))
+            _, _, term, trunc, _ = env.step(out[-1])
+            if term or trunc:
+                return out
+
+    own = actions(False)
+    assert len(own) > 100 and actions(True) == own
+    env = JigsawClusterEnv(gpus=16, max_jobs=10, window_k=8, obs_features=GROUPS, proposer=make_scheduler("tiresias"))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^expert 'jigsaw' reads the env's proposal, but the env's proposer is "
+                                         r"'tiresias'$"):
+        HeuristicExpert("jigsaw", use_proposal=True).act(env)
+
+
 def test_bad_arguments_one_line():
     from agents import make_scheduler
     with pytest.raises(ValueError) as e:
