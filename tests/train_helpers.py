@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from jigsaw_env.cost_table import CostTable, LayerGroup, unregister_table
+from jigsaw_env.cost_table import CostTable, LayerGroup, register_table, unregister_table
 
 GiB = 1 << 30
 TOY_MODELS = ("rlA", "rlB")
@@ -16,6 +16,21 @@ TOY_MODELS = ("rlA", "rlB")
 def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
     gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
     return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
+
+
+def registered_toy_tables(small: str, large: str):
+    """A module-scoped autouse fixture: the two toy tables (``small``: 4 groups, full peak 5 + 4 x
+    0.5 = 7 GiB, two fit on a 16 GiB GPU; ``large``: 6 groups, 6 + 6 x 1 = 12 GiB; batch 8,
+    v100) registered in the test process for the module's tests, dropped after."""
+    @pytest.fixture(scope="module", autouse=True)
+    def toy_tables():
+        tables = [_toy(small, 4, 5.0, 0.5, 0.05), _toy(large, 6, 6.0, 1.0, 0.08)]
+        for t in tables:
+            register_table(t)
+        yield
+        for t in tables:
+            unregister_table(t.model, t.batch_size, t.device)
+    return toy_tables
 
 
 def toy_tables_fixture(small: str, large: str):

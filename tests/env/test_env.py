@@ -8,28 +8,13 @@ import pytest
 
 import jigsaw_env
 from jigsaw_env.actions import InvalidAction, RoundBuilder
-from jigsaw_env.cost_table import CostTable, LayerGroup, register_table, unregister_table
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.state import JobStatus
+from train_helpers import registered_toy_tables
 
-GiB = 1 << 30
-
-
-def _toy(name: str, groups: int, fixed_gib: float, act_gib: float, t: float) -> CostTable:
-    gs = tuple(LayerGroup(f"g{i}", 4_000_000 * (i + 1), int(act_gib * GiB), t, t, t) for i in range(groups))
-    return CostTable(name, 8, "v100", gs, 0.01, int(fixed_gib * GiB), {"all": "hand-built test table"})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def toy_tables():
-    # envA: 4 groups, full peak 5 + 4*0.5 = 7 GiB (two fit on a 16 GiB GPU)
-    # envB: 6 groups, full peak 6 + 6*1 = 12 GiB; a static light worker keeps fewer activations
-    tables = [_toy("envA", 4, 5.0, 0.5, 0.05), _toy("envB", 6, 6.0, 1.0, 0.08)]
-    for t in tables:
-        register_table(t)
-    yield
-    for t in tables:
-        unregister_table(t.model, t.batch_size, t.device)
+# envA: 4 groups, full peak 5 + 4*0.5 = 7 GiB (two fit on a 16 GiB GPU)
+# envB: 6 groups, full peak 6 + 6*1 = 12 GiB; a static light worker keeps fewer activations
+toy_tables = registered_toy_tables("envA", "envB")
 
 
 def _jobs(n: int = 12, seed: int = 0) -> pd.DataFrame:

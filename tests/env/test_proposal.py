@@ -11,9 +11,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from train_helpers import toy_tables_fixture
+from train_helpers import registered_toy_tables, toy_tables_fixture
 
-from jigsaw_env.cost_table import register_table, unregister_table
 from jigsaw_env.encoder import CLUSTER_FEATURES, HOST_SLOTS, JOB_FEATURES, ObservationEncoder, observation_size
 from jigsaw_env.env import JigsawClusterEnv
 from jigsaw_env.proposal import PROPOSAL_FEATURES, proposal_slot_features
@@ -26,15 +25,7 @@ P = PROPOSAL_FEATURES + HOST_SLOTS  # values per slot
 tables_dir = toy_tables_fixture("prC", "prD")  # table files for the training test (--tables)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def toy_tables():
-    from train_helpers import _toy
-    tables = [_toy("prA", 4, 5.0, 0.5, 0.05), _toy("prB", 6, 6.0, 1.0, 0.08)]
-    for t in tables:
-        register_table(t)
-    yield
-    for t in tables:
-        unregister_table(t.model, t.batch_size, t.device)
+toy_tables = registered_toy_tables("prA", "prB")
 
 
 class FixedProposer:
