@@ -474,5 +474,5 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
                                                         "backlogged", "observe_remaining", "work_conserving",
-                                                        "window_order", "pause")},
+                                                        "window_order", "pause", "proposer")},
             "obs_features": list(agent.features)}
