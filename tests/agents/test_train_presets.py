@@ -41,9 +41,11 @@ def test_every_preset_is_valid_and_matches_its_readme_recipe():
     train_agent.apply_option_files(args)
     assert (args.trace, args.seed, args.holdout) == ("philly", 2, 0.2)
     # ... on clusters of 16 to 64 GPUs, in a 2D-LAS window, under work-conserving masks, on 200-job
-    # episodes with longer budgets of expert play, DAgger and wall time
+    # episodes with longer budgets of expert play, DAgger and wall time, the observation showing
+    # Jigsaw's round decision
     wider = {"train_gpus": [16, 32, 64], "val_gpus": [16, 32, 64], "work_conserving": True, "window_order": "las",
-             "max_jobs": 200, "warm_start_s": 240.0, "dagger_s": 150.0, "max_wall_s": 3600.0}
+             "max_jobs": 200, "warm_start_s": 240.0, "dagger_s": 150.0, "max_wall_s": 3600.0,
+             "obs_features": ["base", "oracle", "history", "las", "fill", "proposal"], "proposer": "jigsaw"}
     assert {k: getattr(args, k) for k in wider} == wider
     assert {k: v for k, v in vars(args).items() if k not in ("trace", "seed", "preset", *wider) and not k.startswith("_")} == \
         {k: v for k, v in study.items() if k not in ("trace", "seed", "preset", *wider) and not k.startswith("_")}
