@@ -511,10 +511,8 @@ def config_from_args(args) -> dict[str, Any]:
         "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
         "work_conserving": args.work_conserving, "window_order": args.window_order, "pause": args.pause,
     }
-    proposer = proposer_name({"obs_features": env["obs_features"], "proposer": args.proposer},
-                             ("--proposer", "--obs-features"))
-    if proposer is not None:  # recorded only with the proposal group
-        env["proposer"] = proposer
+    env["proposer"] = proposer_name({"obs_features": env["obs_features"], "proposer": args.proposer},
+                                    ("--proposer", "--obs-features"))  # None without the proposal group
     n_steps = args.n_steps or (5 if args.algo == "a2c" else 256)
     return {
         "format": RUN_FORMAT,
@@ -994,7 +992,7 @@ def _shown(v: Any) -> str:
 
 #: env fields a run's config.json may lack, and the value such a run plays with (what a resumed
 #: run is compared against)
-RESUME_ABSENT_MEANS = {"window_order": "attained", "pause": "leave"}
+RESUME_ABSENT_MEANS = {"window_order": "attained", "pause": "leave", "proposer": None}
 
 
 def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
