@@ -4,7 +4,9 @@
 
 Copies the kept model (``best``: ``best/best_model.zip``, the model with the best return on the
 run's validation split, with the observation statistics saved beside it; ``last``: ``model.zip``)
-as ``model.zip`` and ``vecnormalize.npz``, writes ``config.json`` (the run's, plus ``shipped``:
+as ``model.zip`` (its weights as trained; the optimizer's running moments left out, a cold Adam
+state in their place: they are two thirds of the file and no evaluation, export or deployment
+reads them) and ``vecnormalize.npz``, writes ``config.json`` (the run's, plus ``shipped``:
 the name, the run folder, the model kept, the trace file's SHA-256 and the held-out split it leaves
 alone), exports ``policy.onnx`` from it (``jigsaw export``'s graph, checked against the model), and
 refuses a folder over ``--max-mb``. ``jigsaw evaluate --agents <name>``, ``jigsaw deploy --policy
@@ -42,6 +44,16 @@ def _portable(run_dir: Path) -> str:
         return str(run_dir)
 
 
+def _copy_without_optimizer_moments(src: Path, dest: Path, algo: str) -> None:
+    """Save the model of ``src`` at ``dest`` with its optimizer's per-parameter state cleared
+    (``torch.optim.Optimizer.state``; the parameter groups, learning rate included, are kept)."""
+    from agents.rl import algo_class
+
+    model = algo_class(algo).load(str(src), device="cpu")
+    model.policy.optimizer.state.clear()
+    model.save(str(dest))
+
+
 def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> Path:
     """Write ``agents/policies/<name>/`` from ``run_dir`` (module docstring); returns the folder."""
     from agents.rl import read_run_config
@@ -62,7 +74,7 @@ def ship(run_dir: Path, name: str, model: str = "best", max_mb: float = 5.0) -> 
                       "heldout_split": cfg["sampling"]["eval_split"], "val_split": cfg["sampling"]["val_split"]}
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=POLICIES_DIR))
     try:
-        shutil.copy(src, tmp / "model.zip")
+        _copy_without_optimizer_moments(src, tmp / "model.zip", str(cfg["algo"]))
         shutil.copy(_statistics(run_dir, model), tmp / "vecnormalize.npz")
         (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str) + "\n")
         export_policy(tmp, tmp / "policy.onnx", check=256, run_label=_portable(POLICIES_DIR / name))
