@@ -240,8 +240,8 @@ class TrainingEnv(JigsawClusterEnv):
             raise ValueError(f"wide_share must be in [0, 1], got {wide_share!r}")
         if wide_gpus < 1:
             raise ValueError(f"wide_gpus must be >= 1, got {wide_gpus!r}")
-        if isinstance(kw.get("proposer"), str) or (kw.get("proposer") is None and kw.get("obs_features")):
-            # config.json records the proposer by name: the env asks a scheduler of that name
+        if not callable(kw.get("proposer")):
+            # config.json records the proposer by name (or none): the env asks a scheduler of that name
             kw["proposer"] = make_proposer(kw)
         super().__init__(**kw)
         self.cluster_sizes: list[int] | None = None

@@ -90,9 +90,9 @@ class ProposalBlock:
               hosts) -> None:
         """Write the block into ``out`` (zeros on entry, ``size`` values) for the jobs of ``slots``
         (the window's, then the host slots', None for an empty slot), with ``decision`` the
-        decision being built and ``hosts`` the host slots' jobs in slot order."""
+        decision being built and ``hosts`` the host slots' jobs in slot order (at most H)."""
         self._set_round(state, proposal)
-        host_slot = {hid: r for r, hid in enumerate(list(hosts)[: self.host_slots])}
+        host_slot = {hid: r for r, hid in enumerate(hosts)}
         o = 0
         p = self.per_slot
         for jid in slots:

@@ -54,7 +54,7 @@ def _block(env, obs) -> np.ndarray:
     return obs[start:].reshape(env.codec.window_k + HOST_SLOTS, P)
 
 
-def _first_round_with_jobs(env, proposer):
+def _first_round_with_jobs(env):
     obs, _ = env.reset(seed=0)
     if not env.builder.window:
         obs, *_ = env.step(env.codec.advance)
@@ -69,7 +69,7 @@ def test_block_by_hand_and_its_per_step_columns():
     env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=_three_jobs(), max_jobs=3, window_k=4, round_s=60.0,
                            obs_features=GROUPS, proposer=proposer)
     assert env.observation_space.shape == (observation_size(4, GROUPS),) == ((4 + 8) * (27 + P) + 10,)
-    obs = _first_round_with_jobs(env, proposer)
+    obs = _first_round_with_jobs(env)
     assert proposer.resets == 1
     b = env.builder
     nodes = math.log2(2) / math.log2(3)  # one node of the cluster's two
