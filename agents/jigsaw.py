@@ -5,7 +5,8 @@ every rule. Per round:
 
 1. Order (no duration knowledge): discretized 2D-LAS exactly as ``tiresias`` (same queues, FIFO by
    arrival inside a queue, starvation guard), so a JCT comparison with Tiresias isolates what SPB
-   and fitting add.
+   and fitting add. ``jigsaw-srtf`` (:class:`JigsawSRTF`) orders by the oracle 2D-SRTF instead
+   (least remaining GPU-seconds first, :mod:`jigsaw_env.remaining`), the rest unchanged.
 2. Exclusive set: take jobs top-down until GPUs run out (skipping jobs that do not fit) and place
    them from the highest priority down. Running jobs that stay keep their GPUs unless a move to
    fewer nodes pays for its restart (rule 5); new ones get consolidated GPUs; a job whose only
@@ -31,6 +32,8 @@ import operator
 from typing import Sequence
 
 from jigsaw_env.placement import GpuLedger, consolidated_from_counts
+from jigsaw_env.remaining import ORDER_NAME as SRTF_ORDER
+from jigsaw_env.remaining import RemainingOrder
 from jigsaw_env.spb import Pattern
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
@@ -41,6 +44,8 @@ from .common import (LASQueues, PairPlan, best_pairing, best_solo, current_pairs
 
 
 _JOB_ID = operator.attrgetter("job_id")
+#: the priorities Jigsaw orders by (rule 1)
+ORDERS = ("2d-las", SRTF_ORDER)
 
 
 class _SoloEntry:
@@ -88,7 +93,9 @@ class Jigsaw(Scheduler):
     """SPB-aware scheduling: 2D-LAS order, consolidated exclusive placement, SPB-aware fitting of
     leftover jobs onto running jobs' GPUs, SPB level per job against eta. See the module docstring.
 
-    thresholds / starve_factor: the LAS queues (as ``tiresias``).
+    order: the priority, ``2d-las`` (Tiresias's, no duration knowledge) or ``2d-srtf`` (least
+        remaining GPU-seconds first: an oracle, :mod:`jigsaw_env.remaining`).
+    thresholds / starve_factor: the LAS queues (as ``tiresias``; ``2d-las`` only).
     margin: a new pair must give ``(1 + margin)`` x the host's useful work alone.
     keep_margin: the same test for a pair already running (lower: keeping it moves nothing).
     max_waiting / max_hosts: bounds of the fitting search per round (guests x hosts).
@@ -101,8 +108,13 @@ class Jigsaw(Scheduler):
     def __init__(self, thresholds: Sequence[float] | str | float = (3600.0,), starve_factor: float | None = 10.0,
                  margin: float = 0.0, keep_margin: float = -0.02, max_waiting: int = 8, max_hosts: int = 8,
                  hysteresis: float = 0.01, spread_tolerance: float = 0.9, restart_s: float = 30.0,
-                 horizon_s: float = 300.0, displace: bool = True):
-        self.las = LASQueues(parse_thresholds(thresholds), starve_factor)
+                 horizon_s: float = 300.0, displace: bool = True, order: str = "2d-las"):
+        if order not in ORDERS:
+            raise ValueError(f"jigsaw: order must be one of {list(ORDERS)}, got {order!r}")
+        self.order = order
+        #: the priority (rule 1): the LAS queues, or the 2D-SRTF order, which keeps no history
+        self.priority = (LASQueues(parse_thresholds(thresholds), starve_factor) if order == "2d-las"
+                         else RemainingOrder())
         self.margin = float(margin)
         self.keep_margin = float(keep_margin)
         self.max_waiting = int(max_waiting)
@@ -121,19 +133,20 @@ class Jigsaw(Scheduler):
         self.prune = self.restart_s >= 0 and self.horizon_s > 0
 
     def reset(self) -> None:
-        self.las.reset()
+        self.priority.reset()
         self._host_of = {}
         self._hosts = {}
         self._memo_costs = None
         self._memo = {}
 
     def _state(self) -> dict:
-        """The LAS bookkeeping and which guest runs on which host (``[guest, host]`` pairs). The
-        memo tables (``_memo``, ``_hosts``) are caches of pure functions: rebuilt on demand."""
-        return {"las": self.las.state_dict(), "host_of": host_pairs(self._host_of)}
+        """The priority's bookkeeping (``las``: the LAS queues' history; empty for ``2d-srtf``) and
+        which guest runs on which host (``[guest, host]`` pairs). The memo tables (``_memo``,
+        ``_hosts``) are caches of pure functions: rebuilt on demand."""
+        return {"las": self.priority.state_dict(), "host_of": host_pairs(self._host_of)}
 
     def _load_state(self, d: dict) -> None:
-        self.las.load_state_dict(d.get("las"))
+        self.priority.load_state_dict(d.get("las"))
         self._host_of = host_of_from_pairs(d.get("host_of", []))
 
     # ----------------------------------------------------------------------------------------
@@ -214,14 +227,14 @@ class Jigsaw(Scheduler):
         return bounds
 
     def quiet_until(self, state: ClusterState) -> float:
-        # every rule reads the LAS order, statuses, placements and static costs: only the order
-        # changes with time alone
-        return self.las.quiet_until(state)
+        # every rule reads the priority order, statuses, placements and static costs: only the
+        # order changes with time alone
+        return self.priority.quiet_until(state)
 
     # ----------------------------------------------------------------------------------------
     def schedule(self, state: ClusterState) -> Decision:
-        self.las.observe(state)
-        order = self.las.order_active(state)
+        self.priority.observe(state)
+        order = self.priority.order_active(state)
         rank = dict(zip(map(_JOB_ID, order), range(len(order))))  # job id -> position in the order
         pairs = current_pairs(state, self._host_of)           # guest -> host, as running now
         chosen, rest = select_by_budget(order, state.cluster.num_gpus)
@@ -576,6 +589,20 @@ class Jigsaw(Scheduler):
             ledger.remove(host.job_id)
         ledger.add(host.job_id, old)
         return False
+
+
+@register_scheduler("jigsaw-srtf")
+class JigsawSRTF(Jigsaw):
+    """Jigsaw ordered by the oracle 2D-SRTF (least remaining GPU-seconds first,
+    :mod:`jigsaw_env.remaining`) in place of 2D-LAS; every other rule as ``jigsaw``. It reads job
+    durations, as ``srtf`` does, so it is a reference for what duration knowledge adds (and the
+    teacher of the shipped ``learned`` policy, whose observation carries the same oracle), not a
+    scheduler for a cluster that cannot know them. It has no starvation guard: a long job waits
+    while shorter work keeps arriving."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("order", SRTF_ORDER)
+        super().__init__(**kwargs)
 
 
 def guest_keeps_its_order(state: ClusterState, ledger: GpuLedger, host: JobState, hgpus: tuple[int, ...],

@@ -452,8 +452,9 @@ class LearnedScheduler(Scheduler):
             self.agent.check_compatible(EvalSpaces(None, state.spb.max_level, state.spb.num_slots))
             self._codec = ActionCodec(self.agent.window_k, state.spb)
         codec = self._codec
-        b = RoundBuilder(state, codec, priority=self._encoder.las_rank(state), work_conserving=self.work_conserving,
-                         order=getattr(self.agent, "window_order", "attained"),
+        order = getattr(self.agent, "window_order", "attained")
+        b = RoundBuilder(state, codec, priority=self._encoder.window_rank(state, order),
+                         work_conserving=self.work_conserving, order=order,
                          pause=getattr(self.agent, "pause", "leave"))
         steps = 0
         proposal = None if self.proposer is None else self.proposer(state)

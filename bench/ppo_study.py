@@ -64,8 +64,8 @@ from traces import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "ppo_study"
-HEURISTICS = ("tiresias", "srtf", "jigsaw", "fifo")
-REFS = ("tiresias", "srtf", "jigsaw")
+HEURISTICS = ("tiresias", "srtf", "jigsaw", "jigsaw-srtf", "fifo")
+REFS = ("tiresias", "srtf", "jigsaw", "jigsaw-srtf")
 DEFAULT_TRAIN_ARGS = ("--warm-start jigsaw --dagger-rounds 3 --gamma 0.9995 --n-steps 1024 --ent-coef 0.0 --learning-rate 1e-5 "
                       "--target-kl 0.01")
 
@@ -451,7 +451,7 @@ def conclusion(res: dict) -> list[str]:
     lower = [lab for lab in ppo if "tiresias" in st["per_seed"][lab] and st["per_seed"][lab]["tiresias"]["mean"] < 0]
     out.append(f"- vs Tiresias: PPO has a lower mean JCT on {len(lower)} of {len(beats)} seeds; per seed: "
                + "; ".join(f"{k}: {v}" for k, v in beats.items()) + ".")
-    for r in ("tiresias", "srtf", "jigsaw"):
+    for r in REFS:
         if r in st["window_level"]:
             p = st["window_level"][r]
             out.append(f"- vs {r} (seeds averaged per window): {_ci(p)} h ({_f(100 * p['rel_diff'], 1)}%), {p['verdict']}.")

@@ -38,8 +38,9 @@ built runs nothing and some window job could start: a policy then cannot leave t
 idle while a job fits (no heuristic does), the way an undertrained policy stalls.
 
 The window's order (:data:`WINDOW_ORDERS`, :func:`window_order`) is ``attained`` (waiting jobs by
-least attained GPU-seconds) or ``las`` (by the round's 2D-LAS rank, the order Tiresias and Jigsaw
-start jobs in, starvation promotions included).
+least attained GPU-seconds), ``las`` (by the round's 2D-LAS rank, the order Tiresias and Jigsaw
+start jobs in, starvation promotions included) or ``remaining`` (by least remaining GPU-seconds,
+the oracle 2D-SRTF rank of :mod:`jigsaw_env.remaining`, the order ``jigsaw-srtf`` starts jobs in).
 """
 from __future__ import annotations
 
@@ -152,7 +153,9 @@ def check_pause_mode(mode: str) -> str:
 
 
 #: how the window lists the active jobs (:func:`window_order`)
-WINDOW_ORDERS = ("attained", "las")
+WINDOW_ORDERS = ("attained", "las", "remaining")
+#: the window orders that rank the jobs by a priority the caller passes (:class:`RoundBuilder`)
+RANKED_WINDOW_ORDERS = ("las", "remaining")
 
 
 def check_window_order(order: str) -> str:
@@ -167,9 +170,9 @@ def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = 
 
     Up to K/2 running jobs (the natural preemption candidates, lowest priority first), then the
     waiting jobs from the highest priority down, then the other running jobs. The priority is
-    ``priority``, each active job's 2D-LAS rank this round (0: the highest;
-    ``ObservationEncoder.las_rank``: Tiresias's and Jigsaw's order, queues and starvation guard
-    included), when given; otherwise the least attained service (GPU-seconds, ties by arrival:
+    ``priority``, each active job's rank this round (0: the highest), when given: its 2D-LAS rank
+    (``ObservationEncoder.las_rank``: Tiresias's and Jigsaw's order, queues and starvation guard
+    included) or its 2D-SRTF rank (``jigsaw_env.remaining.remaining_rank``); otherwise the least attained service (GPU-seconds, ties by arrival:
     2D-LAS without its queues and guard). In arrival order a queue whose oldest jobs have run
     long and been preempted hides the newly arrived ones behind them, and only acting on a job
     brings the next one into view: on the first training window of the PPO study's Philly split,
@@ -279,16 +282,17 @@ class RoundBuilder:
         attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard).
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
-        (``las`` needs ``priority``). ``pause``: what a pause does with the job, one of
+        (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job, one of
         :data:`PAUSE_MODES`."""
         self.state = state
         self.work_conserving = work_conserving
         self.priority = priority
         self._hosts: list[int] | None = None  # hosts(), made when first asked after each change
         self.codec = codec
-        if check_window_order(order) == "las" and priority is None:
-            raise ValueError("order='las' needs priority, the 2D-LAS rank of every active job")
-        order = window_order(state, codec.window_k, priority if order == "las" else None)
+        ranked = check_window_order(order) in RANKED_WINDOW_ORDERS
+        if ranked and priority is None:
+            raise ValueError(f"order={order!r} needs priority, the rank of every active job in that order")
+        order = window_order(state, codec.window_k, priority if ranked else None)
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
         self.pause = check_pause_mode(pause)

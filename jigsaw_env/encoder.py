@@ -87,6 +87,7 @@ import numpy as np
 
 from .las import LASQueues
 from .proposal import ProposalBlock, proposal_slot_features
+from .remaining import remaining_rank
 from .spb import Pattern, spb_compute_bound
 from .state import ClusterState, Decision, JobStatus
 
@@ -235,6 +236,14 @@ class ObservationEncoder:
         if rank is None:
             rank = self._las_rank = {j.job_id: i for i, j in enumerate(self._las_order)}
         return rank
+
+    def window_rank(self, state: ClusterState, window_order: str) -> dict[int, int]:
+        """The ranks a round builder with ``window_order`` takes (``RoundBuilder(priority=...)``):
+        :func:`~jigsaw_env.remaining.remaining_rank` (2D-SRTF) for ``remaining``, else
+        :meth:`las_rank`, which also updates the LAS queue for the round."""
+        if window_order == "remaining":
+            return remaining_rank(state)
+        return self.las_rank(state)
 
     def _job_static(self, state: ClusterState, job) -> tuple[float, float, float, float]:
         """Features that depend only on the job's model/size: iteration time, gain, eta, memory."""

@@ -11,8 +11,9 @@ STATE
     (jigsaw_env/proposal.py).
 ACTIONS
     ``Discrete(K * ((5 + H) * (1 + 2L) + 1) + 1)``: one decision per step (Decima-style). Pick one
-    job of the round's window of K waiting and running jobs (ordered by attained service, or by
-    2D-LAS rank with ``window_order="las"``) with a placement option (keep,
+    job of the round's window of K waiting and running jobs (ordered by attained service, by
+    2D-LAS rank with ``window_order="las"``, or by least remaining GPU-seconds with
+    ``window_order="remaining"``) with a placement option (keep,
     consolidated, spread, packed, paired, or ``host:r``: beside the job of host slot r on its GPUs,
     jigsaw_env/actions.py) and an SPB level and pattern; or pause a running job; or *advance*, which
     applies the decision and runs one round of ``round_s`` seconds. ``action_masks()`` marks
@@ -220,6 +221,9 @@ class JigsawClusterEnv(gym.Env):
         self.work_conserving = _bool_arg("work_conserving", work_conserving)
         #: how the window orders the active jobs (jigsaw_env.actions.WINDOW_ORDERS)
         self.window_order = check_window_order(window_order)
+        if self.window_order == "remaining" and not observe_remaining:
+            raise ValueError("window_order='remaining' orders the window by the jobs' remaining work, which "
+                             "observe_remaining=False hides from the policy; observe it or pick another order")
         #: what a pause does with the job (jigsaw_env.actions.PAUSE_MODES)
         self.pause = check_pause_mode(pause)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
@@ -379,7 +383,8 @@ class JigsawClusterEnv(gym.Env):
     def _new_round(self) -> None:
         state = self.sim.state
         self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
-                                    self.encoder.las_rank(state), work_conserving=self.work_conserving,
+                                    self.encoder.window_rank(state, self.window_order),
+                                    work_conserving=self.work_conserving,
                                     order=self.window_order, pause=self.pause)
         self._steps_in_round = 0
         if self.proposer is not None:

@@ -23,7 +23,7 @@ from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
 
-ALL = ["fifo", "srtf", "tiresias", "gandiva", "jigsaw", "random", "fifo+spb", "srtf+spb", "tiresias+spb",
+ALL = ["fifo", "srtf", "tiresias", "gandiva", "jigsaw", "jigsaw-srtf", "random", "fifo+spb", "srtf+spb", "tiresias+spb",
        "gandiva+spb"]
 
 

@@ -98,7 +98,7 @@ def test_tiny_study_end_to_end(tmp_path):
         assert w["jobs"] == 8 and held_ids[0] <= w["first_job_id"] <= held_ids[1]
     # the warm-started run's cloned policy (RUN_DIR/warm_start) is evaluated beside its final model
     # and the agent under test, ppo-s0, is best/ (selected on the validation split), the final model as last-s0
-    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "fifo", "imit-s0", "last-s0", "ppo-s0"]
+    assert disk["agent_order"] == ["tiresias", "srtf", "jigsaw", "jigsaw-srtf", "fifo", "imit-s0", "last-s0", "ppo-s0"]
     assert disk["final_labels"] == ["last-s0"] and disk["training"][0]["selected_timesteps"] in (1, 256)
     assert [t["trained_timesteps"] for t in disk["training"]] == [256]
     ws = disk["training"][0]["warm_start"]
@@ -111,9 +111,9 @@ def test_tiny_study_end_to_end(tmp_path):
         stalled = set(disk["stalled_windows"].get(lab, []))
         assert len(jct[lab]) == 2 and all((np.isfinite(x) and x > 0) or (np.isnan(x) and i in stalled)
                                           for i, x in enumerate(jct[lab])), lab
-        if lab in ("tiresias", "srtf", "jigsaw", "fifo"):
+        if lab in ("tiresias", "srtf", "jigsaw", "jigsaw-srtf", "fifo"):
             assert not stalled
-    for ref in ("tiresias", "srtf", "jigsaw"):
+    for ref in ("tiresias", "srtf", "jigsaw", "jigsaw-srtf"):
         p = disk["stats"]["per_seed"]["ppo-s0"][ref]
         kept = [a - b for a, b in zip(jct["ppo-s0"], jct[ref]) if np.isfinite(a)]
         assert p["diffs"] == pytest.approx(kept)

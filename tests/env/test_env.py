@@ -338,13 +338,34 @@ def test_a_las_window_lists_waiting_jobs_in_2d_las_order():
     assert [rank[j] for j in (0, 1, 2)] == [0, 1, 2]
 
 
+def test_a_remaining_window_lists_waiting_jobs_by_least_remaining_gpu_seconds():
+    """``window_order="remaining"``: three jobs arrive together with remaining GPU-seconds
+    8 x 100 x t8, 1 x 300 x t1 and 2 x 50 x t2 (t_g: the model's isolated iteration time on g
+    GPUs); the window lists them from the least up, and the builder's host ranks are the same
+    order (2D-SRTF, jigsaw_env.remaining)."""
+    jobs = pd.DataFrame({"job_id": np.arange(3), "arrival_s": 0.0, "num_gpus": [8, 1, 2],
+                         "model": "envA", "batch_size": 8, "iterations": [100.0, 300.0, 50.0]})
+    env = make_env(trace=jobs, max_jobs=3, window_k=3, window_order="remaining")
+    env.reset(seed=0)
+    if not env.builder.window:
+        env.step(env.codec.advance)
+    st = env.sim.state
+    need = {j.job_id: j.remaining * st.costs.isolated_iteration_s(j) * j.num_gpus for j in st.active()}
+    assert env.builder.window == sorted(need, key=need.__getitem__)
+    assert env.builder.priority == {j: i for i, j in enumerate(env.builder.window)}
+
+
 def test_window_order_is_checked():
-    with pytest.raises(ValueError, match=r"window_order must be one of \['attained', 'las'\], got 'arrival'"):
+    with pytest.raises(ValueError, match=r"window_order must be one of \['attained', 'las', 'remaining'\], got 'arrival'"):
         make_env(window_order="arrival")
+    with pytest.raises(ValueError, match="window_order='remaining' orders the window by the jobs' remaining work, "
+                                         "which observe_remaining=False hides"):
+        make_env(window_order="remaining", observe_remaining=False)
     env = make_env()
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="order='las' needs priority"):
-        RoundBuilder(env.sim.state, env.codec, order="las")
+    for order in ("las", "remaining"):
+        with pytest.raises(ValueError, match=f"order='{order}' needs priority"):
+            RoundBuilder(env.sim.state, env.codec, order=order)
 
 
 def _hand_built_env(num_gpus: list[int], models: list[str]) -> JigsawClusterEnv:
