@@ -29,7 +29,8 @@ def test_learned_is_shipped_with_its_recipe_and_split():
     cfg = json.loads((LEARNED / "config.json").read_text())
     assert cfg["preset"] == "learned" and "--preset learned" in cfg["command"]
     assert cfg["env"]["trace"] == "philly" and cfg["sampling"]["holdout"] == 0.2
-    assert (cfg["env"]["window_order"], cfg["env"]["work_conserving"]) == ("las", True)
+    assert (cfg["env"]["window_order"], cfg["env"]["work_conserving"]) == ("remaining", True)
+    assert cfg["env"]["proposer"] == cfg["warm_start"]["expert"] == "jigsaw-srtf"
     assert cfg["env"]["pause"] == LearnedAgent(LEARNED).pause == "leave"  # trained where a pause leaves the round
     assert cfg["sampling"]["train_gpus"] == cfg["sampling"]["val_gpus"] == [16, 32, 64]
     shipped = cfg["shipped"]
