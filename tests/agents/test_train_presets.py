@@ -34,18 +34,19 @@ def test_every_preset_is_valid_and_matches_its_readme_recipe():
     assert (args.policy, args.train_gpus, args.val_gpus, args.gamma, args.n_steps, args.dagger_rounds) == \
         ("slots", [16, 32], [16, 32], 0.9995, 1024, 4)
     assert (args.max_jobs, args.load, args.val, args.n_envs, args.max_wall_s) == (80, [1.0], 0.1, 2, 1800.0)
-    # the shipped policy's recipe: the study's options on the reference Philly trace, seed 2 (the
+    # the shipped policy's recipe: the study's options on the reference Philly trace, seed 0 (the
     # shipped run's; test_shipped_policy.py checks the shipped config against the preset)
     study = vars(args)
     args = _parse(["--preset", "learned"])
     train_agent.apply_option_files(args)
-    assert (args.trace, args.seed, args.holdout) == ("philly", 2, 0.2)
-    # ... on clusters of 16 to 64 GPUs, in a 2D-LAS window, under work-conserving masks, on 200-job
-    # episodes with longer budgets of expert play, DAgger and wall time, the observation showing
-    # Jigsaw's round decision
-    wider = {"train_gpus": [16, 32, 64], "val_gpus": [16, 32, 64], "work_conserving": True, "window_order": "las",
+    assert (args.trace, args.seed, args.holdout) == ("philly", 0, 0.2)
+    # ... on clusters of 16 to 64 GPUs, taught by jigsaw-srtf in a window in its order (remaining
+    # GPU-seconds), under work-conserving masks, on 200-job episodes with longer budgets of expert
+    # play, DAgger and wall time, the observation showing jigsaw-srtf's round decision
+    wider = {"train_gpus": [16, 32, 64], "val_gpus": [16, 32, 64], "work_conserving": True,
+             "window_order": "remaining", "warm_start": "jigsaw-srtf",
              "max_jobs": 200, "warm_start_s": 240.0, "dagger_s": 150.0, "max_wall_s": 3600.0,
-             "obs_features": ["base", "oracle", "history", "las", "fill", "proposal"], "proposer": "jigsaw"}
+             "obs_features": ["base", "oracle", "history", "las", "fill", "proposal"], "proposer": "jigsaw-srtf"}
     assert {k: getattr(args, k) for k in wider} == wider
     assert {k: v for k, v in vars(args).items() if k not in ("trace", "seed", "preset", *wider) and not k.startswith("_")} == \
         {k: v for k, v in study.items() if k not in ("trace", "seed", "preset", *wider) and not k.startswith("_")}
