@@ -430,13 +430,13 @@ class _PauseOneThenFillPolicy(_AdvancingPolicy):
 
 def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace):
     """The scheduler builds each round exactly as the env steps, in the window order the policy
-    was trained with; the two orders give different schedules on this trace."""
+    was trained with; the orders give different schedules on this trace."""
     from agents.rl import LearnedScheduler
     from jigsaw_env.env import JigsawClusterEnv
 
     jobs = toy_trace.head(12)
     frames = {}
-    for order in ("attained", "las"):
+    for order in ("attained", "las", "remaining"):
         policy = _PauseOneThenFillPolicy(order)
         sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
         sim.run(LearnedScheduler(agent=policy, work_conserving=False).schedule)
@@ -453,6 +453,7 @@ def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace
         pd.testing.assert_frame_equal(env.sim.jobs_frame(), sim.jobs_frame())
         frames[order] = sim.jobs_frame()
     assert not frames["attained"]["start_s"].equals(frames["las"]["start_s"])
+    assert not frames["remaining"]["start_s"].equals(frames["las"]["start_s"])
 
 
 def test_a_learned_scheduler_is_work_conserving_so_an_advancing_policy_still_finishes(toy_trace):
