@@ -172,8 +172,8 @@ def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = 
     waiting jobs from the highest priority down, then the other running jobs. The priority is
     ``priority``, each active job's rank this round (0: the highest), when given: its 2D-LAS rank
     (``ObservationEncoder.las_rank``: Tiresias's and Jigsaw's order, queues and starvation guard
-    included) or its 2D-SRTF rank (``jigsaw_env.remaining.remaining_rank``); otherwise the least attained service (GPU-seconds, ties by arrival:
-    2D-LAS without its queues and guard). In arrival order a queue whose oldest jobs have run
+    included) or its 2D-SRTF rank (``jigsaw_env.remaining.remaining_rank``); otherwise the least
+    attained service (GPU-seconds, ties by arrival: 2D-LAS without its queues and guard). In arrival order a queue whose oldest jobs have run
     long and been preempted hides the newly arrived ones behind them, and only acting on a job
     brings the next one into view: on the first training window of the PPO study's Philly split,
     Jigsaw played as env actions then left new arrivals waiting for 2,251 h
@@ -282,8 +282,8 @@ class RoundBuilder:
         attained GPU-seconds, then arrival (2D-LAS without its queues and starvation guard).
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
-        (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job, one of
-        :data:`PAUSE_MODES`."""
+        (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job,
+        one of :data:`PAUSE_MODES`."""
         self.state = state
         self.work_conserving = work_conserving
         self.priority = priority
