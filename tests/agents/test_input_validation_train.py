@@ -482,7 +482,7 @@ def test_deploy_reads_the_config_the_same_way(runs, tmp_path, capsys):
                                                    "'proposal' group to show its decision; add 'proposal' there or "
                                                    "leave the proposer out"),
     (lambda c: c["env"].update(window_order="arrival"), "field 'env.window_order': expected one of ['attained', "
-                                                       "'las'], got 'arrival'"),
+                                                       "'las', 'remaining'], got 'arrival'"),
     (lambda c: c["env"].update(pause="drop"), "field 'env.pause': expected one of ['leave', 'requeue'], got 'drop'"),
 ])
 def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):

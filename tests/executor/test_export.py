@@ -414,7 +414,7 @@ def test_bad_onnx_files(onnx_path, tmp_path):
     # the window order and pause mode the policy was trained with: its env's, checked; the
     # defaults when absent
     assert (OnnxPolicy(onnx_path).window_order, OnnxPolicy(onnx_path).pause) == ("attained", "leave")
-    for field, value, allowed in (("window_order", "las", None), ("window_order", "arrival", "'attained', 'las'"),
+    for field, value, allowed in (("window_order", "las", None), ("window_order", "arrival", "'attained', 'las', 'remaining'"),
                                   ("pause", "requeue", None), ("pause", "drop", "'leave', 'requeue'"),
                                   ("pause", None, None)):
         m = onnx.load(str(onnx_path))
