@@ -1,6 +1,7 @@
 """SRTF: shortest remaining time first, with oracle remaining times, preemptive."""
 from __future__ import annotations
 
+from jigsaw_env.remaining import remaining_gpu_s, remaining_isolated_s
 from jigsaw_env.state import ClusterState, Decision
 
 from .base import Scheduler, register_scheduler
@@ -24,8 +25,7 @@ class SRTF(Scheduler):
         self.gpu_time = bool(gpu_time)
 
     def remaining_s(self, state: ClusterState, job) -> float:
-        t = job.remaining * state.costs.isolated_iteration_s(job)
-        return t * job.num_gpus if self.gpu_time else t
+        return remaining_gpu_s(state, job) if self.gpu_time else remaining_isolated_s(state, job)
 
     def quiet_until(self, state: ClusterState) -> float:
         # between arrivals and completions only running jobs' remaining times fall: they can only

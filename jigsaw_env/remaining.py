@@ -22,10 +22,15 @@ from .state import ClusterState, JobState
 ORDER_NAME = "2d-srtf"
 
 
+def remaining_isolated_s(state: ClusterState, job: JobState) -> float:
+    """The seconds ``job`` still needs alone on dedicated consolidated GPUs: remaining iterations x
+    isolated iteration time (s)."""
+    return job.remaining * state.costs.isolated_iteration_s(job)
+
+
 def remaining_gpu_s(state: ClusterState, job: JobState) -> float:
-    """The GPU-seconds ``job`` still needs alone: remaining iterations x isolated iteration time
-    (s) x GPUs."""
-    return job.remaining * state.costs.isolated_iteration_s(job) * job.num_gpus
+    """The GPU-seconds ``job`` still needs alone: :func:`remaining_isolated_s` x GPUs."""
+    return remaining_isolated_s(state, job) * job.num_gpus
 
 
 def remaining_order(state: ClusterState) -> list[JobState]:
