@@ -734,3 +734,46 @@ def test_warm_start_episodes_replays_each_rounds_episodes_and_pairs_the_finished
     (row,) = measure(tmp_path, log=lambda *_: None)["rounds"]
     assert row["paired"] and row["learner_over_expert"] == pytest.approx(2.0, rel=1e-12)
     assert row["expert_mean_jct_s"] == pytest.approx(sum(jcts) / 3, rel=1e-12) and row["first_episode_seed"] == first
+
+
+# ---------------------------------------------------------------------------------- saturated rounds
+def test_saturated_rounds_pool_hand_computed_logs():
+    """Two windows' cluster logs by hand: only rounds with a job waiting count, the pooled
+    efficiency weighs rounds by their seconds, the window mean weighs windows equally."""
+    import pandas as pd
+
+    from bench.saturated_rounds import saturated_summary, saturated_totals
+
+    def log(rows):
+        return pd.DataFrame(rows, columns=["start_s", "end_s", "queued", "allocated_gpus", "useful_gpu_s",
+                                           "allocated_gpu_s"])
+
+    # 4 GPUs. Window a: a saturated 100 s round, 3 GPUs allocated, useful 360 (pairs), then an idle-queue round.
+    a = log([(0, 100, 2, 3, 360.0, 300.0), (100, 200, 0, 4, 400.0, 400.0)])
+    # window b: a saturated 300 s round on every GPU, useful 1200 (no pairs)
+    b = log([(0, 300, 1, 4, 1200.0, 1200.0)])
+    ta, tb = saturated_totals(a, 4), saturated_totals(b, 4)
+    assert ta == {"seconds": 100.0, "gpu_s": 400.0, "useful_gpu_s": 360.0, "allocated_gpu_s": 300.0,
+                  "queued_s": 200.0, "free_s": 100.0}
+    s = saturated_summary([ta, tb])
+    assert s["saturated_h"] == pytest.approx(400 / 3600)
+    assert s["efficiency"] == pytest.approx((360 + 1200) / (400 + 1200))
+    assert s["mean_window_efficiency"] == pytest.approx((0.9 + 1.0) / 2)
+    assert s["allocated_share"] == pytest.approx(1500 / 1600)
+    assert s["useful_per_allocated"] == pytest.approx(1560 / 1500)
+    assert s["mean_queued"] == pytest.approx((2 * 100 + 1 * 300) / 400)
+    assert s["free_share"] == pytest.approx(100 / 400)
+    assert s["windows_saturated"] == 2
+    empty = saturated_summary([saturated_totals(log([(0, 10, 0, 1, 5.0, 10.0)]), 4)])
+    assert empty["saturated_h"] == 0 and empty["windows_saturated"] == 0 and empty["efficiency"] != empty["efficiency"]
+
+
+def test_saturated_rounds_rejects_bad_arguments(capsys):
+    from bench.saturated_rounds import main
+
+    for argv, msg in ((["--agents", "nosuch", "--out", "x"], "allowed:"), (["--loads", "0", "--out", "x"], "--loads must be"),
+                      (["--windows", "0", "--out", "x"], "must be positive"), ([], "--out")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
