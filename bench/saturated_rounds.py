@@ -1,7 +1,7 @@
 """What an agent's saturated rounds hold, on the study's held-out windows: why its saturated
 efficiency is what it is.
 
-    python -m bench.saturated_rounds --agents jigsaw,jigsaw-srtf --windows 48 --window-jobs 200 --out DIR
+    python -m bench.saturated_rounds --agents jigsaw,jigsaw-srtf,learned --windows 48 --window-jobs 200 --out DIR
 
 A *saturated round* is one that starts with a job waiting (``queued`` > 0 in the cluster log);
 the *saturated efficiency* ``jigsaw evaluate`` reports is the useful GPU-seconds of those rounds
@@ -70,36 +70,44 @@ def saturated_summary(totals: Sequence[dict]) -> dict:
 
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, loads: Sequence[float],
-            agents: Sequence[str], progress: bool = True) -> dict:
-    """Per load and agent: the :func:`saturated_summary` over the windows, and each agent's mean JCT (h)."""
+            agents: str, progress: bool = True) -> dict:
+    """Per load and agent: the :func:`saturated_summary` over the windows, the agent's mean JCT (h)
+    and each window's saturated efficiency as the simulator reports it (None: no saturated round). ``agents`` is ``jigsaw evaluate``'s ``--agents`` text (heuristics, ``learned``, run
+    folders); each run goes through ``jigsaw_env.evaluate.run_task``, what ``jigsaw evaluate`` runs."""
+    import tempfile
+
+    import pandas as pd
     from tqdm import tqdm
 
-    from agents import make_scheduler
     from bench.ppo_study import build_windows, evaluation_setup, heldout_split
-    from jigsaw_env.cluster import ClusterSpec
-    from jigsaw_env.simulator import Simulator
+    from jigsaw_env.evaluate import Task, init_worker, parse_agents, run_task
 
+    specs = parse_agents(agents)
     cluster_kwargs, cfg = evaluation_setup(gpus)
-    cluster = ClusterSpec.from_gpus(**cluster_kwargs)
     _, held = heldout_split(trace, gpus, holdout)
+    init_worker(None)
     out: dict = {"loads": {}}
-    bar = tqdm(total=len(loads) * windows * len(agents), desc="saturated rounds", unit="run", disable=not progress)
-    for load in loads:
-        part = {}
-        wins = build_windows(held, window_jobs, windows, gpus, load)
-        for name in agents:
-            totals, jct = [], []
-            for w, _info in wins:
-                sim = Simulator(cluster, w, cfg)
-                sim.run(make_scheduler(name))
-                totals.append(saturated_totals(sim.cluster_frame(), cluster.num_gpus))
-                jct.append(float(sim.metrics()["avg_jct_s"]) / 3600.0)
-                bar.update(1)
-            part[name] = {**saturated_summary(totals), "mean_jct_h": sum(jct) / len(jct)}
-        out["loads"][str(load)] = part
+    bar = tqdm(total=len(loads) * windows * len(specs), desc="saturated rounds", unit="run", disable=not progress)
+    with tempfile.TemporaryDirectory(prefix="saturated_rounds_") as tmp:
+        for load in loads:
+            part = {}
+            wins = build_windows(held, window_jobs, windows, gpus, load)
+            for spec in specs:
+                totals, jct, reported = [], [], []
+                for jobs, info in wins:
+                    logs = os.path.join(tmp, f"{load}", spec.label, str(info["window"]))
+                    row = run_task(Task(spec, info["window"], load, None, logs, jobs, cluster_kwargs, cfg, None,
+                                        info["digest"], info["offered_load"]))
+                    totals.append(saturated_totals(pd.read_csv(os.path.join(logs, "cluster.csv")), gpus))
+                    jct.append(float(row["avg_jct_s"]) / 3600.0)
+                    reported.append(row["saturated_efficiency"])
+                    bar.update(1)
+                part[spec.label] = {**saturated_summary(totals), "mean_jct_h": sum(jct) / len(jct),
+                                    "reported_efficiency": reported}
+            out["loads"][str(load)] = part
     bar.close()
     out.update(trace=portable_text(trace), gpus=gpus, holdout=holdout, windows=windows, window_jobs=window_jobs,
-               agents=list(agents), cluster=cluster_kwargs)
+               agents=[s.label for s in specs], cluster=cluster_kwargs)
     return out
 
 
@@ -119,21 +127,23 @@ def write_md(path, res: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from agents import available_schedulers
     from bench.headroom import parse_loads
     from bench.ppo_study import _default_trace, add_study_window_arguments
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_window_arguments(p)
     p.add_argument("--loads", default="1.0,1.5", help="comma-separated offered loads (default 1.0,1.5)")
-    p.add_argument("--agents", default="jigsaw,jigsaw-srtf", help="comma-separated agents (default jigsaw,jigsaw-srtf)")
+    p.add_argument("--agents", default="jigsaw,jigsaw-srtf",
+                   help="as jigsaw evaluate's --agents: heuristics, learned, run folders (default jigsaw,jigsaw-srtf)")
     p.add_argument("--out", required=True, help="write results.json and results.md in this folder")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    agents = [x for x in a.agents.split(",") if x]
-    bad = [x for x in agents if x not in available_schedulers()]
-    if not agents or bad:
-        p.error(f"--agents: unknown {bad or a.agents!r}; allowed: {', '.join(available_schedulers())}")
+    from jigsaw_env.evaluate import parse_agents
+
+    try:
+        parse_agents(a.agents)
+    except (ValueError, FileNotFoundError) as e:
+        p.error(f"--agents: {e}")
     if a.gpus < 1 or a.windows < 1 or a.window_jobs < 1:
         p.error(f"--gpus, --windows and --window-jobs must be positive, got {a.gpus}, {a.windows}, {a.window_jobs}")
     try:
@@ -141,7 +151,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     t0 = time.perf_counter()
-    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, agents)
+    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, a.agents)
     write_and_show(a.out, res, write_md, "bench.saturated_rounds", argv, t0)
     return 0
 

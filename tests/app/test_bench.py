@@ -771,9 +771,25 @@ def test_saturated_rounds_pool_hand_computed_logs():
 def test_saturated_rounds_rejects_bad_arguments(capsys):
     from bench.saturated_rounds import main
 
-    for argv, msg in ((["--agents", "nosuch", "--out", "x"], "allowed:"), (["--loads", "0", "--out", "x"], "--loads must be"),
+    for argv, msg in ((["--agents", "nosuch", "--out", "x"], "unknown agent 'nosuch'"), (["--loads", "0", "--out", "x"], "--loads must be"),
                       (["--windows", "0", "--out", "x"], "must be positive"), ([], "--out")):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
         assert msg in capsys.readouterr().err
+
+
+def test_saturated_rounds_agree_with_the_simulators_metric():
+    """On small windows, each window's saturated efficiency recomputed from its cluster log is the
+    one the simulator reports, so the mean of windows is theirs; the pooled numbers are in range."""
+    from bench.saturated_rounds import measure
+
+    res = measure("synthetic:jobs=80,load=3.0,seed=1", 8, 0.5, 2, 20, [3.0], "fifo,jigsaw", progress=False)
+    part = res["loads"]["3.0"]
+    assert set(part) == {"fifo", "jigsaw"}
+    for row in part.values():
+        reported = [x for x in row["reported_efficiency"] if x is not None]
+        assert len(reported) == row["windows_saturated"] > 0
+        assert row["mean_window_efficiency"] == pytest.approx(sum(reported) / len(reported), rel=1e-9)
+        assert 0 < row["allocated_share"] <= 1 + 1e-9 and 0 <= row["free_share"] <= 1
+        assert row["mean_queued"] >= 1  # every saturated round has a job waiting
