@@ -42,13 +42,15 @@ def saturated_totals(cluster_rounds, num_gpus: int) -> dict:
     """Sums over the saturated rounds of one cluster log (``Simulator.cluster_frame()``): seconds,
     GPU-seconds (GPUs x seconds), useful and allocated GPU-seconds, waiting-job-seconds and the
     seconds of rounds with a free GPU."""
+    from jigsaw_env.metrics import saturated_work
+
+    useful, total_s = saturated_work(cluster_rounds)  # the rounds and sums the reported metric uses
     sat = cluster_rounds[cluster_rounds["queued"].to_numpy() > 0]
     seconds = (sat["end_s"] - sat["start_s"]).to_numpy(float)
     free = sat["allocated_gpus"].to_numpy() < num_gpus
-    return {"seconds": float(seconds.sum()), "gpu_s": float(num_gpus * seconds.sum()),
-            "useful_gpu_s": float(sat["useful_gpu_s"].sum()), "allocated_gpu_s": float(sat["allocated_gpu_s"].sum()),
-            "queued_s": float((sat["queued"].to_numpy(float) * seconds).sum()),
-            "free_s": float(seconds[free].sum())}
+    return {"seconds": total_s, "gpu_s": num_gpus * total_s, "useful_gpu_s": useful,
+            "allocated_gpu_s": float(sat["allocated_gpu_s"].sum()),
+            "queued_s": float((sat["queued"].to_numpy(float) * seconds).sum()), "free_s": float(seconds[free].sum())}
 
 
 def saturated_summary(totals: Sequence[dict]) -> dict:
@@ -72,8 +74,9 @@ def saturated_summary(totals: Sequence[dict]) -> dict:
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, loads: Sequence[float],
             agents: str, progress: bool = True) -> dict:
     """Per load and agent: the :func:`saturated_summary` over the windows, the agent's mean JCT (h)
-    and each window's saturated efficiency as the simulator reports it (None: no saturated round). ``agents`` is ``jigsaw evaluate``'s ``--agents`` text (heuristics, ``learned``, run
-    folders); each run goes through ``jigsaw_env.evaluate.run_task``, what ``jigsaw evaluate`` runs."""
+    and each window's saturated efficiency as the simulator reports it (None: no saturated round).
+    ``agents`` is ``jigsaw evaluate``'s ``--agents`` text (heuristics, ``learned``, run folders);
+    each run goes through ``jigsaw_env.evaluate.run_task``, what ``jigsaw evaluate`` runs."""
     import tempfile
 
     import pandas as pd
@@ -121,7 +124,8 @@ def write_md(path, res: dict) -> None:
                   "| agent | mean JCT (h) | " + " | ".join(h for _, h in COLUMNS) + " |",
                   "|---|" + "---:|" * (len(COLUMNS) + 1)]
         for name, row in part.items():
-            lines.append(f"| {name} | {row['mean_jct_h']:.3f} | " + " | ".join(f"{row[k]:.3f}" for k, _ in COLUMNS) + " |")
+            cells = " | ".join(f"{row[k]:.3f}" for k, _ in COLUMNS)
+            lines.append(f"| {name} | {row['mean_jct_h']:.3f} | {cells} |")
         lines.append("")
     path.write_text("\n".join(lines))
 

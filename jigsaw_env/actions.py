@@ -173,9 +173,9 @@ def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = 
     ``priority``, each active job's rank this round (0: the highest), when given: its 2D-LAS rank
     (``ObservationEncoder.las_rank``: Tiresias's and Jigsaw's order, queues and starvation guard
     included) or its 2D-SRTF rank (``jigsaw_env.remaining.remaining_rank``); otherwise the least
-    attained service (GPU-seconds, ties by arrival: 2D-LAS without its queues and guard). In arrival order a queue whose oldest jobs have run
-    long and been preempted hides the newly arrived ones behind them, and only acting on a job
-    brings the next one into view: on the first training window of the PPO study's Philly split,
+    attained service (GPU-seconds, ties by arrival: 2D-LAS without its queues and guard). In
+    arrival order a queue whose oldest jobs have run long and been preempted hides the newly
+    arrived ones behind them, and only acting on a job brings the next one into view: on the first training window of the PPO study's Philly split,
     Jigsaw played as env actions then left new arrivals waiting for 2,251 h
     (docs/environment.md). By attained service, a job that Jigsaw's 2D-LAS ranks high (a promoted
     one, or a wide job in a high queue) can sit behind the window when K narrower jobs have run
