@@ -59,7 +59,7 @@ import pandas as pd
 
 from agents.imitation import (Demonstrations, HeuristicExpert, behaviour_clone, collect, collect_on_policy, concat,
                               episode_seed_base, expert_names, policy_actor)
-from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_pause_mode,
+from agents.rl import (ALGOS, POLICIES, RUN_FORMAT, algo_class, json_kind, read_run_config, run_pause_mode, run_spill,
                        run_window_order,
                        spaces_signature)
 from agents.rl_env import ENV_KEYS, make_env_fn, proposer_name
@@ -238,6 +238,10 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
                    help="what a pause does with the job: decide it for the round, or requeue it at the back of the "
                         "round's line, where it can be placed again (a running job released and moved after "
                         "others) (default leave)")
+    e.add_argument("--spill", action=argparse.BooleanOptionalAction, default=False,
+                   help="on advance, run the jobs the decision leaves waiting that the free GPUs cannot hold on "
+                        "the free GPUs plus GPUs of the lowest-priority jobs, shared (jigsaw_env/spill.py; "
+                        "default off)")
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",
                    help=f"observation feature groups, from {','.join(FEATURE_GROUPS)}; 'base' is required "
                         f"(docs/environment.md lists each group's features) (default: every group but proposal)")
@@ -510,6 +514,7 @@ def config_from_args(args) -> dict[str, Any]:
         "backlogged": args.backlogged, "max_time_s": args.max_time_s, "sharing": args.sharing,
         "pace": args.pace, "obs_features": list(check_features(args.obs_features)),
         "work_conserving": args.work_conserving, "window_order": args.window_order, "pause": args.pause,
+        "spill": args.spill,
     }
     env["proposer"] = proposer_name({"obs_features": env["obs_features"], "proposer": args.proposer},
                                     ("--proposer", "--obs-features"))  # None without the proposal group
@@ -938,7 +943,7 @@ RESUME_PATHS: dict[str, tuple[str, ...]] = {
     **{d: ("env", d) for d in ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "window_k",
                                "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward",
                                "reward_scale", "observe_remaining", "backlogged", "max_time_s", "sharing", "pace",
-                               "obs_features", "work_conserving", "window_order", "pause", "proposer")},
+                               "obs_features", "work_conserving", "window_order", "pause", "proposer", "spill")},
     "load": ("sampling", "loads"),
     **{d: ("sampling", d) for d in ("trace_gpu_type", "holdout", "val", "wide_share", "wide_gpus", "train_gpus",
                                     "val_gpus", "curriculum", "curriculum_steps")},
@@ -992,7 +997,7 @@ def _shown(v: Any) -> str:
 
 #: env fields a run's config.json may lack, and the value such a run plays with (what a resumed
 #: run is compared against)
-RESUME_ABSENT_MEANS = {"window_order": "attained", "pause": "leave", "proposer": None}
+RESUME_ABSENT_MEANS = {"window_order": "attained", "pause": "leave", "proposer": None, "spill": False}
 
 
 def _check_resume_options(args, cfg: dict, cfg_path: Path) -> None:
@@ -1052,6 +1057,7 @@ def _check_resumable(cfg: dict, cfg_path: Path) -> None:
         raise ValueError(f"{cfg_path}: field 'env': unknown option(s) {unknown}; expected some of {list(ENV_KEYS)}")
     run_window_order(cfg, cfg_path)
     run_pause_mode(cfg, cfg_path)
+    run_spill(cfg, cfg_path)
     try:
         proposer_name(cfg["env"])
     except ValueError as e:

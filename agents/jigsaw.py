@@ -24,6 +24,9 @@ every rule. Per round:
    changes nothing else (:func:`guest_keeps_its_order`).
 4. SPB level of every job left alone on its GPUs: the (level, pattern) that maximises eta x
    dedicated full-backprop time / its actual step there (rule 2), with hysteresis.
+5. With ``spill`` (``jigsaw-spill``, ``jigsaw-srtf-spill``): the jobs still waiting that the free
+   GPUs cannot hold run on the free GPUs plus GPUs of the lowest-priority jobs, shared
+   (:mod:`jigsaw_env.spill`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from jigsaw_env.placement import GpuLedger, consolidated_from_counts
 from jigsaw_env.remaining import ORDER_NAME as SRTF_ORDER
 from jigsaw_env.remaining import RemainingOrder
 from jigsaw_env.spb import Pattern
+from jigsaw_env.spill import spill_waiting
 from jigsaw_env.state import ClusterState, Decision, JobDecision, JobState, JobStatus
 
 from .base import Scheduler, host_of_from_pairs, host_pairs, register_scheduler
@@ -103,12 +107,13 @@ class Jigsaw(Scheduler):
     spread_tolerance: a job spans more nodes than it needs only if it keeps this share of its speed.
     restart_s / horizon_s: a move must gain more than ``restart_s`` of work within ``horizon_s``
         (the simulator's default restart cost and round length; the state does not carry them).
+    spill: apply rule 5 (:func:`jigsaw_env.spill.spill_waiting`) to the decision.
     """
 
     def __init__(self, thresholds: Sequence[float] | str | float = (3600.0,), starve_factor: float | None = 10.0,
                  margin: float = 0.0, keep_margin: float = -0.02, max_waiting: int = 8, max_hosts: int = 8,
                  hysteresis: float = 0.01, spread_tolerance: float = 0.9, restart_s: float = 30.0,
-                 horizon_s: float = 300.0, displace: bool = True, order: str = "2d-las"):
+                 horizon_s: float = 300.0, displace: bool = True, order: str = "2d-las", spill: bool = False):
         if order not in ORDERS:
             raise ValueError(f"jigsaw: order must be one of {list(ORDERS)}, got {order!r}")
         self.order = order
@@ -124,6 +129,7 @@ class Jigsaw(Scheduler):
         self.restart_s = float(restart_s)
         self.horizon_s = float(horizon_s)
         self.displace = bool(displace)
+        self.spill = bool(spill)
         self._host_of: dict[int, int] = {}
         self._hosts: dict[int, tuple] = {}
         self._memo_costs = None
@@ -285,6 +291,8 @@ class Jigsaw(Scheduler):
         # the configuration the exclusive pass gave it: a pairing attempt that fails puts the
         # host's decision object back, and one that succeeds puts it in ``paired``)
         self._solo_levels(state, ledger, paired, settled)
+        if self.spill:  # 5. waiting jobs onto shared GPUs
+            spill_waiting(state, ledger, order, rank)
         return ledger.decision
 
     # ----------------------------------------------------------------------------------------
@@ -602,6 +610,28 @@ class JigsawSRTF(Jigsaw):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("order", SRTF_ORDER)
+        super().__init__(**kwargs)
+
+
+@register_scheduler("jigsaw-spill")
+class JigsawSpill(Jigsaw):
+    """``jigsaw`` with rule 5: after fitting, the jobs still waiting that the free GPUs cannot
+    hold run on the free GPUs plus GPUs of the lowest-priority jobs, shared
+    (:mod:`jigsaw_env.spill`). A reference for what spilling does under 2D-LAS."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("spill", True)
+        super().__init__(**kwargs)
+
+
+@register_scheduler("jigsaw-srtf-spill")
+class JigsawSRTFSpill(JigsawSRTF):
+    """``jigsaw-srtf`` with rule 5 (:mod:`jigsaw_env.spill`): no job waits beside GPUs that
+    could hold it. The teacher of the shipped ``learned`` policy, whose environment applies the
+    same rule when the agent ends a round (``EnvConfig.spill``)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("spill", True)
         super().__init__(**kwargs)
 
 

@@ -170,6 +170,15 @@ def run_pause_mode(config: dict, where: Path) -> str:
     return mode
 
 
+def run_spill(config: dict, where: Path) -> bool:
+    """Whether a run's env spilled waiting jobs onto shared GPUs on advance (``env.spill`` of its
+    config; false when absent); ValueError naming the file and the field otherwise."""
+    spill = config["env"].get("spill", False)
+    if not isinstance(spill, bool):
+        raise ValueError(f"{where}: field 'env.spill': expected true or false, got {json_kind(spill)}")
+    return spill
+
+
 def read_run_config(run_dir: str | Path) -> dict:
     """RUN_DIR/config.json, checked by :func:`check_run_config`; FileNotFoundError or ValueError
     (one line naming the file) otherwise."""
@@ -261,6 +270,8 @@ class LearnedAgent:
         self.window_order = run_window_order(self.config, self.run_dir / "config.json")
         #: what a pause did in the env the policy was trained in (config.json's env.pause)
         self.pause = run_pause_mode(self.config, self.run_dir / "config.json")
+        #: whether the env the policy was trained in spilled waiting jobs on advance (env.spill)
+        self.spill = run_spill(self.config, self.run_dir / "config.json")
         self.onnx = exported_policy(self.run_dir, model_file) if prefer_onnx else None
         #: the file the agent acts with (``policy.onnx`` or the model zip)
         self.policy_file = self.onnx.path.name if self.onnx is not None else model_file
@@ -384,7 +395,7 @@ class LearnedAgent:
                                                       if observe_remaining is None else observe_remaining),
                                max_workers_per_gpu=sim_config.max_workers_per_gpu, invalid_action="raise",
                                obs_features=self.features, work_conserving=work_conserving,
-                               window_order=self.window_order, pause=self.pause,
+                               window_order=self.window_order, pause=self.pause, spill=self.spill,
                                proposer=make_proposer({**envc, "obs_features": list(self.features)}))
         env.sim_config = sim_config  # the very config the heuristics run with
         return env
@@ -455,7 +466,7 @@ class LearnedScheduler(Scheduler):
         order = getattr(self.agent, "window_order", "attained")
         b = RoundBuilder(state, codec, priority=self._encoder.window_rank(state, order),
                          work_conserving=self.work_conserving, order=order,
-                         pause=getattr(self.agent, "pause", "leave"))
+                         pause=getattr(self.agent, "pause", "leave"), spill=getattr(self.agent, "spill", False))
         steps = 0
         proposal = None if self.proposer is None else self.proposer(state)
         while True:
@@ -466,7 +477,7 @@ class LearnedScheduler(Scheduler):
             if a != codec.advance:
                 b.apply(a)
             if a == codec.advance or steps > b.step_cap:
-                return b.ledger.decision
+                return b.finish()
 
 
 def describe(agent: LearnedAgent) -> dict[str, Any]:
@@ -475,5 +486,5 @@ def describe(agent: LearnedAgent) -> dict[str, Any]:
             "window_k": agent.window_k, "seed": c.get("seed"),
             "trained_on": {k: c["env"].get(k) for k in ("trace", "gpus", "max_jobs", "load", "round_s", "reward",
                                                         "backlogged", "observe_remaining", "work_conserving",
-                                                        "window_order", "pause", "proposer")},
+                                                        "window_order", "pause", "proposer", "spill")},
             "obs_features": list(agent.features)}

@@ -63,7 +63,7 @@ SYNTHETIC_VAL_BASE = 2**31
 ENV_KEYS = ("gpus", "gpus_per_node", "gpu_type", "gpu_memory_gib", "trace", "max_jobs", "load", "window_k",
             "spb_levels", "spb_slots", "max_workers_per_gpu", "round_s", "restart_s", "reward", "reward_scale",
             "observe_remaining", "backlogged", "max_time_s", "eta_scale", "eta_override", "sharing", "pace",
-            "obs_features", "work_conserving", "window_order", "pause", "proposer")
+            "obs_features", "work_conserving", "window_order", "pause", "proposer", "spill")
 
 #: the heuristic the ``proposal`` feature group shows when a run names none (``--proposer``)
 DEFAULT_PROPOSER = "jigsaw"

@@ -31,6 +31,8 @@ from typing import Sequence
 
 from bench.results_folder import portable_text, run_line, write_and_show
 
+#: the parts of the trace the windows may come from (``--split``)
+SPLITS = ("heldout", "val")
 #: the pooled quantities of :func:`saturated_summary`, in table order, with their headings
 COLUMNS = (("saturated_h", "saturated h"), ("efficiency", "efficiency (pooled)"),
            ("mean_window_efficiency", "efficiency (mean of windows)"), ("allocated_share", "allocated share"),
@@ -72,9 +74,11 @@ def saturated_summary(totals: Sequence[dict]) -> dict:
 
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, loads: Sequence[float],
-            agents: str, progress: bool = True) -> dict:
-    """Per load and agent: the :func:`saturated_summary` over the windows, the agent's mean JCT (h)
-    and each window's saturated efficiency as the simulator reports it (None: no saturated round).
+            agents: str, progress: bool = True, split: str = "heldout", val: float = 0.1) -> dict:
+    """Per load and agent: the :func:`saturated_summary` over the windows, the agent's mean JCT (h),
+    each window's JCT (h) and each window's saturated efficiency as the simulator reports it
+    (None: no saturated round). ``split``: the windows' part of the trace, ``heldout`` (the last
+    ``holdout`` of it) or ``val`` (the ``val`` before it, the training recipe's validation part).
     ``agents`` is ``jigsaw evaluate``'s ``--agents`` text (heuristics, ``learned``, run folders);
     each run goes through ``jigsaw_env.evaluate.run_task``, what ``jigsaw evaluate`` runs."""
     import tempfile
@@ -82,12 +86,14 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
     import pandas as pd
     from tqdm import tqdm
 
-    from bench.ppo_study import build_windows, evaluation_setup, heldout_split
+    from bench.ppo_study import build_windows, evaluation_setup, study_splits
     from jigsaw_env.evaluate import Task, init_worker, parse_agents, run_task
 
     specs = parse_agents(agents)
     cluster_kwargs, cfg = evaluation_setup(gpus)
-    _, held = heldout_split(trace, gpus, holdout)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    held = study_splits(trace, gpus, holdout, val=val)["eval" if split == "heldout" else "val"]
     init_worker(None)
     out: dict = {"loads": {}}
     bar = tqdm(total=len(loads) * windows * len(specs), desc="saturated rounds", unit="run", disable=not progress)
@@ -106,26 +112,49 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
                     reported.append(row["saturated_efficiency"])
                     bar.update(1)
                 part[spec.label] = {**saturated_summary(totals), "mean_jct_h": sum(jct) / len(jct),
-                                    "reported_efficiency": reported}
+                                    "jct_h": jct, "reported_efficiency": reported}
             out["loads"][str(load)] = part
     bar.close()
-    out.update(trace=portable_text(trace), gpus=gpus, holdout=holdout, windows=windows, window_jobs=window_jobs,
+    out.update(trace=portable_text(trace), gpus=gpus, holdout=holdout, split=split,
+               val=val if split == "val" else None, windows=windows, window_jobs=window_jobs,
                agents=[s.label for s in specs], cluster=cluster_kwargs)
     return out
 
 
+def paired_jct(part: dict, baseline: str) -> dict:
+    """Per agent: its per-window JCT minus ``baseline``'s (h), as (mean, 95 % t half-width); (0, 0)
+    for the baseline itself. Needs each agent's ``jct_h`` (one number per window, same windows)."""
+    import numpy as np
+    from scipy import stats
+
+    base = np.asarray(part[baseline]["jct_h"], float)
+    out = {}
+    for name, row in part.items():
+        d = np.asarray(row["jct_h"], float) - base
+        hw = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+        out[name] = (float(d.mean()), hw if d.any() else 0.0)
+    return out
+
+
 def write_md(path, res: dict) -> None:
+    split = res.get("split", "heldout")
+    which = "held-out" if split == "heldout" else f"validation (the {res.get('val')} of the trace before the held-out part)"
     lines = ["# What the saturated rounds hold", "", run_line(res), "",
-             f"{res['windows']} held-out windows of {res['window_jobs']} jobs of `{res['trace']}` on {res['gpus']} "
+             f"{res['windows']} {which} windows of {res['window_jobs']} jobs of `{res['trace']}` on {res['gpus']} "
              "GPUs; saturated rounds (a job waiting at the round's start) pooled over the windows "
-             "(`bench/saturated_rounds.py` says what each column is).", ""]
+             "(`bench/saturated_rounds.py` says what each column is); JCT minus the first agent's, "
+             "mean and 95 % t-interval over the windows.", ""]
     for load, part in res["loads"].items():
+        first = next(iter(part))
+        paired = paired_jct(part, first) if all("jct_h" in r for r in part.values()) else {}
         lines += [f"## Load {load}", "",
-                  "| agent | mean JCT (h) | " + " | ".join(h for _, h in COLUMNS) + " |",
-                  "|---|" + "---:|" * (len(COLUMNS) + 1)]
+                  f"| agent | mean JCT (h) | minus {first} (h) | " + " | ".join(h for _, h in COLUMNS) + " |",
+                  "|---|" + "---:|" * (len(COLUMNS) + 2)]
         for name, row in part.items():
             cells = " | ".join(f"{row[k]:.3f}" for k, _ in COLUMNS)
-            lines.append(f"| {name} | {row['mean_jct_h']:.3f} | {cells} |")
+            m, hw = paired.get(name, (float("nan"), float("nan")))
+            diff = f"{m:+.3f} [{m - hw:+.3f}, {m + hw:+.3f}]" if name != first else "-"
+            lines.append(f"| {name} | {row['mean_jct_h']:.3f} | {diff} | {cells} |")
         lines.append("")
     path.write_text("\n".join(lines))
 
@@ -139,6 +168,10 @@ def main(argv=None) -> int:
     p.add_argument("--loads", default="1.0,1.5", help="comma-separated offered loads (default 1.0,1.5)")
     p.add_argument("--agents", default="jigsaw,jigsaw-srtf",
                    help="as jigsaw evaluate's --agents: heuristics, learned, run folders (default jigsaw,jigsaw-srtf)")
+    p.add_argument("--split", choices=SPLITS, default="heldout",
+                   help="the windows' part of the trace: the held-out jobs, or the validation jobs before them "
+                        "(the training recipe's, to choose a heuristic on) (default heldout)")
+    p.add_argument("--val", type=float, default=0.1, help="with --split val: the validation fraction (default 0.1)")
     p.add_argument("--out", required=True, help="write results.json and results.md in this folder")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -155,7 +188,8 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     t0 = time.perf_counter()
-    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, a.agents)
+    res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, loads, a.agents,
+                  split=a.split, val=a.val)
     write_and_show(a.out, res, write_md, "bench.saturated_rounds", argv, t0)
     return 0
 

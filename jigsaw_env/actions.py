@@ -55,7 +55,8 @@ from .encoder import HOST_SLOTS
 from .pairing import guest_orders, phase_difference, search_pairing
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
-from .state import ClusterState, JobDecision, JobStatus, trusted_decision
+from .spill import spill_waiting
+from .state import ClusterState, Decision, JobDecision, JobStatus, trusted_decision
 
 
 class InvalidAction(ValueError):
@@ -203,6 +204,16 @@ def window_order(state: ClusterState, k: int, priority: dict[int, int] | None = 
     return running[:take_run] + waiting + running[take_run:]
 
 
+def priority_rank(state: ClusterState, priority: dict[int, int] | None = None) -> dict[int, int]:
+    """Each active job's rank (0: the highest priority): ``priority`` when given, otherwise by
+    least attained GPU-seconds (ties: arrival, id), the order :func:`window_order` falls back on."""
+    if priority is not None:
+        return priority
+    jobs = state.jobs
+    ids = sorted(state.active_ids, key=lambda x: (jobs[x].attained_gpu_s, jobs[x].arrival_s, x))
+    return {x: i for i, x in enumerate(ids)}
+
+
 def select_window(state: ClusterState, k: int, priority: dict[int, int] | None = None) -> list[int]:
     """The K jobs the agent sees at the start of a round (the first K of :func:`window_order`)."""
     return window_order(state, k, priority)[:k]
@@ -271,7 +282,8 @@ class RoundBuilder:
 
     def __init__(self, state: ClusterState, codec: ActionCodec, ledger: GpuLedger | None = None,
                  cache: dict | None = None, priority: dict[int, int] | None = None,
-                 work_conserving: bool = False, order: str = "attained", pause: str = "leave"):
+                 work_conserving: bool = False, order: str = "attained", pause: str = "leave",
+                 spill: bool = False):
         """``ledger``: the allocation in force, if the caller has it (the simulator keeps one);
         otherwise it is built from the running jobs. The builder owns and changes it.
         ``cache``: a dict the masks may keep results in (speed only), shared by the builders of
@@ -283,8 +295,10 @@ class RoundBuilder:
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
         (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job,
-        one of :data:`PAUSE_MODES`."""
+        one of :data:`PAUSE_MODES`. ``spill``: :meth:`finish` spills the jobs left waiting onto
+        shared GPUs (:mod:`jigsaw_env.spill`), in this order of priority."""
         self.state = state
+        self.spill = bool(spill)
         self.work_conserving = work_conserving
         self.priority = priority
         self._hosts: list[int] | None = None  # hosts(), made when first asked after each change
@@ -292,7 +306,9 @@ class RoundBuilder:
         ranked = check_window_order(order) in RANKED_WINDOW_ORDERS
         if ranked and priority is None:
             raise ValueError(f"order={order!r} needs priority, the rank of every active job in that order")
-        order = window_order(state, codec.window_k, priority if ranked else None)
+        #: the rank the window orders by (None: least attained service), which the spill follows
+        self._ranked = priority if ranked else None
+        order = window_order(state, codec.window_k, self._ranked)
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
         self.pause = check_pause_mode(pause)
@@ -466,6 +482,18 @@ class RoundBuilder:
         self._hosts = None
         self._slide(slot)
         return "run"
+
+    def finish(self) -> Decision:
+        """The round's decision when the agent advances: the decision built, with the jobs it leaves
+        waiting spilled onto shared GPUs first when the builder spills
+        (:func:`jigsaw_env.spill.spill_waiting`, highest priority first by :func:`priority_rank`)."""
+        if self.spill:
+            rank = priority_rank(self.state, self._ranked)
+            dec, jobs = self.ledger.decision, self.state.jobs
+            left = sorted((x for x in self.state.active_ids if x not in dec), key=rank.__getitem__)
+            if spill_waiting(self.state, self.ledger, [jobs[x] for x in left], rank):
+                self._hosts = None
+        return self.ledger.decision
 
     def _slide(self, slot: int) -> None:
         """The window slides: a decided job's slot shows the next job behind the window, so one

@@ -26,7 +26,9 @@ ACTIONS
     ``pause="requeue"`` it sends the job to the back of that line instead: it shows again once the
     jobs behind the window have, and may then be placed (a running job released from its GPUs to
     be moved after others are placed). After ``2K + 2`` steps plus one per job behind the window
-    (two under ``requeue``) the env advances by itself. ``step`` takes a Python or numpy integer (or a 0-d integer array, as
+    (two under ``requeue``) the env advances by itself. With ``spill=True`` an advance first runs
+    the jobs the decision leaves waiting, where the free GPUs cannot hold them, on the free GPUs
+    plus GPUs of the lowest-priority jobs, shared (jigsaw_env/spill.py). ``step`` takes a Python or numpy integer (or a 0-d integer array, as
     ``Discrete.contains`` does); anything else raises ``InvalidAction`` and changes nothing.
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
@@ -189,7 +191,7 @@ class JigsawClusterEnv(gym.Env):
                  render_mode: str | None = None, max_stalled_rounds: int | None = 1000, log_rounds: bool = False,
                  sharing: str = DEFAULT_SHARING, pace: str = DEFAULT_PACE, obs_features=None,
                  work_conserving: bool = False, window_order: str = "attained", pause: str = "leave",
-                 proposer=None):
+                 proposer=None, spill: bool = False):
         super().__init__()
         # every argument is checked here, before anything is built: a bad one raises a ValueError
         # naming it and what was expected (not a TypeError from deep inside, nor one at reset())
@@ -226,6 +228,8 @@ class JigsawClusterEnv(gym.Env):
                              "observe_remaining=False hides from the policy; observe it or pick another order")
         #: what a pause does with the job (jigsaw_env.actions.PAUSE_MODES)
         self.pause = check_pause_mode(pause)
+        #: on advance, spill the jobs the decision leaves waiting onto shared GPUs (jigsaw_env.spill)
+        self.spill = _bool_arg("spill", spill)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):
             raise ValueError(f"eta_override must be None or a number in (0, 1], got {_shown(eta_override)}")
@@ -385,7 +389,7 @@ class JigsawClusterEnv(gym.Env):
         self.builder = RoundBuilder(state, self.codec, self.sim.in_force_ledger(), self._mask_cache,
                                     self.encoder.window_rank(state, self.window_order),
                                     work_conserving=self.work_conserving,
-                                    order=self.window_order, pause=self.pause)
+                                    order=self.window_order, pause=self.pause, spill=self.spill)
         self._steps_in_round = 0
         if self.proposer is not None:
             self.proposal = self.proposer(state)  # asked once per round, as the simulator asks a policy
@@ -455,7 +459,7 @@ class JigsawClusterEnv(gym.Env):
             waiting = len(self.sim.state.active_ids)
             # the builder's ledger was built from this round's in_force_ledger() by checked adds and
             # removes: the simulator takes it over instead of validating the decision again
-            r = self.sim.step(self.builder.ledger.decision, ledger=self.builder.ledger)
+            r = self.sim.step(self.builder.finish(), ledger=self.builder.ledger)
             self._stalled_rounds = self._stalled_rounds + 1 if (r.allocated_gpu_s == 0.0 and waiting) else 0
             stalled = self.max_stalled_rounds is not None and self._stalled_rounds >= self.max_stalled_rounds
             if self.reward_kind == "jct":

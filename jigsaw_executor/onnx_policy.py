@@ -165,6 +165,16 @@ class OnnxPolicy:
         return self._env_choice("pause", PAUSE_MODES, "leave")
 
     @property
+    def spill(self) -> bool:
+        """Whether the env the policy was trained in spilled waiting jobs onto shared GPUs on
+        advance (metadata ``env.spill``; false for a policy exported without it)."""
+        value = (self.metadata["env"] or {}).get("spill", False)
+        if not isinstance(value, bool):
+            raise ValueError(f"{self.path}: bad jigsaw policy metadata (env.spill expected true or false, "
+                             f"got {value!r})")
+        return value
+
+    @property
     def config(self) -> dict:
         """The parts of the run's config.json a scheduler needs (``env``, ``spaces``, ``algo``),
         the same shape as ``LearnedAgent.config``."""

@@ -23,8 +23,8 @@ from jigsaw_env.simulator import SimConfig, Simulator
 from jigsaw_env.spb import Pattern, SPBConfig
 from jigsaw_env.state import ClusterState, CostModel, JobState, JobStatus
 
-ALL = ["fifo", "srtf", "tiresias", "gandiva", "jigsaw", "jigsaw-srtf", "random", "fifo+spb", "srtf+spb", "tiresias+spb",
-       "gandiva+spb"]
+ALL = ["fifo", "srtf", "tiresias", "gandiva", "jigsaw", "jigsaw-srtf", "jigsaw-spill", "jigsaw-srtf-spill", "random",
+       "fifo+spb", "srtf+spb", "tiresias+spb", "gandiva+spb"]
 
 
 def job(jid, gpus, iters, arrival=0.0, model=TOY4):
@@ -454,6 +454,35 @@ def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace
         frames[order] = sim.jobs_frame()
     assert not frames["attained"]["start_s"].equals(frames["las"]["start_s"])
     assert not frames["remaining"]["start_s"].equals(frames["las"]["start_s"])
+
+
+def test_a_learned_scheduler_spills_as_the_env_does_when_its_policy_was_trained_so(toy_trace):
+    """With ``spill`` (the policy's env.spill) the scheduler ends each round as the env's advance
+    does (RoundBuilder.finish): the same schedule, and not the one without spilling."""
+    from agents.rl import LearnedScheduler
+    from jigsaw_env.env import JigsawClusterEnv
+
+    jobs = toy_trace.head(12)
+    frames = {}
+    for spill in (False, True):
+        policy = _PauseOneThenFillPolicy("attained")
+        policy.spill = spill
+        sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
+        sim.run(LearnedScheduler(agent=policy).schedule)
+        env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=jobs, max_jobs=len(jobs), window_k=4,
+                               invalid_action="raise", work_conserving=True, spill=spill)
+        env.cluster, env.sim_config = sim.cluster, SimConfig(round_s=60.0)
+        obs, _ = env.reset(seed=0, options={"jobs": jobs})
+        policy = _PauseOneThenFillPolicy("attained")
+        while True:
+            obs, _, term, trunc, _ = env.step(policy.act(obs, env.action_masks()))
+            if term or trunc:
+                break
+        assert term and sim.num_finished == len(jobs)
+        pd.testing.assert_frame_equal(env.sim.jobs_frame(), sim.jobs_frame())
+        pd.testing.assert_frame_equal(env.sim.cluster_frame(), sim.cluster_frame())
+        frames[spill] = sim.cluster_frame()
+    assert (frames[True]["shared_gpus"] > 0).any() and not frames[False].equals(frames[True])
 
 
 def test_a_learned_scheduler_is_work_conserving_so_an_advancing_policy_still_finishes(toy_trace):

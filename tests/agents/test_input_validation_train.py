@@ -477,13 +477,14 @@ def test_deploy_reads_the_config_the_same_way(runs, tmp_path, capsys):
                                          "'window_k', 'spb_levels', 'spb_slots', 'max_workers_per_gpu', 'round_s', "
                                          "'restart_s', 'reward', 'reward_scale', 'observe_remaining', 'backlogged', "
                                          "'max_time_s', 'eta_scale', 'eta_override', 'sharing', 'pace', 'obs_features', "
-                                         "'work_conserving', 'window_order', 'pause', 'proposer']"),
+                                         "'work_conserving', 'window_order', 'pause', 'proposer', 'spill']"),
     (lambda c: c["env"].update(proposer="jigsaw"), "field 'env.proposer' is 'jigsaw' but 'env.obs_features' has no "
                                                    "'proposal' group to show its decision; add 'proposal' there or "
                                                    "leave the proposer out"),
     (lambda c: c["env"].update(window_order="arrival"), "field 'env.window_order': expected one of ['attained', "
                                                        "'las', 'remaining'], got 'arrival'"),
     (lambda c: c["env"].update(pause="drop"), "field 'env.pause': expected one of ['leave', 'requeue'], got 'drop'"),
+    (lambda c: c["env"].update(spill="yes"), "field 'env.spill': expected true or false, got a string ('yes')"),
 ])
 def test_resume_checks_the_fields_it_reads(edit, message, tmp_path, capsys):
     run = tmp_path / "R"

@@ -793,3 +793,27 @@ def test_saturated_rounds_agree_with_the_simulators_metric():
         assert row["mean_window_efficiency"] == pytest.approx(sum(reported) / len(reported), rel=1e-9)
         assert 0 < row["allocated_share"] <= 1 + 1e-9 and 0 <= row["free_share"] <= 1
         assert row["mean_queued"] >= 1  # every saturated round has a job waiting
+
+
+def test_saturated_rounds_pair_jct_by_window_and_read_the_validation_split(tmp_path):
+    """The JCT difference is per window (hand-computed t-interval), and ``split="val"`` plays the
+    validation part of the trace: other windows, so other JCTs than the held-out ones."""
+    from scipy import stats
+
+    from bench.saturated_rounds import measure, paired_jct, write_md
+
+    part = {"a": {"jct_h": [1.0, 2.0, 3.0]}, "b": {"jct_h": [0.5, 2.0, 2.0]}}
+    got = paired_jct(part, "a")
+    assert got["a"] == (0.0, 0.0)
+    # d = -0.5, 0, -1: mean -0.5, sample sd 0.5
+    assert got["b"][0] == pytest.approx(-0.5) and got["b"][1] == pytest.approx(stats.t.ppf(0.975, 2) * 0.5 / 3 ** 0.5)
+    spec = "synthetic:jobs=120,load=3.0,seed=1"
+    held = measure(spec, 8, 0.3, 2, 20, [3.0], "fifo,jigsaw", progress=False)
+    val = measure(spec, 8, 0.3, 2, 20, [3.0], "fifo,jigsaw", progress=False, split="val", val=0.3)
+    assert val["split"] == "val" and held["split"] == "heldout"
+    assert val["loads"]["3.0"]["fifo"]["jct_h"] != held["loads"]["3.0"]["fifo"]["jct_h"]
+    write_md(tmp_path / "r.md", {**val, "command": "c", "git_commit": "g", "machine": "m", "wall_s": 1.0})
+    text = (tmp_path / "r.md").read_text()
+    assert "validation (the 0.3 of the trace before the held-out part) windows" in text and "minus fifo (h)" in text
+    with pytest.raises(ValueError, match=r"split must be one of \['heldout', 'val'\], got 'train'"):
+        measure(spec, 8, 0.3, 2, 20, [3.0], "fifo", progress=False, split="train")

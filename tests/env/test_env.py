@@ -224,6 +224,8 @@ def test_ansi_render_and_bad_config():
         make_env(render_mode="human")
     with pytest.raises(ValueError, match=r"pause must be one of \['leave', 'requeue'\], got 'drop'"):
         make_env(pause="drop")
+    with pytest.raises(ValueError, match=r"spill must be True or False, got 'yes'"):
+        make_env(spill="yes")
 
 
 def test_window_slides_so_one_round_starts_a_whole_burst():

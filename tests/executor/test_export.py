@@ -432,6 +432,20 @@ def test_bad_onnx_files(onnx_path, tmp_path):
         else:
             with pytest.raises(ValueError, match=fr"env.{field} expected one of \[{allowed}\], got '{value}'"):
                 getattr(OnnxPolicy(f), field)
+    # whether its env spilled waiting jobs on advance: false when absent, a boolean otherwise
+    assert OnnxPolicy(onnx_path).spill is False
+    for value in (True, "yes"):
+        m = onnx.load(str(onnx_path))
+        for p in m.metadata_props:
+            if p.key == "env":
+                p.value = json.dumps(dict(json.loads(p.value), spill=value))
+        f = tmp_path / f"spill-{value}.onnx"
+        onnx.save(m, str(f))
+        if value is True:
+            assert OnnxPolicy(f).spill is True
+        else:
+            with pytest.raises(ValueError, match=r"env.spill expected true or false, got 'yes'"):
+                OnnxPolicy(f).spill
 
 
 def test_export_bad_run_dirs_one_line_exit_2(run_dir, tmp_path, capsys):
