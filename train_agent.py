@@ -239,7 +239,7 @@ def _environment_arguments(p: argparse.ArgumentParser) -> None:
                         "round's line, where it can be placed again (a running job released and moved after "
                         "others) (default leave)")
     e.add_argument("--spill", action=argparse.BooleanOptionalAction, default=False,
-                   help="on advance, run the jobs the decision leaves waiting that the free GPUs cannot hold on "
+                   help="on advance, run every job the decision leaves waiting that can run: on free GPUs, or on "
                         "the free GPUs plus GPUs of the lowest-priority jobs, shared (jigsaw_env/spill.py; "
                         "default off)")
     e.add_argument("--obs-features", type=_obs_features, default=None, metavar="G[,G...]",

@@ -24,8 +24,8 @@ every rule. Per round:
    changes nothing else (:func:`guest_keeps_its_order`).
 4. SPB level of every job left alone on its GPUs: the (level, pattern) that maximises eta x
    dedicated full-backprop time / its actual step there (rule 2), with hysteresis.
-5. With ``spill`` (``jigsaw-spill``, ``jigsaw-srtf-spill``): the jobs still waiting that the free
-   GPUs cannot hold run on the free GPUs plus GPUs of the lowest-priority jobs, shared
+5. With ``spill`` (``jigsaw-spill``, ``jigsaw-srtf-spill``): every job still waiting runs if it
+   can, on free GPUs, or on the free GPUs plus GPUs of the lowest-priority jobs, shared
    (:mod:`jigsaw_env.spill`).
 """
 from __future__ import annotations
@@ -615,9 +615,9 @@ class JigsawSRTF(Jigsaw):
 
 @register_scheduler("jigsaw-spill")
 class JigsawSpill(Jigsaw):
-    """``jigsaw`` with rule 5: after fitting, the jobs still waiting that the free GPUs cannot
-    hold run on the free GPUs plus GPUs of the lowest-priority jobs, shared
-    (:mod:`jigsaw_env.spill`). A reference for what spilling does under 2D-LAS."""
+    """``jigsaw`` with rule 5: after fitting, every job still waiting runs if it can, on free GPUs,
+    or on the free GPUs plus GPUs of the lowest-priority jobs, shared (:mod:`jigsaw_env.spill`).
+    A reference for what spilling does under 2D-LAS."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("spill", True)
@@ -627,8 +627,8 @@ class JigsawSpill(Jigsaw):
 @register_scheduler("jigsaw-srtf-spill")
 class JigsawSRTFSpill(JigsawSRTF):
     """``jigsaw-srtf`` with rule 5 (:mod:`jigsaw_env.spill`): no job waits beside GPUs that
-    could hold it. The teacher of the shipped ``learned`` policy, whose environment applies the
-    same rule when the agent ends a round (``EnvConfig.spill``)."""
+    could hold it. An environment with ``spill=True`` applies the same rule when the agent ends
+    a round, so a policy that plays ``jigsaw-srtf``'s decisions there plays this scheduler."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("spill", True)

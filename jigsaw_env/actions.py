@@ -295,8 +295,8 @@ class RoundBuilder:
         ``work_conserving``: mask advance while the decision runs nothing and a window job could
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
         (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job,
-        one of :data:`PAUSE_MODES`. ``spill``: :meth:`finish` spills the jobs left waiting onto
-        shared GPUs (:mod:`jigsaw_env.spill`), in this order of priority."""
+        one of :data:`PAUSE_MODES`. ``spill``: :meth:`finish` runs the jobs left waiting where they
+        can (free or shared GPUs, :mod:`jigsaw_env.spill`), in this order of priority."""
         self.state = state
         self.spill = bool(spill)
         self.work_conserving = work_conserving
@@ -485,7 +485,7 @@ class RoundBuilder:
 
     def finish(self) -> Decision:
         """The round's decision when the agent advances: the decision built, with the jobs it leaves
-        waiting spilled onto shared GPUs first when the builder spills
+        waiting run where they can first when the builder spills
         (:func:`jigsaw_env.spill.spill_waiting`, highest priority first by :func:`priority_rank`)."""
         if self.spill:
             rank = priority_rank(self.state, self._ranked)

@@ -27,8 +27,8 @@ ACTIONS
     jobs behind the window have, and may then be placed (a running job released from its GPUs to
     be moved after others are placed). After ``2K + 2`` steps plus one per job behind the window
     (two under ``requeue``) the env advances by itself. With ``spill=True`` an advance first runs
-    the jobs the decision leaves waiting, where the free GPUs cannot hold them, on the free GPUs
-    plus GPUs of the lowest-priority jobs, shared (jigsaw_env/spill.py). ``step`` takes a Python or numpy integer (or a 0-d integer array, as
+    every job the decision leaves waiting that can run: on free GPUs, or on the free GPUs plus
+    GPUs of the lowest-priority jobs, shared (jigsaw_env/spill.py). ``step`` takes a Python or numpy integer (or a 0-d integer array, as
     ``Discrete.contains`` does); anything else raises ``InvalidAction`` and changes nothing.
 REWARD
     ``-(jobs in system x elapsed seconds) / reward_scale`` on advance steps (0 otherwise), so the
@@ -228,7 +228,7 @@ class JigsawClusterEnv(gym.Env):
                              "observe_remaining=False hides from the policy; observe it or pick another order")
         #: what a pause does with the job (jigsaw_env.actions.PAUSE_MODES)
         self.pause = check_pause_mode(pause)
-        #: on advance, spill the jobs the decision leaves waiting onto shared GPUs (jigsaw_env.spill)
+        #: on advance, run the jobs the decision leaves waiting where they can (jigsaw_env.spill)
         self.spill = _bool_arg("spill", spill)
         _number_arg("eta_scale", eta_scale, 0, strict=True)
         if eta_override is not None and not (_is_number(eta_override) and 0 < eta_override <= 1):

@@ -10,18 +10,19 @@ GPUs do more work, at some cost in speed to the jobs it joins.
 The rule (:func:`spill_waiting`), applied to a decision after the scheduler has made it:
 
 1. Go through the jobs the decision leaves waiting, from the highest priority down.
-2. Skip a job that the free GPUs (GPUs with no worker) could hold: leaving it waiting is the
-   scheduler's choice.
-3. Otherwise give it every free GPU and, for the rest, GPUs that hold exactly one worker, taking
-   those of the lowest-priority job first (ties: the lower GPU index). Its workers go in (node,
-   GPU) order, at full backprop (SPB level 0).
-4. Add it if the placement passes the ledger's checks (memory at every process's peak, the
-   workers-per-GPU cap); otherwise it keeps waiting.
+2. A job that the free GPUs (GPUs with no worker) can hold runs on them, on the fewest nodes
+   (``GpuLedger``'s ``consolidated`` option).
+3. Otherwise it takes every free GPU and, for the rest, GPUs where it can share: GPUs below the
+   workers-per-GPU cap with memory left for its process's peak, those of the lowest-priority job
+   first (ties: the lower GPU index). Its workers go in (node, GPU) order.
+4. Either way at full backprop (SPB level 0), and only if the placement passes the ledger's checks
+   (memory at every process's peak, the cap); otherwise it keeps waiting.
 
-With a cap of one worker per GPU there is nothing to share and the rule places nothing. The
-heuristics take it as an option (``jigsaw-srtf-spill``) and the environment applies it when the
-agent ends a round (``EnvConfig.spill``), with the same function, so a heuristic and its
-translation into actions make the same decisions. Chosen and measured in docs/schedulers.md.
+With a cap of one worker per GPU only rule 2 places jobs. The heuristics take the rule as an
+option (``jigsaw-spill``, ``jigsaw-srtf-spill``) and the environment applies it when the agent
+ends a round (``JigsawClusterEnv(spill=True)``): one function, so an agent that plays a
+heuristic's decision in the env gets the heuristic-with-spill's round. Chosen and measured in
+docs/schedulers.md, "Spilling".
 """
 from __future__ import annotations
 
@@ -39,29 +40,35 @@ def spill_waiting(state: ClusterState, ledger: GpuLedger, order: Sequence[JobSta
 
     ``order``: the active jobs from the highest priority down; ``rank``: each active job's
     position in it (0: the highest priority), which decides whose GPUs are shared first."""
-    if state.max_workers_per_gpu < 2:
-        return []
     decision = ledger.decision
-    gpn = state.cluster.gpus_per_node
     added: list[int] = []
-    lowest_first = len(rank)
     for job in order:
-        jid = job.job_id
-        if jid in decision:
+        if job.job_id in decision:
             continue
-        workers = ledger.worker_counts()
-        free = [g for g, w in enumerate(workers) if w == 0]
-        need = job.num_gpus - len(free)
-        if need <= 0:
-            continue  # rule 2: the free GPUs could hold it
-        owners = ledger.owners
-        shared = sorted((g for g, w in enumerate(workers) if w == 1),
-                        key=lambda g: (lowest_first - rank.get(owners[g][0], lowest_first), g))
-        if len(shared) < need:
-            continue
-        gpus = tuple(sorted(free + shared[:need], key=lambda g: (g // gpn, g)))
-        jd = JobDecision(gpus, 0, Pattern.ROTATING)
-        if ledger.fits(jid, jd):
-            ledger.add(jid, jd, checked=True)
-            added.append(jid)
+        free = [g for g, w in enumerate(ledger.worker_counts()) if w == 0]
+        if len(free) >= job.num_gpus:  # rule 2
+            jd = ledger.place(job, "consolidated", 0, Pattern.ROTATING)
+        else:  # rule 3
+            jd = _shared_placement(state, ledger, job, free, rank)
+        if jd is not None and ledger.fits(job.job_id, jd):
+            ledger.add(job.job_id, jd, checked=True)
+            added.append(job.job_id)
     return added
+
+
+def _shared_placement(state: ClusterState, ledger: GpuLedger, job: JobState, free: list[int],
+                      rank: Mapping[int, int]) -> JobDecision | None:
+    """Rule 3's placement of ``job`` (``free``: the GPUs with no worker, fewer than it needs), or
+    None when too few GPUs can take a worker of it."""
+    cap = state.max_workers_per_gpu
+    need = job.num_gpus - len(free)
+    # a full-backprop worker's peak is the same on every GPU of one type; the largest, to be safe
+    peak = max(ledger.peak_list(job, JobDecision(tuple(range(job.num_gpus)), 0, Pattern.ROTATING)))
+    workers, mem, capacity, owners = ledger.worker_counts(), ledger.mem, ledger.capacity, ledger.owners
+    lowest = len(rank)
+    room = [g for g, w in enumerate(workers) if 0 < w < cap and mem[g] + peak <= capacity[g]]
+    if len(room) < need:
+        return None
+    room.sort(key=lambda g: (lowest - max(rank.get(o, lowest) for o in owners[g]), g))
+    gpn = state.cluster.gpus_per_node
+    return JobDecision(tuple(sorted(free + room[:need], key=lambda g: (g // gpn, g))), 0, Pattern.ROTATING)

@@ -38,10 +38,9 @@ def _spill(sim: Simulator, order: list[int]):
 
 def test_a_job_the_free_gpus_cannot_hold_takes_them_and_the_lowest_priority_jobs_gpus():
     sim = _running_three()
-    # priority 4, 5, 2, 1, 3: job 4 needs 2 GPUs, one is free (3); of the shared ones it takes the
-    # GPU of job 3, the lowest priority. Job 5 (1 GPU) would fit the free GPU: left waiting, then
-    # GPU 3 holds job 4's worker and there is no free GPU left; it is spilled next, on GPU 0
-    # (job 1, now the lowest-priority single worker: jobs 3 and 4 share GPUs 2 and 3)
+    # priority 4, 5, 2, 1, 3: job 4 needs 2 GPUs, one is free (3); of the GPUs with room it takes
+    # job 3's, the lowest priority (GPU 2). Then no GPU is free: job 5 shares too, on GPU 0 (job 1,
+    # rank 3; GPU 2 holds two workers, GPU 1 job 2 of rank 2, GPU 3 job 4 of rank 0)
     added, dec = _spill(sim, [4, 5, 2, 1, 3])
     assert added == [4, 5]
     assert dec[4].gpus == (2, 3) and dec[4].level == 0
@@ -49,18 +48,23 @@ def test_a_job_the_free_gpus_cannot_hold_takes_them_and_the_lowest_priority_jobs
     assert {j: dec[j].gpus for j in (1, 2, 3)} == {1: (0,), 2: (1,), 3: (2,)}  # the running jobs stay
 
 
-def test_a_job_the_free_gpus_hold_is_the_schedulers_choice_and_stays_waiting():
-    sim = _running_three(num_gpus=5, gpus_per_node=5)  # GPUs 3 and 4 free: job 4 fits them, job 5 too
+def test_a_job_the_free_gpus_hold_runs_on_them_on_the_fewest_nodes():
+    # 6 GPUs in 3 nodes of 2: GPUs 3 (node 1), 4 and 5 (node 2) free; job 4 takes node 2 whole,
+    # then job 5 takes GPU 3, the last free one
+    sim = _running_three(num_gpus=6, gpus_per_node=2)
     added, dec = _spill(sim, [4, 5, 1, 2, 3])
-    assert added == [] and set(dec) == {1, 2, 3}
+    assert added == [4, 5] and dec[4].gpus == (4, 5) and dec[5].gpus == (3,)
 
 
-def test_nothing_spills_with_one_worker_per_gpu_or_where_memory_is_short():
+def test_with_one_worker_per_gpu_or_short_memory_only_free_gpus_are_taken():
+    # job 4 (2 GPUs) cannot share, so it waits; job 5 (1 GPU) takes the free GPU 3
     sim = _running_three(max_workers_per_gpu=1)
-    assert _spill(sim, [4, 5, 1, 2, 3])[0] == []
+    added, dec = _spill(sim, [4, 5, 1, 2, 3])
+    assert added == [5] and dec[5].gpus == (3,)
     # 8 GiB GPUs: a second 5 GiB process does not fit beside the first
     sim = _running_three(gib=8.0)
-    assert _spill(sim, [4, 5, 1, 2, 3])[0] == []
+    added, dec = _spill(sim, [4, 5, 1, 2, 3])
+    assert added == [5] and dec[5].gpus == (3,)
 
 
 def test_the_round_builder_spills_in_its_window_order_when_the_agent_ends_the_round():
@@ -73,7 +77,8 @@ def test_the_round_builder_spills_in_its_window_order_when_the_agent_ends_the_ro
     assert set(plain.finish()) == {1, 2, 3}
     spilling = RoundBuilder(st, codec, sim.in_force_ledger().copy(), spill=True)
     assert spilling.finish() == _spill(sim, [4, 5, 1, 2, 3])[1]
-    assert spilling.finish()[4].gpus == (2, 3)  # job 3's GPU: the lowest priority
+    # job 3's GPU (the lowest priority) for job 4; then job 2's for job 5
+    assert spilling.finish()[4].gpus == (2, 3) and spilling.finish()[5].gpus == (1,)
 
 
 def test_jigsaw_srtf_spill_is_jigsaw_srtf_then_the_spill():
