@@ -1,7 +1,8 @@
 """Schedulers acting on the simulator state (heuristics) and helpers for learned agents.
 
 Registered names (``jigsaw simulate --agent NAME``): fifo, srtf, tiresias, gandiva, jigsaw, jigsaw-srtf,
-random, and the SPB-level variants fifo+spb, srtf+spb, tiresias+spb, gandiva+spb.
+their spilling forms jigsaw-spill and jigsaw-srtf-spill, random, and the SPB-level variants fifo+spb,
+srtf+spb, tiresias+spb, gandiva+spb.
 docs/schedulers.md describes each one. A scheduler outside this package is used by its import path
 (``mypkg.mod:ClassName``) or by the name of an installed ``jigsaw.schedulers`` entry point.
 """
