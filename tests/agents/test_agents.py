@@ -428,29 +428,37 @@ class _PauseOneThenFillPolicy(_AdvancingPolicy):
         return a
 
 
-def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace):
-    """The scheduler builds each round exactly as the env steps, in the window order the policy
-    was trained with; the orders give different schedules on this trace."""
+def _scheduler_and_env_runs(jobs, order: str, work_conserving: bool, spill: bool = False):
+    """The simulator run of LearnedScheduler with :class:`_PauseOneThenFillPolicy` in ``order``,
+    and the env episode the same policy plays on the scheduler's very cluster and config."""
     from agents.rl import LearnedScheduler
     from jigsaw_env.env import JigsawClusterEnv
 
+    policy = _PauseOneThenFillPolicy(order)
+    policy.spill = spill
+    sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
+    sim.run(LearnedScheduler(agent=policy, work_conserving=work_conserving).schedule)
+    env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=jobs, max_jobs=len(jobs), window_k=4,
+                           invalid_action="raise", window_order=order, work_conserving=work_conserving, spill=spill)
+    env.cluster, env.sim_config = sim.cluster, SimConfig(round_s=60.0)
+    obs, _ = env.reset(seed=0, options={"jobs": jobs})
+    policy = _PauseOneThenFillPolicy(order)
+    while True:
+        obs, _, term, trunc, _ = env.step(policy.act(obs, env.action_masks()))
+        if term or trunc:
+            break
+    assert term and sim.num_finished == len(jobs)
+    return sim, env.sim
+
+
+def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace):
+    """The scheduler builds each round exactly as the env steps, in the window order the policy
+    was trained with; the orders give different schedules on this trace."""
     jobs = toy_trace.head(12)
     frames = {}
     for order in ("attained", "las", "remaining"):
-        policy = _PauseOneThenFillPolicy(order)
-        sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
-        sim.run(LearnedScheduler(agent=policy, work_conserving=False).schedule)
-        env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=jobs, max_jobs=len(jobs), window_k=4,
-                               invalid_action="raise", window_order=order)
-        env.cluster, env.sim_config = sim.cluster, SimConfig(round_s=60.0)  # the scheduler's very cluster and config
-        obs, _ = env.reset(seed=0, options={"jobs": jobs})
-        policy = _PauseOneThenFillPolicy(order)
-        while True:
-            obs, _, term, trunc, _ = env.step(policy.act(obs, env.action_masks()))
-            if term or trunc:
-                break
-        assert term and sim.num_finished == len(jobs)
-        pd.testing.assert_frame_equal(env.sim.jobs_frame(), sim.jobs_frame())
+        sim, env_sim = _scheduler_and_env_runs(jobs, order, work_conserving=False)
+        pd.testing.assert_frame_equal(env_sim.jobs_frame(), sim.jobs_frame())
         frames[order] = sim.jobs_frame()
     assert not frames["attained"]["start_s"].equals(frames["las"]["start_s"])
     assert not frames["remaining"]["start_s"].equals(frames["las"]["start_s"])
@@ -459,28 +467,12 @@ def test_a_learned_scheduler_plays_the_env_in_the_policys_window_order(toy_trace
 def test_a_learned_scheduler_spills_as_the_env_does_when_its_policy_was_trained_so(toy_trace):
     """With ``spill`` (the policy's env.spill) the scheduler ends each round as the env's advance
     does (RoundBuilder.finish): the same schedule, and not the one without spilling."""
-    from agents.rl import LearnedScheduler
-    from jigsaw_env.env import JigsawClusterEnv
-
     jobs = toy_trace.head(12)
     frames = {}
     for spill in (False, True):
-        policy = _PauseOneThenFillPolicy("attained")
-        policy.spill = spill
-        sim = Simulator(toy_cluster(8, 4), jobs, SimConfig(round_s=60.0))
-        sim.run(LearnedScheduler(agent=policy).schedule)
-        env = JigsawClusterEnv(gpus=8, gpus_per_node=4, trace=jobs, max_jobs=len(jobs), window_k=4,
-                               invalid_action="raise", work_conserving=True, spill=spill)
-        env.cluster, env.sim_config = sim.cluster, SimConfig(round_s=60.0)
-        obs, _ = env.reset(seed=0, options={"jobs": jobs})
-        policy = _PauseOneThenFillPolicy("attained")
-        while True:
-            obs, _, term, trunc, _ = env.step(policy.act(obs, env.action_masks()))
-            if term or trunc:
-                break
-        assert term and sim.num_finished == len(jobs)
-        pd.testing.assert_frame_equal(env.sim.jobs_frame(), sim.jobs_frame())
-        pd.testing.assert_frame_equal(env.sim.cluster_frame(), sim.cluster_frame())
+        sim, env_sim = _scheduler_and_env_runs(jobs, "attained", work_conserving=True, spill=spill)
+        pd.testing.assert_frame_equal(env_sim.jobs_frame(), sim.jobs_frame())
+        pd.testing.assert_frame_equal(env_sim.cluster_frame(), sim.cluster_frame())
         frames[spill] = sim.cluster_frame()
     assert (frames[True]["shared_gpus"] > 0).any() and not frames[False].equals(frames[True])
 
