@@ -291,7 +291,7 @@ class Jigsaw(Scheduler):
         # the configuration the exclusive pass gave it: a pairing attempt that fails puts the
         # host's decision object back, and one that succeeds puts it in ``paired``)
         self._solo_levels(state, ledger, paired, settled)
-        if self.spill:  # 5. waiting jobs onto shared GPUs
+        if self.spill:  # 5. every job still waiting that can run, on free or shared GPUs
             spill_waiting(state, ledger, order, rank)
         return ledger.decision
 
