@@ -368,10 +368,10 @@ class Jigsaw(Scheduler):
                         continue
                 gpus.release(j.placement)  # its own reservation no longer blocks anyone
             ledger = gpus.ledger
-            jd = self._consolidated(ledger, j, consolidated_from_counts(gpus.free_n, gpus.free_on, j.num_gpus))
+            jd = consolidated_decision(ledger, j, consolidated_from_counts(gpus.free_n, gpus.free_on, j.num_gpus))
             if self.displace and (jd is None or not self._spread_ok(state, j, jd.gpus)):
                 # displace lower-priority running jobs if that gives a good placement
-                alt = self._consolidated(ledger, j, consolidated_from_counts(gpus.unheld, gpus.unheld_on, j.num_gpus))
+                alt = consolidated_decision(ledger, j, consolidated_from_counts(gpus.unheld, gpus.unheld_on, j.num_gpus))
                 if alt is not None and self._spread_ok(state, j, alt.gpus):
                     jd = alt
             if own and cur is not None:
@@ -445,7 +445,7 @@ class Jigsaw(Scheduler):
                     n = j.num_gpus
                     found = cons[n] if n in cons else cons.setdefault(
                         n, consolidated_from_counts(gpus.unheld, gpus.unheld_on, n))
-                    jd = self._consolidated(ledger, j, found)
+                    jd = consolidated_decision(ledger, j, found)
                     if jd is None or not self._spread_ok(state, j, jd.gpus):
                         no_fit.add(kind)
                 if jd is not None and self._spread_ok(state, j, jd.gpus):
@@ -456,16 +456,6 @@ class Jigsaw(Scheduler):
                     continue
             left.append(j)
         return left
-
-    @staticmethod
-    def _consolidated(ledger: GpuLedger, job: JobState, gpus: list[int] | None) -> JobDecision | None:
-        """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger.
-        (``placement.consolidated_from_counts`` returns distinct GPUs of the cluster: the
-        ledger's check skips those two tests, as for its own placements.)"""
-        if gpus is None:
-            return None
-        jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
-        return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
     def _host_info(self, state: ClusterState, ledger: GpuLedger, host: JobState) -> _HostEntry:
         """The :class:`_HostEntry` of a host in this round's fitting: its useful work
@@ -655,6 +645,16 @@ def guest_keeps_its_order(state: ClusterState, ledger: GpuLedger, host: JobState
             return hgpus, ggpus
     moved = dict(zip(ggpus, now))
     return tuple([moved.get(g, g) for g in hgpus]), now
+
+
+def consolidated_decision(ledger: GpuLedger, job: JobState, gpus: list[int] | None) -> JobDecision | None:
+    """``job`` at level 0 on ``gpus`` (consolidated GPUs found for it), if it fits the ledger.
+    (``placement.consolidated_from_counts`` returns distinct GPUs of the cluster: the
+    ledger's check skips those two tests, as for its own placements.)"""
+    if gpus is None:
+        return None
+    jd = job_decision(tuple(gpus), 0, Pattern.ROTATING)
+    return jd if ledger.check(job.job_id, jd, _chosen=True) is None else None
 
 
 def fewest_nodes(state: ClusterState, job: JobState) -> int:

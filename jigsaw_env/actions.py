@@ -55,7 +55,7 @@ from .encoder import HOST_SLOTS
 from .pairing import guest_orders, phase_difference, search_pairing
 from .placement import PLACEMENT_OPTIONS, GpuLedger
 from .spb import Pattern, SPBConfig
-from .spill import spill_waiting
+from .spill import spill_left_waiting
 from .state import ClusterState, Decision, JobDecision, JobStatus, trusted_decision
 
 
@@ -296,7 +296,7 @@ class RoundBuilder:
         start (:meth:`masks`). ``order``: the window's order, one of :data:`WINDOW_ORDERS`
         (``las`` and ``remaining`` need ``priority``). ``pause``: what a pause does with the job,
         one of :data:`PAUSE_MODES`. ``spill``: :meth:`finish` runs the jobs left waiting where they
-        can (free or shared GPUs, :mod:`jigsaw_env.spill`), in this order of priority."""
+        can (free or shared GPUs, :mod:`jigsaw_env.spill`), by the rank the window orders by."""
         self.state = state
         self.spill = bool(spill)
         self.work_conserving = work_conserving
@@ -306,8 +306,7 @@ class RoundBuilder:
         ranked = check_window_order(order) in RANKED_WINDOW_ORDERS
         if ranked and priority is None:
             raise ValueError(f"order={order!r} needs priority, the rank of every active job in that order")
-        #: the rank the window orders by (None: least attained service), which the spill follows
-        self._ranked = priority if ranked else None
+        self._ranked = priority if ranked else None  # the window's rank (None: by least attained service)
         order = window_order(state, codec.window_k, self._ranked)
         self.window = order[: codec.window_k]
         self._queue = order[codec.window_k:][::-1]  # the jobs still behind the window, next one last
@@ -484,15 +483,10 @@ class RoundBuilder:
         return "run"
 
     def finish(self) -> Decision:
-        """The round's decision when the agent advances: the decision built, with the jobs it leaves
-        waiting run where they can first when the builder spills
-        (:func:`jigsaw_env.spill.spill_waiting`, highest priority first by :func:`priority_rank`)."""
-        if self.spill:
-            rank = priority_rank(self.state, self._ranked)
-            dec, jobs = self.ledger.decision, self.state.jobs
-            left = sorted((x for x in self.state.active_ids if x not in dec), key=rank.__getitem__)
-            if spill_waiting(self.state, self.ledger, [jobs[x] for x in left], rank):
-                self._hosts = None
+        """The round's decision when the agent advances; a spilling builder first runs the jobs it
+        leaves waiting where they can (:func:`jigsaw_env.spill.spill_left_waiting`, by :func:`priority_rank`)."""
+        if self.spill and spill_left_waiting(self.state, self.ledger, priority_rank(self.state, self._ranked)):
+            self._hosts = None
         return self.ledger.decision
 
     def _slide(self, slot: int) -> None:
@@ -606,7 +600,7 @@ class RoundBuilder:
         if gpus is None:
             return bytes(self.codec.n_lp)
         ml = led.bytes_per_gpu
-        return self._keep_row(job, gpus, [0.0 if g in emptied else ml[g] for g in gpus])
+        return keep_row(self.ledger, self.codec, job, gpus, [0.0 if g in emptied else ml[g] for g in gpus])
 
     def _menu_rows(self) -> list[bytes]:
         """Each window slot's mask row over the menu's actions (menu options x combos, then pause),
@@ -667,7 +661,7 @@ class RoundBuilder:
                 key = (gpus, running)
                 row = info.alone_rows.get(key)
                 if row is None:
-                    keep = self._keep_row(job, gpus, [0.0] * len(gpus)) if running else info.blank
+                    keep = keep_row(self.ledger, self.codec, job, gpus, [0.0] * len(gpus)) if running else info.blank
                     row = info.alone_rows[key] = keep + info.nlc * 3
                 parts.append(row + info.fit_bytes(hm.min_without(n, jid)) + b"\1")
                 continue
@@ -768,7 +762,7 @@ class RoundBuilder:
             if keep is None:
                 if len(info.keep) > 4096:
                     info.keep.clear()
-                keep = info.keep[kk] = self._keep_row(job, gpus, m_new)
+                keep = info.keep[kk] = keep_row(self.ledger, self.codec, job, gpus, m_new)
         else:
             keep = info.blank
         return keep + excl + excl + packed + paired + b"\1"
@@ -784,14 +778,16 @@ class RoundBuilder:
         self._need_cache[job.job_id] = info
         return info
 
-    def _keep_row(self, job, gpus: tuple[int, ...], m_new: list[float]) -> bytes:
-        """Per combo: do the job's workers fit its own GPUs, holding ``m_new`` bytes without it
-        (``m + peak <= capacity`` on every GPU, in GPU order)? The callers keep the rows, by the
-        job's model, size, GPUs and those bytes (:class:`_JobInfo`): it depends on nothing else."""
-        cl = self.ledger.capacity_per_gpu
-        caps = [cl[g] for g in gpus]
-        add, le = operator.add, operator.le
-        return bytes([all(map(le, map(add, m_new, r), caps)) for r in self.state.costs.peak_rows(job, self.codec.combos)])
+
+def keep_row(ledger: GpuLedger, codec: ActionCodec, job, gpus: tuple[int, ...], m_new: list[float]) -> bytes:
+    """Per level/pattern combo of ``codec``: do the job's workers fit its own GPUs, holding
+    ``m_new`` bytes without it (``m + peak <= capacity`` on every GPU, in GPU order)? The callers
+    keep the rows, by the job's model, size, GPUs and those bytes (:class:`_JobInfo`): it depends
+    on nothing else."""
+    cl = ledger.capacity_per_gpu
+    caps = [cl[g] for g in gpus]
+    add, le = operator.add, operator.le
+    return bytes([all(map(le, map(add, m_new, r), caps)) for r in ledger.state.costs.peak_rows(job, codec.combos)])
 
 
 def masks_by_trying(b: RoundBuilder, mask: np.ndarray) -> np.ndarray:

@@ -56,6 +56,14 @@ def spill_waiting(state: ClusterState, ledger: GpuLedger, order: Sequence[JobSta
     return added
 
 
+def spill_left_waiting(state: ClusterState, ledger: GpuLedger, rank: Mapping[int, int]) -> list[int]:
+    """:func:`spill_waiting` over every active job ``ledger``'s decision leaves out, in the order of
+    ``rank`` (each active job's rank, 0: the highest priority)."""
+    dec, jobs = ledger.decision, state.jobs
+    left = sorted((x for x in state.active_ids if x not in dec), key=rank.__getitem__)
+    return spill_waiting(state, ledger, [jobs[x] for x in left], rank)
+
+
 def _shared_placement(state: ClusterState, ledger: GpuLedger, job: JobState, free: list[int],
                       rank: Mapping[int, int]) -> JobDecision | None:
     """Rule 3's placement of ``job`` (``free``: the GPUs with no worker, fewer than it needs), or
