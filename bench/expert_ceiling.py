@@ -4,6 +4,7 @@
     python -m bench.expert_ceiling --expert tiresias --window-k 16,32 --orders slot,heuristic
     python -m bench.expert_ceiling --window-order las      # the env window in 2D-LAS order
     python -m bench.expert_ceiling --pause leave           # a paused job leaves the round (the env's default)
+    python -m bench.expert_ceiling --expert jigsaw-srtf --window-order remaining --spill   # against jigsaw-srtf-spill
 
 A learned policy that imitates an expert can at best play the expert's decisions as the env's
 actions express them (``agents.imitation.HeuristicExpert``: a window of K jobs, five placement
@@ -12,6 +13,9 @@ placed again later in the round, ``pause="requeue"``). This plays the translated
 held-out windows of ``python -m bench.ppo_study``
 (same split, same windows, same load) for every window size K and action order given, next to the
 expert and Tiresias run by the simulator directly on the same cluster and ``SimConfig`` as the env.
+With ``--spill`` the env spills what the translated expert leaves waiting on every advance
+(``JigsawClusterEnv(spill=True)``), and the expert's spilling form (``EXPERT-spill``, where one is
+registered) runs beside it: what the translation can reach is that scheduler.
 Prints per-window and mean JCTs (hours) and writes them as JSON (``--out``).
 """
 from __future__ import annotations
@@ -27,10 +31,10 @@ from bench.results_folder import command_line, portable_text
 
 def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: int, load: float | None,
             expert: str, window_ks: list[int], orders: list[str], log=print,
-            window_order: str = "attained", pause: str = "requeue") -> dict:
+            window_order: str = "attained", pause: str = "requeue", spill: bool = False) -> dict:
     import numpy as np
 
-    from agents import make_scheduler
+    from agents import available_schedulers, make_scheduler
     from agents.imitation import HeuristicExpert, play_expert
     from bench.ppo_study import build_windows, heldout_split
     from jigsaw_env.env import JigsawClusterEnv
@@ -39,6 +43,8 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
     _, held = heldout_split(trace, gpus, holdout)
     wins = build_windows(held, window_jobs, windows, gpus, load)
     refs = list(dict.fromkeys(["tiresias", expert]))
+    if spill and f"{expert}-spill" in available_schedulers():
+        refs.append(f"{expert}-spill")
     jct: dict[str, list[float]] = {}
     for w, info in wins:
         env = JigsawClusterEnv(gpus=gpus, window_k=window_ks[0])
@@ -48,13 +54,13 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
             jct.setdefault(name, []).append(sim.metrics()["avg_jct_s"] / 3600)
         for k in window_ks:
             for order in orders:
-                e = JigsawClusterEnv(gpus=gpus, window_k=k, window_order=window_order, pause=pause)
+                e = JigsawClusterEnv(gpus=gpus, window_k=k, window_order=window_order, pause=pause, spill=spill)
                 s = play_expert(e, HeuristicExpert(expert, order=order), w)
                 jct.setdefault(f"{expert} as actions, K={k}, {order} order", []).append(s.metrics()["avg_jct_s"] / 3600)
         log(f"window {info['window']} (max {info['max_gpus']} GPUs per job): "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in jct.items()))
     return {"trace": portable_text(trace), "gpus": gpus, "holdout": holdout, "windows": [i for _, i in wins], "load": load,
-            "expert": expert, "window_order": window_order, "pause": pause, "jct_h": jct,
+            "expert": expert, "window_order": window_order, "pause": pause, "spill": spill, "jct_h": jct,
             "mean_jct_h": {k: float(np.mean(v)) for k, v in jct.items()}}
 
 
@@ -73,6 +79,8 @@ def main(argv=None) -> int:
     p.add_argument("--pause", choices=PAUSE_MODES, default="requeue",
                    help="the env's pause mode: requeue (a paused job can be placed again later in the round, "
                         "which some of Jigsaw's rounds need) or leave (the env's default) (default requeue)")
+    p.add_argument("--spill", action="store_true",
+                   help="the env spills what the decision leaves waiting on advance; EXPERT-spill runs beside it")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -86,7 +94,7 @@ def main(argv=None) -> int:
         p.error(f"--orders takes slot and/or heuristic, --window-k positive integers; got {a.orders!r}, {a.window_k!r}")
     t0 = time.perf_counter()
     res = measure(a.trace or _default_trace(), a.gpus, a.holdout, a.windows, a.window_jobs, a.load, a.expert, ks,
-                  orders, window_order=a.window_order, pause=a.pause)
+                  orders, window_order=a.window_order, pause=a.pause, spill=a.spill)
     res["wall_s"] = time.perf_counter() - t0
     res["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     res["command"] = command_line("bench.expert_ceiling", argv)

@@ -285,6 +285,19 @@ def test_expert_ceiling_tiresias_translates_exactly():
     assert len(direct) == 2 and direct == pytest.approx(translated, rel=1e-12)
 
 
+def test_expert_ceiling_with_spill_reaches_the_spilling_heuristic():
+    """With ``spill`` the env spills after the translated jigsaw-srtf, and on these windows that is
+    exactly jigsaw-srtf-spill, which differs from jigsaw-srtf on the second window."""
+    from bench.expert_ceiling import measure
+
+    res = measure("synthetic:jobs=120,load=3.0,seed=1", 8, 0.5, 2, 20, 3.0, "jigsaw-srtf", [8], ["heuristic"],
+                  log=lambda s: None, window_order="remaining", spill=True)
+    jct = res["jct_h"]
+    assert res["spill"] and jct["jigsaw-srtf as actions, K=8, heuristic order"] == pytest.approx(jct["jigsaw-srtf-spill"],
+                                                                                                 rel=1e-12)
+    assert jct["jigsaw-srtf-spill"][1] < jct["jigsaw-srtf"][1]
+
+
 def test_translation_gap_summary_hand_computed():
     from bench.translation_gap import summarize
 
