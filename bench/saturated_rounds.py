@@ -122,18 +122,13 @@ def measure(trace: str, gpus: int, holdout: float, windows: int, window_jobs: in
 
 
 def paired_jct(part: dict, baseline: str) -> dict:
-    """Per agent: its per-window JCT minus ``baseline``'s (h), as (mean, 95 % t half-width); (0, 0)
-    for the baseline itself. Needs each agent's ``jct_h`` (one number per window, same windows)."""
-    import numpy as np
-    from scipy import stats
+    """Per agent: its per-window JCT minus ``baseline``'s (h), as (mean, 95 % t half-width) by
+    ``jigsaw evaluate``'s ``ci95``; (0, 0) for the baseline itself. Needs each agent's ``jct_h``
+    (one number per window, same windows)."""
+    from jigsaw_env.report import ci95
 
-    base = np.asarray(part[baseline]["jct_h"], float)
-    out = {}
-    for name, row in part.items():
-        d = np.asarray(row["jct_h"], float) - base
-        hw = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-        out[name] = (float(d.mean()), hw if d.any() else 0.0)
-    return out
+    base = part[baseline]["jct_h"]
+    return {name: ci95([a - b for a, b in zip(row["jct_h"], base)])[:2] for name, row in part.items()}
 
 
 def write_md(path, res: dict) -> None:
